@@ -1,0 +1,260 @@
+#include "catalog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Grows *arr (of *cap elements) so it can hold need elements. */
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem) return -ENOMEM;
+        n *= 2;
+    }
+    void *p = realloc(*arr, n * elem);
+    if (!p) return -ENOMEM;
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
+ckpt_catalog *catalog_new(const char *root, const char *format) {
+    ckpt_catalog *cat = calloc(1, sizeof *cat);
+    if (!cat) return NULL;
+    cat->priv = calloc(1, sizeof *cat->priv);
+    if (!cat->priv) {
+        free(cat);
+        return NULL;
+    }
+    arena_init(&cat->priv->mem);
+    cat->format = format;
+    cat->root = arena_strdup(&cat->priv->mem, root);
+    if (!cat->root) {
+        ckpt_close(cat);
+        return NULL;
+    }
+    return cat;
+}
+
+void ckpt_close(ckpt_catalog *cat) {
+    if (!cat) return;
+    for (uint32_t i = 0; i < cat->nsources; i++)
+        if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
+    for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
+    free(cat->sources);
+    free(cat->tensors);
+    free(cat->docs);
+    free(cat->aux);
+    free(cat->warnings);
+    if (cat->priv) {
+        free(cat->priv->pieces);
+        free(cat->priv->tsv);
+        arena_free(&cat->priv->mem);
+        free(cat->priv);
+    }
+    free(cat);
+}
+
+int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
+                       ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", path);
+    if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
+    }
+    ckpt_source *s = &cat->sources[cat->nsources];
+    memset(s, 0, sizeof *s);
+    s->fd = fd;
+    s->path = arena_strdup(&pv->mem, path);
+    s->relpath = arena_strdup(&pv->mem, relpath);
+    s->size = (uint64_t)st.st_size;
+    s->mtime = st.st_mtim;
+    s->mode = st.st_mode;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    if (!s->path || !s->relpath) {
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    *index = cat->nsources++;
+    return 0;
+}
+
+bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+                  uint64_t *nbytes) {
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(n, shape[i], &n)) return false;
+    uint64_t bits;
+    if (__builtin_mul_overflow(n, (uint64_t)ckpt_dtype_info_of(dt)->bits, &bits)) return false;
+    if (bits % 8) return false;
+    *numel = n;
+    *nbytes = bits / 8;
+    return true;
+}
+
+int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
+                       uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (ndim > CKPT_MAX_DIMS)
+        return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %u dimensions (at most %d supported)",
+                         SHOWN(name_len), name, ndim, CKPT_MAX_DIMS);
+    if (grow((void **)&cat->tensors, &pv->cap_tensors, cat->ntensors + 1, sizeof *cat->tensors))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    ckpt_tensor *t = &cat->tensors[cat->ntensors];
+    memset(t, 0, sizeof *t);
+    t->name = arena_memdup(&pv->mem, name, name_len);
+    t->name_len = name_len;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->shape = arena_array(&pv->mem, ndim ? ndim : 1, sizeof *t->shape);
+    if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
+    if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
+        return ckpt_fail(err, -EOVERFLOW, "tensor \"%.*s\": shape product overflows or is not "
+                         "a whole number of bytes", SHOWN(name_len), name);
+    *index = cat->ntensors++;
+    return 0;
+}
+
+int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t file_offset,
+                      const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
+                      ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (grow((void **)&pv->pieces, &pv->cap_pieces, pv->npieces + 1, sizeof *pv->pieces))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    const ckpt_tensor *t = &cat->tensors[index];
+    pending_piece *pp = &pv->pieces[pv->npieces];
+    memset(pp, 0, sizeof *pp);
+    pp->tensor = index;
+    pp->piece.source = source;
+    pp->piece.file_offset = file_offset;
+    uint32_t nd = t->ndim;
+    if (nd) {
+        pp->piece.offsets = arena_array(&pv->mem, nd, sizeof(uint64_t));
+        pp->piece.sizes = arena_array(&pv->mem, nd, sizeof(uint64_t));
+        if (!pp->piece.offsets || !pp->piece.sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (offsets) memcpy(pp->piece.offsets, offsets, nd * sizeof(uint64_t));
+        memcpy(pp->piece.sizes, sizes ? sizes : t->shape, nd * sizeof(uint64_t));
+        if (strides) {
+            pp->piece.strides = arena_array(&pv->mem, nd, sizeof(uint64_t));
+            if (!pp->piece.strides) return ckpt_fail(err, -ENOMEM, "out of memory");
+            memcpy(pp->piece.strides, strides, nd * sizeof(uint64_t));
+        }
+    }
+    pv->npieces++;
+    return 0;
+}
+
+int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err) {
+    cat->tensors[index].extra_json = arena_strdup(&cat->priv->mem, json_members);
+    return cat->tensors[index].extra_json ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+}
+
+int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
+                    ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (grow((void **)&cat->docs, &pv->cap_docs, cat->ndocs + 1, sizeof *cat->docs))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    ckpt_doc *d = &cat->docs[cat->ndocs];
+    d->key = arena_strdup(&pv->mem, key);
+    d->json = arena_memdup(&pv->mem, json, len);
+    d->len = len;
+    if (!d->key || !d->json) return ckpt_fail(err, -ENOMEM, "out of memory");
+    cat->ndocs++;
+    return 0;
+}
+
+int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (grow((void **)&cat->aux, &pv->cap_aux, cat->naux + 1, sizeof *cat->aux))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    cat->aux[cat->naux].name = arena_strdup(&pv->mem, name);
+    cat->aux[cat->naux].source = source;
+    if (!cat->aux[cat->naux].name) return ckpt_fail(err, -ENOMEM, "out of memory");
+    cat->naux++;
+    return 0;
+}
+
+int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (grow((void **)&cat->warnings, &pv->cap_warnings, cat->nwarnings + 1,
+             sizeof *cat->warnings))
+        return -ENOMEM;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char *w = arena_strdup(&pv->mem, buf);
+    if (!w) return -ENOMEM;
+    cat->warnings[cat->nwarnings++] = w;
+    return 0;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    const ckpt_tensor *x = a, *y = b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    if (c) return c;
+    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Attaches pending pieces to their tensors, keeping the order they were added in (the first of
+ * several replicas is the one served). Counting sort: O(pieces + tensors). */
+static int attach_pieces(ckpt_catalog *cat, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    for (size_t i = 0; i < pv->npieces; i++) {
+        ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
+        if (t->npieces == UINT32_MAX) return ckpt_fail(err, -EINVAL, "too many pieces");
+        t->npieces++;
+    }
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        ckpt_tensor *t = &cat->tensors[i];
+        if (!t->npieces) continue;
+        t->pieces = arena_array(&pv->mem, t->npieces, sizeof *t->pieces);
+        if (!t->pieces) return ckpt_fail(err, -ENOMEM, "out of memory");
+        t->npieces = 0;
+    }
+    for (size_t i = 0; i < pv->npieces; i++) {
+        ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
+        t->pieces[t->npieces++] = pv->pieces[i].piece;
+    }
+    free(pv->pieces);
+    pv->pieces = NULL;
+    pv->npieces = pv->cap_pieces = 0;
+    return 0;
+}
+
+int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
+    int rc = attach_pieces(cat, err);
+    if (rc) return rc;
+    qsort(cat->tensors, cat->ntensors, sizeof *cat->tensors, name_cmp);
+    for (size_t i = 1; i < cat->ntensors; i++) {
+        if (name_cmp(&cat->tensors[i - 1], &cat->tensors[i]) == 0) {
+            const ckpt_tensor *t = &cat->tensors[i];
+            return ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\" is defined twice", cat->root,
+                             SHOWN(t->name_len), t->name);
+        }
+    }
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        rc = piece_index_build(cat, &cat->tensors[i], err);
+        if (rc) return rc;
+    }
+    return treepath_assign(cat, err);
+}

@@ -1,0 +1,57 @@
+/* Building a catalog: what decoders call. Tensors are added by index (the array grows), pieces
+ * may arrive in any order, and catalog_finish validates everything and freezes the result. */
+#ifndef CKPT_CATALOG_H
+#define CKPT_CATALOG_H
+
+#include "arena.h"
+#include "ckpt.h"
+
+/* Names in messages: at most 120 bytes, used as "%.*s", SHOWN(len), name. */
+#define SHOWN(len) ((int)((len) > 120 ? 120 : (len)))
+
+typedef struct pending_piece {
+    size_t tensor;
+    ckpt_piece piece;
+} pending_piece;
+
+struct ckpt_catalog_private {
+    arena mem;
+    size_t cap_tensors, cap_sources, cap_docs, cap_aux, cap_warnings;
+    pending_piece *pieces;
+    size_t npieces, cap_pieces;
+    char *tsv; /* tensors.tsv, built on first use */
+    size_t tsv_len;
+};
+
+ckpt_catalog *catalog_new(const char *root, const char *format);
+/* Opens path read-only and records its size and mtime. relpath is what sidecars show. */
+int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
+                       ckpt_err *err);
+/* Adds a tensor; returns its index via *index. The name is copied. shape may be NULL if ndim=0. */
+int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
+                       uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err);
+/* Adds a piece to tensor `index`. offsets NULL = origin, sizes NULL = full shape, strides NULL =
+ * row-major contiguous. Arrays are copied. */
+int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t file_offset,
+                      const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
+                      ckpt_err *err);
+int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err);
+int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len, ckpt_err *err);
+int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err);
+int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sorts tensors by name, refuses duplicate names, checks every piece against its tensor and its
+ * file, builds piece indexes and tree paths. */
+int catalog_finish(ckpt_catalog *cat, ckpt_err *err);
+
+/* numel and nbytes of a shape, with overflow checks; false on overflow or a partial byte. */
+bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+                  uint64_t *nbytes);
+
+/* Planner internals used by catalog_finish. */
+int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err);
+void piece_index_free(ckpt_piece_index *ix);
+
+/* Tree paths (treepath.c). */
+int treepath_assign(ckpt_catalog *cat, ckpt_err *err);
+
+#endif

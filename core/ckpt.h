@@ -1,0 +1,188 @@
+/* libckpt: decodes checkpoint formats into one model — named tensors whose bytes live at known
+ * extents of known files — and plans reads of any byte range of any tensor. No FUSE here. */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define CKPT_VERSION "0.1.0"
+
+/* ---- errors: functions return 0 or a negative errno and fill a one-line message ---- */
+
+typedef struct ckpt_err {
+    char msg[512];
+} ckpt_err;
+
+int ckpt_fail(ckpt_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- element types ---- */
+
+typedef enum {
+    CKPT_BOOL,
+    CKPT_U8,
+    CKPT_I8,
+    CKPT_U16,
+    CKPT_I16,
+    CKPT_F16,
+    CKPT_BF16,
+    CKPT_U32,
+    CKPT_I32,
+    CKPT_F32,
+    CKPT_U64,
+    CKPT_I64,
+    CKPT_F64,
+    CKPT_C64,
+    CKPT_F8_E4M3,
+    CKPT_F8_E5M2,
+    CKPT_F8_E8M0,
+    CKPT_F8_E4M3FNUZ,
+    CKPT_F8_E5M2FNUZ,
+    CKPT_F4,
+    CKPT_F6_E2M3,
+    CKPT_F6_E3M2,
+    CKPT_DTYPE_COUNT
+} ckpt_dtype;
+
+typedef struct ckpt_dtype_info {
+    const char *name;  /* safetensors spelling */
+    unsigned bits;     /* per element; 4 and 6 are packed sub-byte types */
+    const char *numpy; /* numpy dtype string, NULL when numpy has none */
+} ckpt_dtype_info;
+
+const ckpt_dtype_info *ckpt_dtype_info_of(ckpt_dtype dt);
+/* Exact, case-sensitive match of the safetensors spelling. */
+bool ckpt_dtype_parse(const char *s, size_t len, ckpt_dtype *out);
+
+/* ---- catalog ---- */
+
+enum { CKPT_MAX_DIMS = 32 };
+
+typedef struct ckpt_source {
+    char *path;    /* as opened */
+    char *relpath; /* relative to the catalog root, shown in sidecars */
+    int fd;
+    uint64_t size;
+    struct timespec mtime;
+    mode_t mode;
+    dev_t dev;
+    ino_t ino;
+} ckpt_source;
+
+/* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
+ * elements; strides NULL means row-major contiguous over sizes. */
+typedef struct ckpt_piece {
+    uint32_t source;
+    uint64_t file_offset;
+    uint64_t *offsets;
+    uint64_t *sizes;
+    uint64_t *strides;
+} ckpt_piece;
+
+typedef struct ckpt_piece_index ckpt_piece_index;
+
+typedef struct ckpt_tensor {
+    const char *name; /* may contain NUL bytes: always use name_len */
+    size_t name_len;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t *shape;
+    uint64_t numel;
+    uint64_t nbytes;
+    uint32_t npieces;
+    ckpt_piece *pieces;
+    ckpt_piece_index *index; /* built by ckpt_catalog_finish for multi-piece tensors */
+    bool incomplete;         /* some elements are covered by no piece */
+    const char *extra_json;  /* format-specific sidecar members: `"k": v, ...` or NULL */
+    const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
+    const char *sidecar_path; /* where it shows the .json sidecar */
+} ckpt_tensor;
+
+/* A named JSON document that goes into .ckptfs/metadata.json under `key`. */
+typedef struct ckpt_doc {
+    const char *key;
+    const char *json;
+    size_t len;
+} ckpt_doc;
+
+/* A source file shown as-is (config.json, tokenizer files). */
+typedef struct ckpt_aux_file {
+    const char *name;
+    uint32_t source;
+} ckpt_aux_file;
+
+typedef struct ckpt_catalog ckpt_catalog;
+
+struct ckpt_catalog {
+    const char *format; /* "safetensors", "hf-safetensors", ... */
+    char *root;         /* the path the catalog was opened from */
+    ckpt_source *sources;
+    uint32_t nsources;
+    ckpt_tensor *tensors;
+    size_t ntensors;
+    ckpt_doc *docs;
+    size_t ndocs;
+    ckpt_aux_file *aux;
+    size_t naux;
+    char **warnings;
+    size_t nwarnings;
+    struct ckpt_catalog_private *priv;
+};
+
+/* Opens a checkpoint file or directory, chosen by content. */
+int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err);
+void ckpt_close(ckpt_catalog *cat);
+
+/* ---- byte ranges of a tensor -> file segments ---- */
+
+enum { CKPT_SEG_FILE, CKPT_SEG_HOLE, CKPT_SEG_MEM };
+
+typedef struct ckpt_segment {
+    uint32_t kind;
+    uint32_t source;      /* CKPT_SEG_FILE */
+    uint64_t offset;      /* file offset (CKPT_SEG_FILE) */
+    const void *mem;      /* CKPT_SEG_MEM */
+    uint64_t length;
+} ckpt_segment;
+
+/* Maps [off, off+len) of the tensor's logical row-major bytes onto at most `cap` segments,
+ * merging runs that are adjacent in the same file. Returns the number of segments; *done is
+ * the number of bytes they cover (less than len when cap ran out: call again from off+*done). */
+size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment *seg, size_t cap,
+                 uint64_t *done);
+
+/* ---- virtual files: ordered parts, each a memory buffer or a tensor byte range ---- */
+
+typedef struct ckpt_vpart {
+    uint64_t start;            /* offset of this part in the virtual file */
+    uint64_t length;
+    const void *mem;           /* memory part when tensor == NULL */
+    const ckpt_tensor *tensor; /* tensor part: bytes [tensor_off, tensor_off+length) */
+    uint64_t tensor_off;
+} ckpt_vpart;
+
+typedef struct ckpt_vfile {
+    ckpt_vpart *parts;
+    size_t nparts;
+    size_t cap;
+    uint64_t size;
+} ckpt_vfile;
+
+int ckpt_vfile_add_mem(ckpt_vfile *vf, const void *mem, uint64_t len);
+int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, uint64_t len);
+void ckpt_vfile_free(ckpt_vfile *vf);
+/* Like ckpt_plan over the whole virtual file. */
+size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_segment *seg,
+                       size_t cap, uint64_t *done);
+
+/* ---- documents shown by the mount (malloc'd, NUL-terminated; NULL on ENOMEM) ---- */
+
+char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len);
+char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
+char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
+char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);
+
+#endif

@@ -1,0 +1,165 @@
+/* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
+#include "catalog.h"
+#include "strbuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void put_u64_array(strbuf *sb, const uint64_t *v, uint32_t n) {
+    sb_putc(sb, '[');
+    for (uint32_t i = 0; i < n; i++) {
+        if (i) sb_puts(sb, ", ");
+        sb_u64(sb, v[i]);
+    }
+    sb_putc(sb, ']');
+}
+
+static uint64_t piece_bytes(const ckpt_tensor *t, const ckpt_piece *p) {
+    uint64_t numel = 1, extent = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) numel *= p->sizes[d];
+    if (numel == 0) return 0;
+    if (p->strides)
+        for (uint32_t d = 0; d < t->ndim; d++) extent += (p->sizes[d] - 1) * p->strides[d];
+    else extent = numel;
+    return (extent * ckpt_dtype_info_of(t->dtype)->bits + 7) / 8;
+}
+
+char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len) {
+    const ckpt_dtype_info *dt = ckpt_dtype_info_of(t->dtype);
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\n  \"name\": ");
+    sb_json_str(&sb, t->name, t->name_len);
+    sb_printf(&sb, ",\n  \"dtype\": \"%s\",\n  \"shape\": ", dt->name);
+    put_u64_array(&sb, t->shape, t->ndim);
+    sb_puts(&sb, ",\n  \"nbytes\": ");
+    sb_u64(&sb, t->nbytes);
+    sb_printf(&sb, ",\n  \"byte_order\": \"little\",\n  \"format\": \"%s\"", cat->format);
+    if (dt->numpy) sb_printf(&sb, ",\n  \"numpy_dtype\": \"%s\"", dt->numpy);
+    if (t->incomplete) sb_puts(&sb, ",\n  \"incomplete\": true");
+    if (t->extra_json) sb_printf(&sb, ",\n  %s", t->extra_json);
+    sb_puts(&sb, ",\n  \"sources\": [");
+    bool whole = t->npieces == 1 && !t->index;
+    for (uint32_t k = 0; k < t->npieces; k++) {
+        const ckpt_piece *p = &t->pieces[k];
+        sb_puts(&sb, k ? ",\n    {\"file\": " : "\n    {\"file\": ");
+        const char *rel = cat->sources[p->source].relpath;
+        sb_json_str(&sb, rel, strlen(rel));
+        sb_puts(&sb, ", \"offset\": ");
+        sb_u64(&sb, p->file_offset);
+        sb_puts(&sb, ", \"length\": ");
+        sb_u64(&sb, piece_bytes(t, p));
+        if (!whole && t->ndim) {
+            sb_puts(&sb, ", \"box\": {\"offsets\": ");
+            put_u64_array(&sb, p->offsets, t->ndim);
+            sb_puts(&sb, ", \"sizes\": ");
+            put_u64_array(&sb, p->sizes, t->ndim);
+            sb_putc(&sb, '}');
+            if (p->strides) {
+                sb_puts(&sb, ", \"strides\": ");
+                put_u64_array(&sb, p->strides, t->ndim);
+            }
+        }
+        sb_putc(&sb, '}');
+    }
+    sb_puts(&sb, t->npieces ? "\n  ]\n}\n" : "]\n}\n");
+    return sb_take(&sb, len);
+}
+
+char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
+    uint64_t params = 0, bytes = 0, by_dtype[CKPT_DTYPE_COUNT] = {0};
+    size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        params += t->numel;
+        bytes += t->nbytes;
+        by_dtype[t->dtype] += t->nbytes;
+        count_dtype[t->dtype]++;
+        incomplete += t->incomplete;
+    }
+    strbuf sb;
+    sb_init(&sb);
+    sb_printf(&sb, "{\n  \"format\": \"%s\",\n  \"source\": ", cat->format);
+    sb_json_str(&sb, cat->root, strlen(cat->root));
+    sb_puts(&sb, ",\n  \"files\": [");
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        const ckpt_source *s = &cat->sources[i];
+        sb_puts(&sb, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
+        sb_json_str(&sb, s->relpath, strlen(s->relpath));
+        sb_puts(&sb, ", \"size\": ");
+        sb_u64(&sb, s->size);
+        sb_putc(&sb, '}');
+    }
+    sb_printf(&sb, "%s],\n  \"tensor_count\": %zu,\n  \"parameter_count\": ",
+              cat->nsources ? "\n  " : "", cat->ntensors);
+    sb_u64(&sb, params);
+    sb_puts(&sb, ",\n  \"total_bytes\": ");
+    sb_u64(&sb, bytes);
+    sb_puts(&sb, ",\n  \"dtypes\": {");
+    bool first = true;
+    for (int d = 0; d < CKPT_DTYPE_COUNT; d++) {
+        if (!count_dtype[d]) continue;
+        sb_printf(&sb, "%s\n    \"%s\": {\"tensors\": %zu, \"bytes\": ", first ? "" : ",",
+                  ckpt_dtype_info_of((ckpt_dtype)d)->name, count_dtype[d]);
+        sb_u64(&sb, by_dtype[d]);
+        sb_putc(&sb, '}');
+        first = false;
+    }
+    sb_printf(&sb, "%s},\n  \"incomplete_tensors\": %zu,\n  \"warnings\": [", first ? "" : "\n  ",
+              incomplete);
+    for (size_t i = 0; i < cat->nwarnings; i++) {
+        sb_puts(&sb, i ? ",\n    " : "\n    ");
+        sb_json_str(&sb, cat->warnings[i], strlen(cat->warnings[i]));
+    }
+    sb_puts(&sb, cat->nwarnings ? "\n  ]\n}\n" : "]\n}\n");
+    return sb_take(&sb, len);
+}
+
+char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len) {
+    strbuf sb;
+    sb_init(&sb);
+    sb_printf(&sb, "{\n  \"format\": \"%s\"", cat->format);
+    for (size_t i = 0; i < cat->ndocs; i++) {
+        sb_puts(&sb, ",\n  ");
+        sb_json_str(&sb, cat->docs[i].key, strlen(cat->docs[i].key));
+        sb_puts(&sb, ": ");
+        sb_put(&sb, cat->docs[i].json, cat->docs[i].len);
+    }
+    sb_puts(&sb, "\n}\n");
+    return sb_take(&sb, len);
+}
+
+/* Names in the table: tab, newline and other control bytes, and '%', as %XX. */
+static void put_tsv_field(strbuf *sb, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '%') {
+            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+            sb_put(sb, e, 3);
+        } else {
+            sb_putc(sb, (char)c);
+        }
+    }
+}
+
+char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len) {
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "name\tdtype\tshape\tnbytes\tpath\n");
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        put_tsv_field(&sb, t->name, t->name_len);
+        sb_printf(&sb, "\t%s\t[", ckpt_dtype_info_of(t->dtype)->name);
+        for (uint32_t d = 0; d < t->ndim; d++) {
+            if (d) sb_putc(&sb, ',');
+            sb_u64(&sb, t->shape[d]);
+        }
+        sb_puts(&sb, "]\t");
+        sb_u64(&sb, t->nbytes);
+        sb_putc(&sb, '\t');
+        sb_puts(&sb, t->path); /* already escaped: no control bytes */
+        sb_putc(&sb, '\n');
+    }
+    return sb_take(&sb, len);
+}

@@ -1,0 +1,27 @@
+/* The decoder interface: one file per format in core/formats/. A decoder is chosen by content
+ * (probe on the first bytes), never by file name alone. */
+#ifndef CKPT_FORMATS_H
+#define CKPT_FORMATS_H
+
+#include "../catalog.h"
+
+enum { PROBE_BYTES = 64 };
+
+typedef struct ckpt_format {
+    const char *name;
+    /* True when head (the first n bytes of a file of file_size bytes) looks like this format. */
+    bool (*probe)(const unsigned char *head, size_t n, uint64_t file_size);
+    /* Adds the tensors of an already registered source file to the catalog. */
+    int (*load)(ckpt_catalog *cat, uint32_t source, ckpt_err *err);
+} ckpt_format;
+
+extern const ckpt_format format_safetensors;
+
+/* A Hugging Face model directory (single file or index + shards). */
+int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
+
+/* pread of exactly len bytes, or an error naming the file, what was read and where. */
+int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                const char *what, ckpt_err *err);
+
+#endif

@@ -1,0 +1,246 @@
+/* A Hugging Face model directory: model.safetensors, or model.safetensors.index.json naming
+ * shards. The single file wins when both exist, as transformers resolves them. Config and
+ * tokenizer files are kept as auxiliary files for the HF view. */
+#include "formats.h"
+
+#include "../hashmap.h"
+#include "../json.h"
+#include "../strbuf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const aux_names[] = {
+    "config.json",          "generation_config.json",  "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json",           "vocab.txt",               "merges.txt",
+    "added_tokens.json",    "chat_template.json",      "chat_template.jinja",
+    "preprocessor_config.json", "spiece.model",
+};
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int join(char *out, size_t cap, const char *dir, const char *name, ckpt_err *err) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap) return ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    return 0;
+}
+
+static int load_file(ckpt_catalog *cat, const char *rel, uint32_t *source, ckpt_err *err) {
+    char path[PATH_MAX];
+    int rc = join(path, sizeof path, cat->root, rel, err);
+    if (!rc) rc = catalog_add_source(cat, path, rel, source, err);
+    if (!rc) rc = format_safetensors.load(cat, *source, err);
+    return rc;
+}
+
+/* A shard name from the index: relative, no "..", and (after symlinks) inside the directory. */
+static int check_shard_name(const char *root_real, const char *root, const json_value *v,
+                            const char *index_path, ckpt_err *err) {
+    if (v->type != JSON_STRING)
+        return ckpt_fail(err, -EINVAL, "%s: weight_map value of \"%.*s\" is not a string (byte "
+                         "offset %zu)", index_path, SHOWN(v->key_len), v->key, v->pos);
+    bool bad = v->len == 0 || v->str[0] == '/' || memchr(v->str, '\0', v->len);
+    for (size_t s = 0, i = 0; !bad && i <= v->len; i++) {
+        if (i == v->len || v->str[i] == '/') {
+            if (i - s == 2 && v->str[s] == '.' && v->str[s + 1] == '.') bad = true;
+            s = i + 1;
+        }
+    }
+    if (bad)
+        return ckpt_fail(err, -EINVAL, "%s: weight_map entry \"%.*s\" names \"%.*s\", which is "
+                         "not inside the model directory (byte offset %zu)", index_path,
+                         SHOWN(v->key_len), v->key, SHOWN(v->len), v->str, v->pos);
+    char path[PATH_MAX], real[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ckpt_fail(err, -ENAMETOOLONG, "%s: shard name too long", index_path);
+    if (!realpath(path, real) || !is_file(real))
+        return ckpt_fail(err, -ENOENT, "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
+                         "is missing or not a regular file", index_path, SHOWN(v->len), v->str, v->pos);
+    size_t rl = strlen(root_real);
+    if (strncmp(real, root_real, rl) != 0 || real[rl] != '/')
+        return ckpt_fail(err, -EINVAL, "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
+                         "resolves outside the model directory", index_path, SHOWN(v->len),
+                         v->str, v->pos);
+    return 0;
+}
+
+static int shard_cmp(const void *a, const void *b) {
+    const json_value *x = *(const json_value *const *)a, *y = *(const json_value *const *)b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->str, y->str, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* transformers loads every tensor of every listed shard and only warns about names the index
+ * gets wrong, so mismatches are warnings in the summary, not errors. */
+static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t first_tensor,
+                            const char *index_path, ckpt_err *err) {
+    size_t n = cat->ntensors - first_tensor;
+    uint32_t *src_of = calloc(n ? n : 1, sizeof *src_of);
+    hashmap names;
+    if (!src_of || !hm_init(&names, n)) {
+        free(src_of);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    const struct ckpt_catalog_private *pv = cat->priv;
+    for (size_t i = 0; i < pv->npieces; i++)
+        if (pv->pieces[i].tensor >= first_tensor)
+            src_of[pv->pieces[i].tensor - first_tensor] = pv->pieces[i].piece.source;
+    bool added;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor *t = &cat->tensors[first_tensor + i];
+        if (!hm_put(&names, t->name, t->name_len, i, &added)) {
+            hm_free(&names);
+            free(src_of);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+    }
+    size_t missing = 0, misplaced = 0, listed = 0;
+    for (const json_value *e = wm->head; e; e = e->next) {
+        const hm_entry *h = hm_get(&names, e->key, e->key_len);
+        if (!h) {
+            if (missing++ == 0)
+                catalog_warn(cat, "%s: \"%.*s\" is in weight_map but in no shard", index_path,
+                             SHOWN(e->key_len), e->key);
+            continue;
+        }
+        listed++;
+        const char *rel = cat->sources[src_of[h->value]].relpath;
+        if (strlen(rel) != e->len || memcmp(rel, e->str, e->len) != 0) {
+            if (misplaced++ == 0)
+                catalog_warn(cat, "%s: weight_map puts \"%.*s\" in %.*s but it is in %s",
+                             index_path, SHOWN(e->key_len), e->key, SHOWN(e->len), e->str, rel);
+        }
+    }
+    if (missing > 1) catalog_warn(cat, "%s: %zu weight_map names are in no shard", index_path, missing);
+    if (misplaced > 1)
+        catalog_warn(cat, "%s: %zu weight_map names point at the wrong shard", index_path, misplaced);
+    if (listed < n)
+        catalog_warn(cat, "%s: %zu tensors in the shards are not in weight_map", index_path,
+                     n - listed);
+    hm_free(&names);
+    free(src_of);
+    return 0;
+}
+
+static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
+    char index_path[PATH_MAX], root_real[PATH_MAX];
+    int rc = join(index_path, sizeof index_path, cat->root, index_rel, err);
+    if (rc) return rc;
+    if (!realpath(cat->root, root_real))
+        return ckpt_fail(err, -errno, "%s: %s", cat->root, strerror(errno));
+    uint32_t isrc;
+    if ((rc = catalog_add_source(cat, index_path, index_rel, &isrc, err))) return rc;
+    uint64_t size = cat->sources[isrc].size;
+    if (size > 512u << 20)
+        return ckpt_fail(err, -EFBIG, "%s: index is %llu bytes, over the 512 MiB limit",
+                         index_path, (unsigned long long)size);
+    char *text = malloc(size ? size : 1);
+    if (!text) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if ((rc = source_read(cat, isrc, 0, text, size, "index", err))) {
+        free(text);
+        return rc;
+    }
+    json_doc doc;
+    json_error jerr;
+    if ((rc = json_parse(&doc, text, size, &jerr))) {
+        free(text);
+        return ckpt_fail(err, rc, "%s: index JSON: %s (byte offset %zu)", index_path, jerr.msg,
+                         jerr.pos);
+    }
+    const json_value **shards = NULL;
+    const json_value *wm = json_member(doc.root, "weight_map");
+    if (!wm || wm->type != JSON_OBJECT) {
+        rc = ckpt_fail(err, -EINVAL, "%s: weight_map is missing or not an object", index_path);
+        goto out;
+    }
+    shards = malloc((wm->count ? wm->count : 1) * sizeof *shards);
+    if (!shards) {
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    size_t n = 0;
+    for (const json_value *e = wm->head; e; e = e->next) {
+        if ((rc = check_shard_name(root_real, cat->root, e, index_path, err))) goto out;
+        shards[n++] = e;
+    }
+    /* The shards transformers loads: sorted unique weight_map values. */
+    qsort(shards, n, sizeof *shards, shard_cmp);
+    size_t first_tensor = cat->ntensors;
+    for (size_t i = 0; i < n; i++) {
+        if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
+        char rel[PATH_MAX];
+        snprintf(rel, sizeof rel, "%.*s", (int)shards[i]->len, shards[i]->str);
+        uint32_t src;
+        if ((rc = load_file(cat, rel, &src, err))) goto out;
+    }
+    if ((rc = check_weight_map(cat, wm, first_tensor, index_path, err))) goto out;
+    const json_value *meta = json_member(doc.root, "metadata");
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\"metadata\": ");
+    if (meta && meta->type == JSON_OBJECT) {
+        /* Re-emit only the scalar members; total_size and friends are numbers or strings. */
+        sb_putc(&sb, '{');
+        bool first = true;
+        for (const json_value *m = meta->head; m; m = m->next) {
+            if (m->type != JSON_NUMBER && m->type != JSON_STRING) continue;
+            if (!first) sb_puts(&sb, ", ");
+            first = false;
+            sb_json_str(&sb, m->key, m->key_len);
+            sb_puts(&sb, ": ");
+            if (m->type == JSON_NUMBER) sb_put(&sb, m->str, m->len);
+            else sb_json_str(&sb, m->str, m->len);
+        }
+        sb_putc(&sb, '}');
+    } else {
+        sb_puts(&sb, "null");
+    }
+    sb_printf(&sb, ", \"weight_map_entries\": %u}", wm->count);
+    rc = sb.failed ? ckpt_fail(err, -ENOMEM, "out of memory")
+                   : catalog_add_doc(cat, index_rel, sb.data, sb.len, err);
+    sb_free(&sb);
+out:
+    free(shards);
+    json_doc_free(&doc);
+    free(text);
+    return rc;
+}
+
+int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
+    char path[PATH_MAX];
+    int rc;
+    if ((rc = join(path, sizeof path, cat->root, "model.safetensors", err))) return rc;
+    if (is_file(path)) {
+        uint32_t src;
+        cat->format = "safetensors";
+        rc = load_file(cat, "model.safetensors", &src, err);
+    } else {
+        if ((rc = join(path, sizeof path, cat->root, "model.safetensors.index.json", err)))
+            return rc;
+        if (!is_file(path))
+            return ckpt_fail(err, -ENOENT, "%s: no model.safetensors or "
+                             "model.safetensors.index.json in this directory", cat->root);
+        cat->format = "safetensors-sharded";
+        rc = load_index(cat, "model.safetensors.index.json", err);
+    }
+    if (rc) return rc;
+    for (size_t i = 0; i < sizeof aux_names / sizeof *aux_names; i++) {
+        if ((rc = join(path, sizeof path, cat->root, aux_names[i], err))) return rc;
+        if (!is_file(path)) continue;
+        uint32_t src;
+        if ((rc = catalog_add_source(cat, path, aux_names[i], &src, err))) return rc;
+        if ((rc = catalog_add_aux(cat, aux_names[i], src, err))) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,221 @@
+/* safetensors: u64 LE header length N, N bytes of JSON, then the data section. Validation
+ * follows the reference reader: N <= 100,000,000; exact integers; known dtype spellings;
+ * tensors sorted by data_offsets must tile the data section with no gap, overlap or trailing
+ * byte; each byte length must equal numel x dtype bits / 8. Unknown dtypes are refused, as the
+ * reference reader does, because their element size (and so their extent) is unknown. */
+#include "formats.h"
+
+#include "../json.h"
+#include "../strbuf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { HEADER_LIMIT = 100000000 };
+
+typedef struct entry {
+    const json_value *v; /* the tensor's object */
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[CKPT_MAX_DIMS];
+    uint64_t begin, end;
+} entry;
+
+static uint64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static bool probe(const unsigned char *head, size_t n, uint64_t size) {
+    if (n < 10 || size < 10) return false;
+    uint64_t hlen = le64(head);
+    if (hlen < 2 || hlen > HEADER_LIMIT) return false;
+    for (size_t i = 8; i < n; i++) {
+        unsigned char c = head[i];
+        if (c == '{') return true;
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return false;
+    }
+    return false;
+}
+
+typedef struct ctx {
+    const ckpt_source *src;
+    ckpt_err *err;
+} ctx;
+
+/* Byte offset in the file of a JSON position in the header. */
+#define AT(pos) ((unsigned long long)(8 + (pos)))
+
+static int bad(ctx *c, const json_value *t, size_t pos, const char *what) {
+    return ckpt_fail(c->err, -EINVAL, "%s: tensor \"%.*s\": %s (byte offset %llu)", c->src->path,
+                     SHOWN(t->key_len), t->key, what, AT(pos));
+}
+
+static int parse_entry(ctx *c, const json_value *t, entry *e) {
+    e->v = t;
+    if (t->type != JSON_OBJECT) return bad(c, t, t->pos, "entry is not a JSON object");
+    const json_value *dt = json_member(t, "dtype");
+    const json_value *shape = json_member(t, "shape");
+    const json_value *offs = json_member(t, "data_offsets");
+    if (!dt || dt->type != JSON_STRING) return bad(c, t, t->pos, "missing or non-string \"dtype\"");
+    if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "unknown dtype \"%.*s\"", SHOWN(dt->len > 40 ? 40 : dt->len),
+                 dt->str);
+        return bad(c, t, dt->pos, msg);
+    }
+    if (!shape || shape->type != JSON_ARRAY)
+        return bad(c, t, shape ? shape->pos : t->pos, "missing or non-array \"shape\"");
+    if (shape->count > CKPT_MAX_DIMS) return bad(c, t, shape->pos, "shape has more than 32 dims");
+    e->ndim = 0;
+    for (const json_value *d = shape->head; d; d = d->next)
+        if (!json_as_u64(d, &e->shape[e->ndim++]))
+            return bad(c, t, d->pos, "shape entry is not a non-negative integer below 2^64");
+    if (!offs || offs->type != JSON_ARRAY || offs->count != 2)
+        return bad(c, t, offs ? offs->pos : t->pos, "data_offsets must be an array of 2 integers");
+    if (!json_as_u64(offs->head, &e->begin) || !json_as_u64(offs->head->next, &e->end))
+        return bad(c, t, offs->pos, "data_offsets entry is not a non-negative integer below 2^64");
+    if (e->end < e->begin) return bad(c, t, offs->pos, "data_offsets end is before begin");
+    uint64_t numel, nbytes;
+    if (!shape_nbytes(e->shape, e->ndim, e->dtype, &numel, &nbytes))
+        return bad(c, t, shape->pos, "shape product overflows or is not a whole number of bytes");
+    if (e->end - e->begin != nbytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "data_offsets span %llu bytes but shape and dtype need %llu",
+                 (unsigned long long)(e->end - e->begin), (unsigned long long)nbytes);
+        return bad(c, t, offs->pos, msg);
+    }
+    return 0;
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    const entry *x = a, *y = b;
+    if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+static int add_metadata(ckpt_catalog *cat, ctx *c, const json_value *m) {
+    if (m->type == JSON_NULL) return 0;
+    if (m->type != JSON_OBJECT)
+        return ckpt_fail(c->err, -EINVAL, "%s: __metadata__ is not an object (byte offset %llu)",
+                         c->src->path, AT(m->pos));
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\"__metadata__\": {");
+    for (const json_value *kv = m->head; kv; kv = kv->next) {
+        if (kv->type != JSON_STRING) {
+            sb_free(&sb);
+            return ckpt_fail(c->err, -EINVAL,
+                             "%s: __metadata__ value of \"%.*s\" is a %s, not a string (byte "
+                             "offset %llu)",
+                             c->src->path, SHOWN(kv->key_len), kv->key, json_type_name(kv->type),
+                             AT(kv->pos));
+        }
+        if (kv != m->head) sb_puts(&sb, ", ");
+        sb_json_str(&sb, kv->key, kv->key_len);
+        sb_puts(&sb, ": ");
+        sb_json_str(&sb, kv->str, kv->len);
+    }
+    sb_puts(&sb, "}}");
+    int rc = sb.failed ? ckpt_fail(c->err, -ENOMEM, "out of memory")
+                       : catalog_add_doc(cat, c->src->relpath, sb.data, sb.len, c->err);
+    sb_free(&sb);
+    return rc;
+}
+
+static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
+    const ckpt_source *src = &cat->sources[source];
+    ctx c = {src, err};
+    if (src->size < 8)
+        return ckpt_fail(err, -EINVAL, "%s: file is %llu bytes, too short for the 8-byte header "
+                         "length at offset 0", src->path, (unsigned long long)src->size);
+    unsigned char lenbuf[8];
+    int rc = source_read(cat, source, 0, lenbuf, 8, "header length", err);
+    if (rc) return rc;
+    uint64_t hlen = le64(lenbuf);
+    if (hlen > HEADER_LIMIT)
+        return ckpt_fail(err, -EINVAL, "%s: header length %llu at offset 0 exceeds the limit of "
+                         "%d bytes", src->path, (unsigned long long)hlen, HEADER_LIMIT);
+    if (hlen > src->size - 8)
+        return ckpt_fail(err, -EINVAL, "%s: header length %llu at offset 0 runs past the end of "
+                         "the file (size %llu)", src->path, (unsigned long long)hlen,
+                         (unsigned long long)src->size);
+    char *hdr = malloc(hlen ? hlen : 1);
+    if (!hdr) return ckpt_fail(err, -ENOMEM, "out of memory");
+    rc = source_read(cat, source, 8, hdr, hlen, "header", err);
+    if (rc) {
+        free(hdr);
+        return rc;
+    }
+    json_doc doc;
+    json_error jerr;
+    rc = json_parse(&doc, hdr, hlen, &jerr);
+    if (rc) {
+        free(hdr);
+        return ckpt_fail(err, rc, "%s: header JSON: %s (byte offset %llu)", src->path, jerr.msg,
+                         AT(jerr.pos));
+    }
+    entry *entries = NULL;
+    const json_value *root = doc.root;
+    if (root->type != JSON_OBJECT) {
+        rc = ckpt_fail(err, -EINVAL, "%s: header JSON is a%s %s, not an object (byte offset %llu)",
+                       src->path, root->type == JSON_ARRAY ? "n" : "", json_type_name(root->type),
+                       AT(root->pos));
+        goto out;
+    }
+    entries = malloc((root->count ? root->count : 1) * sizeof *entries);
+    if (!entries) {
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    size_t n = 0;
+    for (const json_value *m = root->head; m; m = m->next) {
+        if (m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0) {
+            if ((rc = add_metadata(cat, &c, m))) goto out;
+            continue;
+        }
+        if ((rc = parse_entry(&c, m, &entries[n]))) goto out;
+        n++;
+    }
+    qsort(entries, n, sizeof *entries, entry_cmp);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const entry *e = &entries[i];
+        if (e->begin != at) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "data_offsets begin at %llu but the previous tensor ends "
+                     "at %llu (%s)", (unsigned long long)e->begin, (unsigned long long)at,
+                     e->begin > at ? "gap" : "overlap");
+            rc = bad(&c, e->v, json_member(e->v, "data_offsets")->pos, msg);
+            goto out;
+        }
+        at = e->end;
+    }
+    uint64_t data_start = 8 + hlen, data_len = src->size - data_start;
+    if (at != data_len) {
+        rc = ckpt_fail(err, -EINVAL, "%s: data_offsets cover %llu bytes but the data section at "
+                       "offset %llu has %llu (%s)", src->path, (unsigned long long)at,
+                       (unsigned long long)data_start, (unsigned long long)data_len,
+                       at < data_len ? "trailing bytes" : "tensors run past the end of the file");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const entry *e = &entries[i];
+        size_t idx;
+        rc = catalog_add_tensor(cat, e->v->key, e->v->key_len, e->dtype, e->ndim, e->shape, &idx,
+                                err);
+        if (!rc) rc = catalog_add_piece(cat, idx, source, data_start + e->begin, NULL, NULL, NULL,
+                                        err);
+        if (rc) goto out;
+    }
+out:
+    free(entries);
+    json_doc_free(&doc);
+    free(hdr);
+    return rc;
+}
+
+const ckpt_format format_safetensors = {"safetensors", probe, load};

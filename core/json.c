@@ -1,0 +1,373 @@
+#include "json.h"
+
+#include "utf8.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct parser {
+    const char *buf;
+    size_t len;
+    size_t pos;
+    json_doc *doc;
+    json_error *err;
+    int rc;
+} parser;
+
+static int fail(parser *p, size_t pos, const char *msg) {
+    if (p->rc == 0) {
+        p->rc = -EINVAL;
+        p->err->pos = pos;
+        snprintf(p->err->msg, sizeof p->err->msg, "%s", msg);
+    }
+    return p->rc;
+}
+
+static int oom(parser *p) {
+    if (p->rc == 0) {
+        p->rc = -ENOMEM;
+        p->err->pos = p->pos;
+        snprintf(p->err->msg, sizeof p->err->msg, "out of memory");
+    }
+    return p->rc;
+}
+
+static void skip_ws(parser *p) {
+    while (p->pos < p->len) {
+        char c = p->buf[p->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->pos++;
+    }
+}
+
+static json_value *new_value(parser *p, json_type t) {
+    json_value *v = arena_alloc(&p->doc->mem, sizeof *v);
+    if (!v) {
+        oom(p);
+        return NULL;
+    }
+    v->type = t;
+    v->pos = p->pos;
+    return v;
+}
+
+static int hex4(parser *p, size_t at, unsigned *out) {
+    if (p->len - at < 4) return fail(p, at, "truncated \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p->buf[at + (size_t)i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return fail(p, at, "bad hex digit in \\u escape");
+    }
+    *out = v;
+    return 0;
+}
+
+static size_t put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Parses a string at p->pos (the opening quote). Unescaped strings are not copied. */
+static int parse_string(parser *p, const char **out, size_t *out_len) {
+    size_t start = ++p->pos;
+    bool escaped = false;
+    while (p->pos < p->len) {
+        unsigned char c = (unsigned char)p->buf[p->pos];
+        if (c == '"') break;
+        if (c == '\\') {
+            escaped = true;
+            p->pos += 2;
+            continue;
+        }
+        if (c < 0x20) return fail(p, p->pos, "control character in string");
+        if (c >= 0x80) {
+            size_t k = utf8_seq_len((const unsigned char *)p->buf + p->pos, p->len - p->pos);
+            if (!k) return fail(p, p->pos, "invalid UTF-8 in string");
+            p->pos += k;
+            continue;
+        }
+        p->pos++;
+    }
+    if (p->pos >= p->len) return fail(p, start - 1, "unterminated string");
+    size_t end = p->pos++;
+    if (!escaped) {
+        *out = p->buf + start;
+        *out_len = end - start;
+        return 0;
+    }
+    /* Decoding never grows the text: every escape is at least as long as its UTF-8 form. */
+    char *o = arena_alloc(&p->doc->mem, end - start + 1);
+    if (!o) return oom(p);
+    size_t n = 0;
+    for (size_t i = start; i < end;) {
+        char c = p->buf[i];
+        if (c != '\\') {
+            o[n++] = c;
+            i++;
+            continue;
+        }
+        char e = p->buf[i + 1];
+        i += 2;
+        switch (e) {
+        case '"': o[n++] = '"'; break;
+        case '\\': o[n++] = '\\'; break;
+        case '/': o[n++] = '/'; break;
+        case 'b': o[n++] = '\b'; break;
+        case 'f': o[n++] = '\f'; break;
+        case 'n': o[n++] = '\n'; break;
+        case 'r': o[n++] = '\r'; break;
+        case 't': o[n++] = '\t'; break;
+        case 'u': {
+            unsigned cp;
+            if (hex4(p, i, &cp)) return p->rc;
+            i += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(p, i - 6, "lone low surrogate");
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (i + 2 > end || p->buf[i] != '\\' || p->buf[i + 1] != 'u')
+                    return fail(p, i - 6, "lone high surrogate");
+                if (hex4(p, i + 2, &lo)) return p->rc;
+                if (lo < 0xDC00 || lo > 0xDFFF) return fail(p, i, "bad low surrogate");
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                i += 6;
+            }
+            n += put_utf8(o + n, cp);
+            break;
+        }
+        default: return fail(p, i - 2, "invalid escape in string");
+        }
+    }
+    o[n] = '\0';
+    *out = o;
+    *out_len = n;
+    return 0;
+}
+
+static int parse_number(parser *p, json_value *v) {
+    size_t s = p->pos, i = s;
+    const char *b = p->buf;
+    if (i < p->len && b[i] == '-') i++;
+    if (i >= p->len) return fail(p, s, "truncated number");
+    if (b[i] == '0') {
+        i++;
+    } else if (b[i] >= '1' && b[i] <= '9') {
+        while (i < p->len && b[i] >= '0' && b[i] <= '9') i++;
+    } else {
+        return fail(p, s, "invalid number");
+    }
+    if (i < p->len && b[i] == '.') {
+        i++;
+        size_t d = i;
+        while (i < p->len && b[i] >= '0' && b[i] <= '9') i++;
+        if (i == d) return fail(p, s, "invalid number");
+    }
+    if (i < p->len && (b[i] == 'e' || b[i] == 'E')) {
+        i++;
+        if (i < p->len && (b[i] == '+' || b[i] == '-')) i++;
+        size_t d = i;
+        while (i < p->len && b[i] >= '0' && b[i] <= '9') i++;
+        if (i == d) return fail(p, s, "invalid number");
+    }
+    v->str = b + s;
+    v->len = i - s;
+    p->pos = i;
+    return 0;
+}
+
+static int key_cmp(const void *a, const void *b) {
+    const json_value *x = *(json_value *const *)a, *y = *(json_value *const *)b;
+    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(x->key, y->key, n);
+    if (c) return c;
+    return (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+static int check_duplicates(parser *p, json_value *obj) {
+    if (obj->count < 2) return 0;
+    json_value **all = malloc(obj->count * sizeof *all);
+    if (!all) return oom(p);
+    size_t i = 0;
+    for (json_value *m = obj->head; m; m = m->next) all[i++] = m;
+    qsort(all, obj->count, sizeof *all, key_cmp);
+    int rc = 0;
+    for (i = 1; i < obj->count; i++) {
+        if (key_cmp(&all[i - 1], &all[i]) == 0) {
+            const json_value *later = all[i]->pos > all[i - 1]->pos ? all[i] : all[i - 1];
+            char msg[120];
+            snprintf(msg, sizeof msg, "duplicate key \"%.*s\"",
+                     (int)(later->key_len > 60 ? 60 : later->key_len), later->key);
+            rc = fail(p, later->pos, msg);
+            break;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+static int parse_value(parser *p, json_value **out, int depth);
+
+static int parse_container(parser *p, json_value *v, int depth) {
+    bool is_obj = v->type == JSON_OBJECT;
+    char close = is_obj ? '}' : ']';
+    p->pos++;
+    skip_ws(p);
+    if (p->pos < p->len && p->buf[p->pos] == close) {
+        p->pos++;
+        return 0;
+    }
+    json_value **tail = &v->head;
+    for (;;) {
+        const char *key = NULL;
+        size_t key_len = 0;
+        skip_ws(p);
+        size_t key_pos = p->pos;
+        if (is_obj) {
+            if (p->pos >= p->len) return fail(p, p->pos, "truncated object");
+            if (p->buf[p->pos] != '"') return fail(p, p->pos, "expected a string key");
+            if (parse_string(p, &key, &key_len)) return p->rc;
+            skip_ws(p);
+            if (p->pos >= p->len || p->buf[p->pos] != ':')
+                return fail(p, p->pos, "expected ':' after key");
+            p->pos++;
+        }
+        json_value *m;
+        if (parse_value(p, &m, depth + 1)) return p->rc;
+        m->key = key;
+        m->key_len = key_len;
+        if (is_obj) m->pos = key_pos;
+        *tail = m;
+        tail = &m->next;
+        if (v->count == UINT32_MAX) return fail(p, p->pos, "too many members");
+        v->count++;
+        skip_ws(p);
+        if (p->pos >= p->len) return fail(p, p->pos, is_obj ? "truncated object" : "truncated array");
+        char c = p->buf[p->pos++];
+        if (c == close) break;
+        if (c != ',') return fail(p, p->pos - 1, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+    return is_obj ? check_duplicates(p, v) : 0;
+}
+
+static int parse_value(parser *p, json_value **out, int depth) {
+    if (depth > JSON_MAX_DEPTH) return fail(p, p->pos, "nesting depth exceeds 128");
+    skip_ws(p);
+    if (p->pos >= p->len) return fail(p, p->pos, "unexpected end of JSON");
+    char c = p->buf[p->pos];
+    json_value *v;
+    switch (c) {
+    case '{':
+    case '[':
+        if (!(v = new_value(p, c == '{' ? JSON_OBJECT : JSON_ARRAY))) return p->rc;
+        if (parse_container(p, v, depth)) return p->rc;
+        break;
+    case '"':
+        if (!(v = new_value(p, JSON_STRING))) return p->rc;
+        if (parse_string(p, &v->str, &v->len)) return p->rc;
+        break;
+    case 't':
+    case 'f':
+    case 'n': {
+        static const struct {
+            const char *word;
+            json_type type;
+        } words[] = {{"true", JSON_TRUE}, {"false", JSON_FALSE}, {"null", JSON_NULL}};
+        size_t w = c == 't' ? 0 : c == 'f' ? 1 : 2;
+        size_t n = strlen(words[w].word);
+        if (p->len - p->pos < n || memcmp(p->buf + p->pos, words[w].word, n) != 0)
+            return fail(p, p->pos, "invalid literal");
+        if (!(v = new_value(p, words[w].type))) return p->rc;
+        p->pos += n;
+        break;
+    }
+    default:
+        if (c != '-' && (c < '0' || c > '9')) {
+            if (c == '\0') return fail(p, p->pos, "NUL byte where a JSON value was expected");
+            return fail(p, p->pos, "unexpected character");
+        }
+        if (!(v = new_value(p, JSON_NUMBER))) return p->rc;
+        if (parse_number(p, v)) return p->rc;
+        break;
+    }
+    *out = v;
+    return 0;
+}
+
+int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
+    arena_init(&doc->mem);
+    doc->root = NULL;
+    parser p = {.buf = buf, .len = len, .doc = doc, .err = err};
+    err->pos = 0;
+    err->msg[0] = '\0';
+    json_value *root;
+    if (parse_value(&p, &root, 0) == 0) {
+        skip_ws(&p);
+        if (p.pos != len) fail(&p, p.pos, "trailing characters after JSON value");
+    }
+    if (p.rc) {
+        json_doc_free(doc);
+        return p.rc;
+    }
+    doc->root = root;
+    return 0;
+}
+
+void json_doc_free(json_doc *doc) {
+    arena_free(&doc->mem);
+    doc->root = NULL;
+}
+
+const char *json_type_name(json_type t) {
+    static const char *names[] = {"null", "false", "true", "number", "string", "array", "object"};
+    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
+const json_value *json_member(const json_value *obj, const char *key) {
+    if (!obj || obj->type != JSON_OBJECT) return NULL;
+    size_t n = strlen(key);
+    for (const json_value *m = obj->head; m; m = m->next)
+        if (m->key_len == n && memcmp(m->key, key, n) == 0) return m;
+    return NULL;
+}
+
+bool json_as_u64(const json_value *v, uint64_t *out) {
+    if (!v || v->type != JSON_NUMBER || v->len == 0) return false;
+    uint64_t r = 0;
+    for (size_t i = 0; i < v->len; i++) {
+        char c = v->str[i];
+        if (c < '0' || c > '9') return false; /* sign, fraction or exponent */
+        unsigned d = (unsigned)(c - '0');
+        if (r > (UINT64_MAX - d) / 10) return false;
+        r = r * 10 + d;
+    }
+    *out = r;
+    return true;
+}
+
+bool json_str_eq(const json_value *v, const char *s) {
+    size_t n = strlen(s);
+    return v && v->type == JSON_STRING && v->len == n && memcmp(v->str, s, n) == 0;
+}

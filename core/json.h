@@ -1,0 +1,64 @@
+/* Strict JSON reader (RFC 8259) for checkpoint headers and indexes.
+ *
+ * cJSON is not enough here: sizes must stay exact u64 (cJSON goes through double), names may
+ * hold U+0000 (cJSON strings are NUL-terminated), duplicate keys must be detected and every
+ * error must carry a byte offset. Strings without escapes point into the input buffer, so the
+ * input must outlive the document. */
+#ifndef CKPT_JSON_H
+#define CKPT_JSON_H
+
+#include "arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    JSON_NULL,
+    JSON_FALSE,
+    JSON_TRUE,
+    JSON_NUMBER,
+    JSON_STRING,
+    JSON_ARRAY,
+    JSON_OBJECT
+} json_type;
+
+typedef struct json_value json_value;
+struct json_value {
+    json_type type;
+    uint32_t count;   /* members of an array or object */
+    const char *str;  /* decoded string, or the number's source text */
+    size_t len;       /* length of str */
+    const char *key;  /* member name inside an object (decoded) */
+    size_t key_len;   /* length of key */
+    size_t pos;       /* byte offset of the value in the input */
+    json_value *head; /* first member */
+    json_value *next; /* next sibling */
+};
+
+typedef struct json_doc {
+    arena mem;
+    json_value *root;
+} json_doc;
+
+typedef struct json_error {
+    size_t pos;
+    char msg[160];
+} json_error;
+
+enum { JSON_MAX_DEPTH = 128 };
+
+/* Parses buf[0..len) as one JSON value surrounded by optional whitespace. Duplicate keys in an
+ * object are an error. Returns 0, or -EINVAL/-ENOMEM with err filled. */
+int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err);
+void json_doc_free(json_doc *doc);
+
+const char *json_type_name(json_type t);
+/* Member of an object by name, NULL if absent or v is not an object. */
+const json_value *json_member(const json_value *obj, const char *key);
+/* True if v is a JSON integer written without sign, fraction or exponent that fits in u64. */
+bool json_as_u64(const json_value *v, uint64_t *out);
+/* True if v is a string equal to s. */
+bool json_str_eq(const json_value *v, const char *s);
+
+#endif

@@ -1,0 +1,61 @@
+/* ckpt_open: picks the decoder for a file by its first bytes, or treats a directory as a model
+ * directory. */
+#include "formats/formats.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const ckpt_format *const formats[] = {&format_safetensors};
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s && s[1] ? s + 1 : path;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
+    uint32_t src;
+    int rc = catalog_add_source(cat, path, base_name(path), &src, err);
+    if (rc) return rc;
+    unsigned char head[PROBE_BYTES];
+    uint64_t size = cat->sources[src].size;
+    size_t n = size < sizeof head ? (size_t)size : sizeof head;
+    if ((rc = source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
+    const ckpt_format *f = NULL;
+    for (size_t i = 0; i < sizeof formats / sizeof *formats && !f; i++)
+        if (formats[i]->probe(head, n, size)) f = formats[i];
+    /* A damaged file gets its own decoder's precise complaint when its name says what it is. */
+    if (!f && ends_with(path, ".safetensors")) f = &format_safetensors;
+    if (!f)
+        return ckpt_fail(err, -EPROTONOSUPPORT, "%s: not a checkpoint format ckptfs knows (first "
+                         "bytes do not match safetensors)", path);
+    cat->format = f->name;
+    return f->load(cat, src, err);
+}
+
+int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    }
+    ckpt_catalog *cat = catalog_new(path, "unknown");
+    if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc;
+    if (S_ISDIR(st.st_mode)) rc = hf_dir_load(cat, err);
+    else if (S_ISREG(st.st_mode)) rc = open_file(cat, path, err);
+    else rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+    if (!rc) rc = catalog_finish(cat, err);
+    if (rc) {
+        ckpt_close(cat);
+        return rc;
+    }
+    *out = cat;
+    return 0;
+}

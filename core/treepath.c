@@ -1,0 +1,152 @@
+/* Where each tensor appears in the mounted tree.
+ *
+ * A name splits on '.' and '/' into directories. Each component is escaped so that every name
+ * maps to a distinct, valid path and the mapping can be undone:
+ *   '%' -> %25, bytes 0x00-0x1F and 0x7F -> %XX (uppercase hex), an empty component -> %_ ,
+ *   a component longer than 255 bytes -> its first 200 bytes + %# + 16 hex digits of a hash.
+ * Components never contain '.', so names with a '.' (sidecars "x.json", "x.raw") are ours.
+ * Two names with the same path (a.b and a/b): in name order, the 2nd gets "%~2", the 3rd "%~3".
+ * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw". */
+#include "catalog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hashmap.h"
+#include "strbuf.h"
+
+enum { NAME_MAX_BYTES = 255, LONG_KEEP = 200 };
+
+static void escape_component(strbuf *sb, const char *p, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    if (n == 0) {
+        sb_puts(sb, "%_");
+        return;
+    }
+    size_t start = sb->len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7f || c == '%') {
+            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+            sb_put(sb, e, 3);
+        } else {
+            sb_putc(sb, (char)c);
+        }
+    }
+    if (!sb->failed && sb->len - start > NAME_MAX_BYTES) {
+        sb->len = start + LONG_KEEP;
+        /* Do not cut an escape in half. */
+        for (size_t k = 1; k <= 2; k++)
+            if (sb->data[sb->len - k] == '%') sb->len -= k;
+        sb_printf(sb, "%%#%016llx", (unsigned long long)hm_hash(p, n));
+    }
+}
+
+static void escape_name(strbuf *sb, const char *name, size_t len) {
+    size_t s = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i == len || name[i] == '.' || name[i] == '/') {
+            if (s) sb_putc(sb, '/');
+            escape_component(sb, name + s, i - s);
+            s = i + 1;
+        }
+    }
+}
+
+static const ckpt_catalog *sort_cat;
+static int path_cmp(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(sort_cat->tensors[x].path, sort_cat->tensors[y].path);
+    if (c) return c;
+    return (x > y) - (x < y);
+}
+
+int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
+    arena *mem = &cat->priv->mem;
+    size_t n = cat->ntensors;
+    strbuf sb;
+    sb_init(&sb);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor *t = &cat->tensors[i];
+        sb_clear(&sb);
+        escape_name(&sb, t->name, t->name_len);
+        if (sb.failed || !(t->path = arena_memdup(mem, sb.data, sb.len))) {
+            sb_free(&sb);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+    }
+    sb_free(&sb);
+    if (n == 0) return 0;
+
+    /* Duplicates: sort by path, number repeats in name order. qsort is not reentrant-safe with a
+     * context pointer in C17, and catalog_finish runs once per open, so a static is enough. */
+    size_t *order = malloc(n * sizeof *order);
+    if (!order) return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    sort_cat = cat;
+    qsort(order, n, sizeof *order, path_cmp);
+    size_t group = 0, run = 1;
+    for (size_t i = 1; i < n; i++) {
+        ckpt_tensor *t = &cat->tensors[order[i]];
+        if (strcmp(cat->tensors[order[group]].path, t->path) != 0) {
+            group = i;
+            run = 1;
+            continue;
+        }
+        run++;
+        size_t len = strlen(t->path);
+        char *p = arena_alloc(mem, len + 24);
+        if (!p) {
+            free(order);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        memcpy(p, t->path, len);
+        snprintf(p + len, 24, "%%~%zu", run);
+        t->path = p;
+    }
+    free(order);
+
+    /* Directories: every proper prefix ending before a '/'. */
+    size_t prefixes = 0;
+    for (size_t i = 0; i < n; i++)
+        for (const char *c = cat->tensors[i].path; *c; c++) prefixes += *c == '/';
+    hashmap dirs;
+    if (!hm_init(&dirs, prefixes)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *p = cat->tensors[i].path;
+        bool added;
+        for (const char *c = p; *c; c++) {
+            if (*c == '/' && !hm_put(&dirs, p, (size_t)(c - p), 0, &added)) {
+                hm_free(&dirs);
+                return ckpt_fail(err, -ENOMEM, "out of memory");
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor *t = &cat->tensors[i];
+        size_t len = strlen(t->path);
+        t->sidecar_path = NULL;
+        char *side = arena_alloc(mem, len + 6);
+        if (!side) {
+            hm_free(&dirs);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        memcpy(side, t->path, len);
+        memcpy(side + len, ".json", 6);
+        t->sidecar_path = side;
+        if (hm_get(&dirs, t->path, len)) {
+            char *raw = arena_alloc(mem, len + 5);
+            if (!raw) {
+                hm_free(&dirs);
+                return ckpt_fail(err, -ENOMEM, "out of memory");
+            }
+            memcpy(raw, t->path, len);
+            memcpy(raw + len, ".raw", 5);
+            t->path = raw;
+        }
+    }
+    hm_free(&dirs);
+    return 0;
+}

@@ -1,0 +1,247 @@
+/* ckptfs SOURCE MOUNTPOINT: opens and validates the checkpoint in the foreground (so a bad
+ * source fails with one line and a non-zero exit before anything is mounted), mounts, then
+ * detaches once the mount answers and its readahead is set. */
+#include "ckptfs.h"
+#include "readahead.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT = 3 };
+
+typedef struct options {
+    char *source;
+    char *mountpoint;
+    unsigned readahead_kb;
+    int splice;
+    unsigned max_threads;
+    double timeout;
+    int foreground, debug, single, help, version, allow_other;
+    int extra_args; /* positional arguments beyond the two expected */
+} options;
+
+enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION, KEY_ALLOW_OTHER };
+
+#define OPT(t, field, value) {t, offsetof(options, field), value}
+static const struct fuse_opt option_spec[] = {
+    OPT("readahead_kb=%u", readahead_kb, 0),
+    OPT("splice", splice, 1),
+    OPT("nosplice", splice, 0),
+    OPT("max_threads=%u", max_threads, 0),
+    OPT("timeout=%lf", timeout, 0),
+    FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+    FUSE_OPT_KEY("-d", KEY_DEBUG),
+    FUSE_OPT_KEY("debug", KEY_DEBUG),
+    FUSE_OPT_KEY("-s", KEY_SINGLE),
+    FUSE_OPT_KEY("-h", KEY_HELP),
+    FUSE_OPT_KEY("--help", KEY_HELP),
+    FUSE_OPT_KEY("-V", KEY_VERSION),
+    FUSE_OPT_KEY("--version", KEY_VERSION),
+    FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+    FUSE_OPT_END,
+};
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+            "Mount a checkpoint file or model directory read-only: every tensor becomes a raw\n"
+            "file with a .json sidecar; .ckptfs/ holds summary.json, metadata.json, tensors.tsv.\n"
+            "\n"
+            "  -f                 stay in the foreground\n"
+            "  -d                 print every FUSE request (implies -f)\n"
+            "  -s                 one thread only\n"
+            "  -h, --help         this help;  -V, --version  the version\n"
+            "\n"
+            "Options (-o):\n"
+            "  readahead_kb=N     kernel readahead of the mount in KiB (default 1024, 0 = leave\n"
+            "                     the kernel default; needs root)\n"
+            "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
+            "  max_threads=N      worker threads (default 8)\n"
+            "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
+            "  allow_other        let other users in (with default_permissions)\n"
+            "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
+            "\n"
+            "Unmount with: fusermount3 -u MOUNTPOINT\n"
+            "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
+            "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
+}
+
+static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
+    (void)outargs;
+    options *o = data;
+    switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+        if (!o->source) o->source = strdup(arg);
+        else if (!o->mountpoint) o->mountpoint = strdup(arg);
+        else o->extra_args++;
+        return 0;
+    case KEY_FOREGROUND: o->foreground = 1; return 0;
+    case KEY_DEBUG: o->debug = o->foreground = 1; return 1;
+    case KEY_SINGLE: o->single = 1; return 0;
+    case KEY_HELP: o->help = 1; return 0;
+    case KEY_VERSION: o->version = 1; return 0;
+    case KEY_ALLOW_OTHER: o->allow_other = 1; return 1;
+    default: return 1; /* FUSE and mount options go on to libfuse */
+    }
+}
+
+/* Detaches from the terminal. The parent exits only when the child reports that the mount is
+ * live (status 0) or failed, so `ckptfs SRC MNT && ls MNT` works. */
+static int ready_fd = -1;
+
+static int detach(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return -errno;
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid > 0) {
+        close(fds[1]);
+        unsigned char status = EXIT_MOUNT;
+        ssize_t r;
+        do r = read(fds[0], &status, 1);
+        while (r < 0 && errno == EINTR);
+        _exit(r == 1 ? status : EXIT_MOUNT);
+    }
+    close(fds[0]);
+    ready_fd = fds[1];
+    setsid();
+    if (chdir("/") != 0) return -errno;
+    return 0;
+}
+
+static void report_ready(unsigned char status) {
+    if (ready_fd < 0) return;
+    ssize_t r;
+    do r = write(ready_fd, &status, 1);
+    while (r < 0 && errno == EINTR);
+    close(ready_fd);
+    ready_fd = -1;
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 2) close(null);
+    }
+}
+
+typedef struct ready_ctx {
+    const char *mountpoint;
+    unsigned readahead_kb;
+} ready_ctx;
+
+/* Runs beside the loop: the stat blocks until the kernel has our INIT reply, after which the
+ * readahead can be raised without being clamped back, and the mount is usable. */
+static void *ready_thread(void *arg) {
+    ready_ctx *rc = arg;
+    struct stat st;
+    if (stat(rc->mountpoint, &st) == 0 && rc->readahead_kb)
+        set_mount_readahead(st.st_dev, rc->readahead_kb);
+    report_ready(EXIT_MOUNTED);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
+    if (fuse_opt_parse(&args, &o, option_spec, on_option) != 0) return EXIT_USAGE;
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (o.version) {
+        printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
+        return 0;
+    }
+    if (!o.source || !o.mountpoint || o.extra_args) {
+        fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
+        return EXIT_USAGE;
+    }
+    char mnt[PATH_MAX];
+    if (!realpath(o.mountpoint, mnt)) {
+        fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
+        return EXIT_USAGE;
+    }
+
+    ckptfs fs = {.timeout = o.timeout, .splice = o.splice != 0, .readahead_kb = o.readahead_kb,
+                 .uid = getuid(), .gid = getgid()};
+    pthread_mutex_init(&fs.doc_lock, NULL);
+    ckpt_err err = {{0}};
+    if (ckpt_open(o.source, &fs.cat, &err) != 0) {
+        fprintf(stderr, "ckptfs: %s\n", err.msg);
+        return EXIT_SOURCE;
+    }
+    if (tree_build(&fs.tr, fs.cat, &err) != 0) {
+        fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
+        ckpt_close(fs.cat);
+        return EXIT_SOURCE;
+    }
+
+    fuse_opt_add_arg(&args, "-osubtype=ckptfs");
+    char *fsname = NULL;
+    if (fuse_opt_add_opt_escaped(&fsname, o.source) == 0) {
+        char *opt = malloc(strlen(fsname) + 10);
+        if (opt) {
+            sprintf(opt, "-ofsname=%s", fsname);
+            fuse_opt_add_arg(&args, opt);
+            free(opt);
+        }
+        free(fsname);
+    }
+    if (o.allow_other) fuse_opt_add_arg(&args, "-odefault_permissions");
+    fuse_opt_add_arg(&args, "-oro"); /* last, so a "rw" from a mount helper cannot win */
+
+    int status = EXIT_MOUNT;
+    struct fuse_session *se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
+    if (!se) {
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (fuse_set_signal_handlers(se) != 0) goto out_session;
+    if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
+    if (!o.foreground && detach() != 0) {
+        fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
+        goto out_unmount;
+    }
+    ready_ctx rc = {mnt, o.readahead_kb};
+    pthread_t ready;
+    bool have_ready = pthread_create(&ready, NULL, ready_thread, &rc) == 0;
+    if (!have_ready) report_ready(EXIT_MOUNTED);
+
+    int loop;
+    if (o.single) {
+        loop = fuse_session_loop(se);
+    } else {
+        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+        fuse_loop_cfg_set_clone_fd(cfg, 1);
+        fuse_loop_cfg_set_max_threads(cfg, o.max_threads ? o.max_threads : 1);
+        fuse_loop_cfg_set_idle_threads(cfg, o.max_threads ? o.max_threads : 1);
+        loop = fuse_session_loop_mt(se, cfg);
+        fuse_loop_cfg_destroy(cfg);
+    }
+    status = loop == 0 ? 0 : EXIT_MOUNT;
+    if (have_ready) pthread_join(ready, NULL);
+out_unmount:
+    fuse_session_unmount(se);
+out_handlers:
+    fuse_remove_signal_handlers(se);
+out_session:
+    fuse_session_destroy(se);
+out:
+    report_ready(EXIT_MOUNT);
+    fuse_opt_free_args(&args);
+    for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
+    tree_free(&fs.tr);
+    ckpt_close(fs.cat);
+    free(o.source);
+    free(o.mountpoint);
+    return status;
+}

@@ -1,0 +1,457 @@
+/* FUSE low-level operations over an immutable tree. Everything is cached for a long time
+ * (the content cannot change), READ is answered from the planner's file segments. */
+#include "ckptfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+enum { MAX_READ = 1 << 20, SEG_BATCH = 64 };
+
+static ckptfs *fs_of(fuse_req_t req) {
+    return fuse_req_userdata(req);
+}
+
+static uint32_t node_of(fuse_ino_t ino) {
+    return (uint32_t)(ino - 1);
+}
+
+static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
+    return ino >= 1 && ino - 1 < fs->tr.nnodes;
+}
+
+/* Generated documents are built once, on first use, and kept: they are small next to the
+ * tree, and building tensors.tsv of a large checkpoint is not free. */
+static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
+    pthread_mutex_lock(&fs->doc_lock);
+    if (!fs->docs[which]) {
+        switch (which) {
+        case DOC_SUMMARY: fs->docs[which] = ckpt_summary_json(fs->cat, &fs->doc_len[which]); break;
+        case DOC_METADATA: fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]); break;
+        default: fs->docs[which] = ckpt_tensors_tsv(fs->cat, &fs->doc_len[which]); break;
+        }
+    }
+    const char *d = fs->docs[which];
+    *len = fs->doc_len[which];
+    pthread_mutex_unlock(&fs->doc_lock);
+    return d;
+}
+
+/* Size of a node's content; generated files are sized by generating them once. */
+static uint64_t node_size(ckptfs *fs, node *n) {
+    const ckpt_catalog *cat = fs->cat;
+    switch (n->kind) {
+    case NODE_DIR: return 0;
+    case NODE_TENSOR: return cat->tensors[n->ref].nbytes;
+    case NODE_AUX: return cat->sources[n->ref].size;
+    case NODE_DOC: {
+        size_t len;
+        return get_doc(fs, n->ref, &len) ? len : 0;
+    }
+    case NODE_SIDECAR: {
+        uint64_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
+        if (s) return s - 1;
+        size_t len;
+        char *doc = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &len);
+        if (!doc) return 0;
+        free(doc);
+        atomic_store_explicit(&n->size_plus1, len + 1, memory_order_relaxed);
+        return len;
+    }
+    }
+    return 0;
+}
+
+static const ckpt_source *node_source(const ckptfs *fs, const node *n) {
+    const ckpt_catalog *cat = fs->cat;
+    if (n->kind == NODE_AUX) return &cat->sources[n->ref];
+    if ((n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR) && cat->tensors[n->ref].npieces)
+        return &cat->sources[cat->tensors[n->ref].pieces[0].source];
+    return NULL;
+}
+
+static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
+    node *n = &fs->tr.nodes[idx];
+    memset(st, 0, sizeof *st);
+    st->st_ino = (ino_t)idx + 1;
+    st->st_uid = fs->uid;
+    st->st_gid = fs->gid;
+    mode_t read_bits = fs->cat->nsources ? fs->cat->sources[0].mode & 0444 : 0444;
+    const ckpt_source *src = node_source(fs, n);
+    if (src) read_bits = src->mode & 0444;
+    if (n->kind == NODE_DIR) {
+        st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
+        st->st_nlink = 2;
+    } else {
+        st->st_mode = S_IFREG | read_bits;
+        st->st_nlink = 1;
+        st->st_size = (off_t)node_size(fs, n);
+        st->st_blocks = (st->st_size + 511) / 512;
+    }
+    st->st_blksize = MAX_READ;
+    struct timespec t = src ? src->mtime : fs->tr.mtime;
+    st->st_mtim = st->st_ctim = st->st_atim = t;
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn) {
+    ckptfs *fs = userdata;
+    conn->max_write = MAX_READ; /* libfuse derives the kernel's max_pages (READ size) from this */
+    conn->max_readahead = MAX_READ;
+    if (fs->splice && (conn->capable & FUSE_CAP_SPLICE_WRITE))
+        conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+    /* Immutable content: mtime changes never mean the cache is stale. */
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    ckptfs *fs = fs_of(req);
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    e.attr_timeout = e.entry_timeout = fs->timeout;
+    if (!valid_ino(fs, parent)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    uint32_t idx = tree_lookup(&fs->tr, node_of(parent), name, strlen(name));
+    if (idx == UINT32_MAX) {
+        fuse_reply_entry(req, &e); /* ino 0: a cached negative entry */
+        return;
+    }
+    e.ino = idx + 1;
+    fill_attr(fs, idx, &e.attr);
+    fuse_reply_entry(req, &e);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)fi;
+    ckptfs *fs = fs_of(req);
+    if (!valid_ino(fs, ino)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    struct stat st;
+    fill_attr(fs, node_of(ino), &st);
+    fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi) {
+    (void)ino, (void)attr, (void)to_set, (void)fi;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    ckptfs *fs = fs_of(req);
+    if (!valid_ino(fs, ino)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if (fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+}
+
+/* Directory offsets: 1 = after ".", 2 = after "..", 2+k = after child k. */
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+    ckptfs *fs = fs_of(req);
+    const node *dir = &fs->tr.nodes[node_of(ino)];
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t used = 0;
+    for (off_t k = off; k < (off_t)dir->nchildren + 2; k++) {
+        uint32_t idx;
+        const char *name;
+        char tmp[256];
+        if (k == 0) {
+            idx = node_of(ino);
+            name = ".";
+        } else if (k == 1) {
+            idx = dir->parent;
+            name = "..";
+        } else {
+            idx = fs->tr.children[dir->first_child + (size_t)(k - 2)];
+            const node *c = &fs->tr.nodes[idx];
+            memcpy(tmp, c->name, c->name_len);
+            tmp[c->name_len] = '\0';
+            name = tmp;
+        }
+        size_t n;
+        if (plus) {
+            struct fuse_entry_param e;
+            memset(&e, 0, sizeof e);
+            e.ino = idx + 1;
+            e.attr_timeout = e.entry_timeout = fs->timeout;
+            fill_attr(fs, idx, &e.attr);
+            n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, k + 1);
+        } else {
+            struct stat st;
+            memset(&st, 0, sizeof st);
+            st.st_ino = idx + 1;
+            st.st_mode = fs->tr.nodes[idx].kind == NODE_DIR ? S_IFDIR : S_IFREG;
+            n = fuse_add_direntry(req, buf + used, size - used, name, &st, k + 1);
+        }
+        if (n > size - used) break;
+        used += n;
+    }
+    fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi) {
+    (void)fi;
+    readdir_common(req, ino, size, off, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi) {
+    (void)fi;
+    readdir_common(req, ino, size, off, true);
+}
+
+/* A source replaced or truncated under the mount must give EIO, never other bytes. */
+static bool source_unchanged(const ckpt_source *s) {
+    struct stat st;
+    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == s->size &&
+           st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
+}
+
+typedef struct open_doc {
+    char *text; /* owned for sidecars */
+    size_t len;
+} open_doc;
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    ckptfs *fs = fs_of(req);
+    if (!valid_ino(fs, ino)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    node *n = &fs->tr.nodes[node_of(ino)];
+    const ckpt_catalog *cat = fs->cat;
+    fi->fh = 0;
+    switch (n->kind) {
+    case NODE_DIR: fuse_reply_err(req, EISDIR); return;
+    case NODE_TENSOR: {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        for (uint32_t k = 0; k < t->npieces; k++) {
+            if (!source_unchanged(&cat->sources[t->pieces[k].source])) {
+                fuse_reply_err(req, EIO);
+                return;
+            }
+        }
+        break;
+    }
+    case NODE_AUX:
+        if (!source_unchanged(&cat->sources[n->ref])) {
+            fuse_reply_err(req, EIO);
+            return;
+        }
+        break;
+    case NODE_SIDECAR: {
+        open_doc *d = malloc(sizeof *d);
+        if (d) d->text = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &d->len);
+        if (!d || !d->text) {
+            free(d);
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        fi->fh = (uintptr_t)d;
+        break;
+    }
+    case NODE_DOC: break;
+    }
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)ino;
+    open_doc *d = (open_doc *)(uintptr_t)fi->fh;
+    if (d) {
+        free(d->text);
+        free(d);
+    }
+    fuse_reply_err(req, 0);
+}
+
+/* One reusable buffer per loop thread: READ never allocates. */
+static _Thread_local char *read_buf;
+
+static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
+                        uint64_t len, ckpt_segment *seg, size_t cap, uint64_t *done) {
+    const ckpt_catalog *cat = fs->cat;
+    *done = 0;
+    const char *mem = NULL;
+    size_t mem_len = 0;
+    switch (n->kind) {
+    case NODE_TENSOR: return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
+    case NODE_AUX: {
+        uint64_t size = cat->sources[n->ref].size;
+        if (off >= size) return 0;
+        *done = len < size - off ? len : size - off;
+        seg[0] = (ckpt_segment){.kind = CKPT_SEG_FILE, .source = (uint32_t)n->ref,
+                                .offset = off, .length = *done};
+        return 1;
+    }
+    case NODE_SIDECAR: {
+        const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
+        mem = d->text;
+        mem_len = d->len;
+        break;
+    }
+    case NODE_DOC: mem = get_doc(fs, n->ref, &mem_len); break;
+    case NODE_DIR: return 0;
+    }
+    if (!mem || off >= mem_len) return 0;
+    *done = len < mem_len - off ? len : mem_len - off;
+    seg[0] = (ckpt_segment){.kind = CKPT_SEG_MEM, .mem = mem + off, .length = *done};
+    return 1;
+}
+
+static int copy_segment(const ckptfs *fs, const ckpt_segment *s, char *dst) {
+    if (s->kind == CKPT_SEG_MEM) {
+        memcpy(dst, s->mem, s->length);
+        return 0;
+    }
+    if (s->kind == CKPT_SEG_HOLE) return EIO;
+    int fd = fs->cat->sources[s->source].fd;
+    size_t got = 0;
+    while (got < s->length) {
+        ssize_t r = pread(fd, dst + got, s->length - got, (off_t)(s->offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return EIO; /* EOF inside a segment: the source shrank */
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, size_t n) {
+    /* fuse_bufvec ends in a one-element array: room for SEG_BATCH buffers, kept per thread. */
+    static _Thread_local struct fuse_bufvec *vec;
+    if (!vec && !(vec = malloc(sizeof *vec + SEG_BATCH * sizeof(struct fuse_buf)))) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    memset(vec, 0, sizeof *vec);
+    vec->count = n;
+    struct fuse_buf *bufs = &vec->buf[0];
+    for (size_t i = 0; i < n; i++) {
+        struct fuse_buf *fb = bufs + i;
+        memset(fb, 0, sizeof *fb);
+        fb->size = seg[i].length;
+        if (seg[i].kind == CKPT_SEG_MEM) {
+            fb->mem = (void *)seg[i].mem;
+            continue;
+        }
+        /* A spliced short read would reach the reader as zeros: check the source first. */
+        if (!source_unchanged(&fs->cat->sources[seg[i].source])) {
+            fuse_reply_err(req, EIO);
+            return;
+        }
+        fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
+        fb->fd = fs->cat->sources[seg[i].source].fd;
+        fb->pos = (off_t)seg[i].offset;
+    }
+    fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi) {
+    ckptfs *fs = fs_of(req);
+    const node *n = &fs->tr.nodes[node_of(ino)];
+    if (size > MAX_READ) size = MAX_READ;
+    ckpt_segment seg[SEG_BATCH];
+    uint64_t done;
+    size_t nseg = plan_node(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);
+    if (nseg == 0) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    bool holes = false;
+    for (size_t i = 0; i < nseg; i++) holes |= seg[i].kind == CKPT_SEG_HOLE;
+    if (holes) {
+        fuse_reply_err(req, EIO);
+        return;
+    }
+    /* Splice pays off only for whole requests served by file segments of a page or more. */
+    if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096) {
+        reply_splice(req, fs, seg, nseg);
+        return;
+    }
+    if (!read_buf && !(read_buf = malloc(MAX_READ))) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t filled = 0;
+    for (;;) {
+        for (size_t i = 0; i < nseg; i++) {
+            int e = copy_segment(fs, &seg[i], read_buf + filled);
+            if (e) {
+                fuse_reply_err(req, e);
+                return;
+            }
+            filled += seg[i].length;
+        }
+        if (filled >= size || done == 0) break;
+        nseg = plan_node(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
+        if (nseg == 0) break;
+        for (size_t i = 0; i < nseg; i++)
+            if (seg[i].kind == CKPT_SEG_HOLE) {
+                fuse_reply_err(req, EIO);
+                return;
+            }
+    }
+    fuse_reply_buf(req, read_buf, filled);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
+    (void)ino;
+    ckptfs *fs = fs_of(req);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < fs->cat->nsources; i++) bytes += fs->cat->sources[i].size;
+    struct statvfs sv;
+    memset(&sv, 0, sizeof sv);
+    sv.f_bsize = sv.f_frsize = 4096;
+    sv.f_blocks = (bytes + 4095) / 4096;
+    sv.f_files = fs->tr.nnodes;
+    sv.f_namemax = 255;
+    sv.f_flag = ST_RDONLY;
+    fuse_reply_statfs(req, &sv);
+}
+
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+    (void)ino;
+    fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+}
+
+const struct fuse_lowlevel_ops ckptfs_ops = {
+    .init = op_init,
+    .lookup = op_lookup,
+    .getattr = op_getattr,
+    .setattr = op_setattr,
+    .opendir = op_opendir,
+    .readdir = op_readdir,
+    .readdirplus = op_readdirplus,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .statfs = op_statfs,
+    .access = op_access,
+};

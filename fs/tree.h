@@ -1,0 +1,46 @@
+/* The mounted tree: an immutable table of nodes built once from a catalog. Inode number =
+ * node index + 1, so the root (index 0) is FUSE_ROOT_ID. */
+#ifndef CKPTFS_TREE_H
+#define CKPTFS_TREE_H
+
+#include "../core/ckpt.h"
+
+#include <stdatomic.h>
+
+typedef enum {
+    NODE_DIR,
+    NODE_TENSOR,  /* raw bytes of tensors[ref] */
+    NODE_SIDECAR, /* JSON about tensors[ref] */
+    NODE_DOC,     /* generated document number ref (enum tree_doc) */
+    NODE_AUX,     /* a source file shown as-is: sources[ref] */
+} node_kind;
+
+enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_COUNT };
+
+typedef struct node {
+    const char *name; /* not NUL-terminated: use name_len */
+    uint32_t name_len;
+    uint32_t parent;
+    node_kind kind;
+    uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+nchildren] */
+    uint32_t nchildren;
+    size_t ref;
+    _Atomic uint64_t size_plus1; /* cached size + 1 for generated files, 0 = not yet known */
+} node;
+
+typedef struct tree {
+    const ckpt_catalog *cat;
+    node *nodes;
+    size_t nnodes;
+    uint32_t *children; /* node indexes, sorted by name within each directory */
+    struct timespec mtime; /* newest source mtime */
+    char **owned;          /* paths allocated for auxiliary files */
+    size_t nowned;
+} tree;
+
+int tree_build(tree *tr, const ckpt_catalog *cat, ckpt_err *err);
+void tree_free(tree *tr);
+/* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
+uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);
+
+#endif

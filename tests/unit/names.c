@@ -1,0 +1,95 @@
+/* Tree paths: escaping, collisions between names, tensors that are also directories; and the
+ * dtype table. */
+#include "catalog.h"
+#include "tap.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+int main(void) {
+    char path[] = "/tmp/ckpt-names-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) return 1;
+    close(fd);
+    ckpt_catalog *cat = catalog_new("/unit", "unit");
+    ckpt_err err;
+    uint32_t src;
+    catalog_add_source(cat, path, "f", &src, &err);
+    static const struct {
+        const char *name;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {"model.layers.0.weight", 21, "model/layers/0/weight"},
+        {"a/b", 3, "a/b%~2"},
+        {"a.b", 3, "a/b"},
+        {"a.b.c", 5, "a/b/c"},
+        {"x..y", 4, "x/%_/y"},
+        {".lead", 5, "%_/lead"},
+        {"p%q", 3, "p%25q"},
+        {"nul\0z", 5, "nul%00z"},
+        {"tab\tz\x7f", 6, "tab%09z%7F"},
+        {"", 0, "%_"},
+        {"a.b%~2", 6, "a/b%25~2"},
+    };
+    size_t n = sizeof cases / sizeof *cases;
+    for (size_t i = 0; i < n; i++) {
+        size_t ti;
+        uint64_t shape[] = {1};
+        catalog_add_tensor(cat, cases[i].name, cases[i].len, CKPT_U8, 1, shape, &ti, &err);
+        catalog_add_piece(cat, ti, src, i, NULL, NULL, NULL, &err);
+    }
+    ok(catalog_finish(cat, &err) == 0, "catalog with tricky names finishes");
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor *t = NULL;
+        for (size_t k = 0; k < cat->ntensors; k++)
+            if (cat->tensors[k].name_len == cases[i].len &&
+                memcmp(cat->tensors[k].name, cases[i].name, cases[i].len) == 0)
+                t = &cat->tensors[k];
+        const char *want = cases[i].want;
+        char buf[64];
+        /* a.b is also the directory of a.b.c (and "" that of ".lead"): the raw file gets .raw,
+         * the sidecar does not */
+        if (strcmp(want, "a/b") == 0) want = "a/b.raw";
+        if (strcmp(want, "%_") == 0) want = "%_.raw";
+        ok(t && strcmp(t->path, want) == 0, "%s -> %s (got %s)", want, want, t ? t->path : "?");
+        snprintf(buf, sizeof buf, "%s.json", cases[i].want);
+        ok(t && strcmp(t->sidecar_path, buf) == 0, "sidecar %s", buf);
+    }
+    ckpt_close(cat);
+
+    /* one long component: truncated with a hash, still a valid file name */
+    cat = catalog_new("/unit", "unit");
+    catalog_add_source(cat, path, "f", &src, &err);
+    char longname[600];
+    memset(longname, 'q', sizeof longname);
+    size_t ti;
+    uint64_t shape[] = {1};
+    catalog_add_tensor(cat, longname, sizeof longname, CKPT_U8, 1, shape, &ti, &err);
+    catalog_add_piece(cat, ti, src, 0, NULL, NULL, NULL, &err);
+    ok(catalog_finish(cat, &err) == 0 && strlen(cat->tensors[0].path) <= 220 &&
+           strstr(cat->tensors[0].path, "%#"),
+       "600-byte component shortened with a hash: %.40s...", cat->tensors[0].path);
+    ckpt_close(cat);
+    unlink(path);
+
+    ckpt_dtype dt;
+    static const char *spellings[] = {"BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32",
+                                      "I32", "F32", "U64", "I64", "F64", "C64", "F8_E4M3",
+                                      "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",
+                                      "F6_E2M3", "F6_E3M2"};
+    size_t all = 0;
+    for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++)
+        all += ckpt_dtype_parse(spellings[i], strlen(spellings[i]), &dt) &&
+               strcmp(ckpt_dtype_info_of(dt)->name, spellings[i]) == 0;
+    is_u64(all, 22, "all 22 safetensors dtype spellings round-trip");
+    ok(!ckpt_dtype_parse("f32", 3, &dt) && !ckpt_dtype_parse("F128", 4, &dt) &&
+           !ckpt_dtype_parse("C128", 4, &dt),
+       "lowercase, F128 and C128 are not dtypes");
+    ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->bits == 4, "F4 is 4 bits");
+    ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->bits == 6, "F6 is 6 bits");
+    ok(ckpt_dtype_parse("BF16", 4, &dt) && !ckpt_dtype_info_of(dt)->numpy, "BF16 has no numpy dtype");
+    ok(ckpt_dtype_parse("C64", 3, &dt) && strcmp(ckpt_dtype_info_of(dt)->numpy, "<c8") == 0,
+       "C64 is numpy <c8");
+    return tap_done();
+}
