@@ -126,8 +126,10 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
     if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
-        return ckpt_fail(err, -EOVERFLOW, "tensor \"%.*s\": shape product overflows or is not "
-                         "a whole number of bytes", SHOWN(name_len), name);
+        return ckpt_fail(err, -EOVERFLOW,
+                         "tensor \"%.*s\": shape product overflows or is not "
+                         "a whole number of bytes",
+                         SHOWN(name_len), name);
     *index = cat->ntensors++;
     return 0;
 }
@@ -193,8 +195,7 @@ int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_e
 
 int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (grow((void **)&cat->warnings, &pv->cap_warnings, cat->nwarnings + 1,
-             sizeof *cat->warnings))
+    if (grow((void **)&cat->warnings, &pv->cap_warnings, cat->nwarnings + 1, sizeof *cat->warnings))
         return -ENOMEM;
     char buf[512];
     va_list ap;
@@ -244,12 +245,12 @@ static int attach_pieces(ckpt_catalog *cat, ckpt_err *err) {
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     int rc = attach_pieces(cat, err);
     if (rc) return rc;
-    qsort(cat->tensors, cat->ntensors, sizeof *cat->tensors, name_cmp);
+    if (cat->ntensors > 1) qsort(cat->tensors, cat->ntensors, sizeof *cat->tensors, name_cmp);
     for (size_t i = 1; i < cat->ntensors; i++) {
         if (name_cmp(&cat->tensors[i - 1], &cat->tensors[i]) == 0) {
             const ckpt_tensor *t = &cat->tensors[i];
-            return ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\" is defined twice", cat->root,
-                             SHOWN(t->name_len), t->name);
+            return ckpt_fail(err, -EINVAL, "%s: duplicate tensor name \"%.*s\" (defined twice)",
+                             cat->root, SHOWN(t->name_len), t->name);
         }
     }
     for (size_t i = 0; i < cat->ntensors; i++) {

@@ -36,7 +36,8 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
                       const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
                       ckpt_err *err);
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err);
-int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len, ckpt_err *err);
+int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
+                    ckpt_err *err);
 int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err);
 int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sorts tensors by name, refuses duplicate names, checks every piece against its tensor and its

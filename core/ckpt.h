@@ -94,9 +94,9 @@ typedef struct ckpt_tensor {
     uint64_t nbytes;
     uint32_t npieces;
     ckpt_piece *pieces;
-    ckpt_piece_index *index; /* built by ckpt_catalog_finish for multi-piece tensors */
-    bool incomplete;         /* some elements are covered by no piece */
-    const char *extra_json;  /* format-specific sidecar members: `"k": v, ...` or NULL */
+    ckpt_piece_index *index;  /* built by ckpt_catalog_finish for multi-piece tensors */
+    bool incomplete;          /* some elements are covered by no piece */
+    const char *extra_json;   /* format-specific sidecar members: `"k": v, ...` or NULL */
     const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
     const char *sidecar_path; /* where it shows the .json sidecar */
 } ckpt_tensor;
@@ -142,9 +142,9 @@ enum { CKPT_SEG_FILE, CKPT_SEG_HOLE, CKPT_SEG_MEM };
 
 typedef struct ckpt_segment {
     uint32_t kind;
-    uint32_t source;      /* CKPT_SEG_FILE */
-    uint64_t offset;      /* file offset (CKPT_SEG_FILE) */
-    const void *mem;      /* CKPT_SEG_MEM */
+    uint32_t source; /* CKPT_SEG_FILE */
+    uint64_t offset; /* file offset (CKPT_SEG_FILE) */
+    const void *mem; /* CKPT_SEG_MEM */
     uint64_t length;
 } ckpt_segment;
 
@@ -157,7 +157,7 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
 /* ---- virtual files: ordered parts, each a memory buffer or a tensor byte range ---- */
 
 typedef struct ckpt_vpart {
-    uint64_t start;            /* offset of this part in the virtual file */
+    uint64_t start; /* offset of this part in the virtual file */
     uint64_t length;
     const void *mem;           /* memory part when tensor == NULL */
     const ckpt_tensor *tensor; /* tensor part: bytes [tensor_off, tensor_off+length) */

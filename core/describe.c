@@ -20,7 +20,8 @@ static uint64_t piece_bytes(const ckpt_tensor *t, const ckpt_piece *p) {
     if (numel == 0) return 0;
     if (p->strides)
         for (uint32_t d = 0; d < t->ndim; d++) extent += (p->sizes[d] - 1) * p->strides[d];
-    else extent = numel;
+    else
+        extent = numel;
     return (extent * ckpt_dtype_info_of(t->dtype)->bits + 7) / 8;
 }
 

@@ -59,10 +59,14 @@ static int hex4(parser *p, size_t at, unsigned *out) {
     for (int i = 0; i < 4; i++) {
         char c = p->buf[at + (size_t)i];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return fail(p, at, "bad hex digit in \\u escape");
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return fail(p, at, "bad hex digit in \\u escape");
     }
     *out = v;
     return 0;
@@ -133,14 +137,30 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
         char e = p->buf[i + 1];
         i += 2;
         switch (e) {
-        case '"': o[n++] = '"'; break;
-        case '\\': o[n++] = '\\'; break;
-        case '/': o[n++] = '/'; break;
-        case 'b': o[n++] = '\b'; break;
-        case 'f': o[n++] = '\f'; break;
-        case 'n': o[n++] = '\n'; break;
-        case 'r': o[n++] = '\r'; break;
-        case 't': o[n++] = '\t'; break;
+        case '"':
+            o[n++] = '"';
+            break;
+        case '\\':
+            o[n++] = '\\';
+            break;
+        case '/':
+            o[n++] = '/';
+            break;
+        case 'b':
+            o[n++] = '\b';
+            break;
+        case 'f':
+            o[n++] = '\f';
+            break;
+        case 'n':
+            o[n++] = '\n';
+            break;
+        case 'r':
+            o[n++] = '\r';
+            break;
+        case 't':
+            o[n++] = '\t';
+            break;
         case 'u': {
             unsigned cp;
             if (hex4(p, i, &cp)) return p->rc;
@@ -158,7 +178,8 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
             n += put_utf8(o + n, cp);
             break;
         }
-        default: return fail(p, i - 2, "invalid escape in string");
+        default:
+            return fail(p, i - 2, "invalid escape in string");
         }
     }
     o[n] = '\0';
@@ -264,10 +285,12 @@ static int parse_container(parser *p, json_value *v, int depth) {
         if (v->count == UINT32_MAX) return fail(p, p->pos, "too many members");
         v->count++;
         skip_ws(p);
-        if (p->pos >= p->len) return fail(p, p->pos, is_obj ? "truncated object" : "truncated array");
+        if (p->pos >= p->len)
+            return fail(p, p->pos, is_obj ? "truncated object" : "truncated array");
         char c = p->buf[p->pos++];
         if (c == close) break;
-        if (c != ',') return fail(p, p->pos - 1, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+        if (c != ',')
+            return fail(p, p->pos - 1, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
     }
     return is_obj ? check_duplicates(p, v) : 0;
 }

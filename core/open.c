@@ -32,8 +32,10 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     /* A damaged file gets its own decoder's precise complaint when its name says what it is. */
     if (!f && ends_with(path, ".safetensors")) f = &format_safetensors;
     if (!f)
-        return ckpt_fail(err, -EPROTONOSUPPORT, "%s: not a checkpoint format ckptfs knows (first "
-                         "bytes do not match safetensors)", path);
+        return ckpt_fail(err, -EPROTONOSUPPORT,
+                         "%s: not a checkpoint format ckptfs knows (first "
+                         "bytes do not match safetensors)",
+                         path);
     cat->format = f->name;
     return f->load(cat, src, err);
 }
@@ -48,9 +50,12 @@ int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
     ckpt_catalog *cat = catalog_new(path, "unknown");
     if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
     int rc;
-    if (S_ISDIR(st.st_mode)) rc = hf_dir_load(cat, err);
-    else if (S_ISREG(st.st_mode)) rc = open_file(cat, path, err);
-    else rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+    if (S_ISDIR(st.st_mode))
+        rc = hf_dir_load(cat, err);
+    else if (S_ISREG(st.st_mode))
+        rc = open_file(cat, path, err);
+    else
+        rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
     if (!rc) rc = catalog_finish(cat, err);
     if (rc) {
         ckpt_close(cat);

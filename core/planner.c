@@ -14,12 +14,12 @@
 
 struct ckpt_piece_index {
     uint32_t ndim;
-    uint64_t esz;               /* bytes per element (sub-byte types never get an index) */
-    uint64_t **strides;         /* per piece: element strides (explicit or row-major) */
-    uint32_t *contig;           /* per piece: first dim of its contiguous suffix, ndim = none */
+    uint64_t esz;       /* bytes per element (sub-byte types never get an index) */
+    uint64_t **strides; /* per piece: element strides (explicit or row-major) */
+    uint32_t *contig;   /* per piece: first dim of its contiguous suffix, ndim = none */
     uint64_t *bounds[CKPT_MAX_DIMS];
     uint32_t nbounds[CKPT_MAX_DIMS];
-    int32_t *cells;             /* piece per grid cell, -1 = hole */
+    int32_t *cells; /* piece per grid cell, -1 = hole */
 };
 
 void piece_index_free(ckpt_piece_index *ix) {
@@ -41,8 +41,10 @@ static uint32_t bound_search(const uint64_t *b, uint32_t n, uint64_t v) {
     uint32_t lo = 0, hi = n; /* answer in [lo, hi) */
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (b[mid] <= v) lo = mid;
-        else hi = mid;
+        if (b[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -201,8 +203,8 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
         return 0; /* the fast path: no index */
     if (bits % 8)
         return ckpt_fail(err, -EINVAL,
-                         "%s: tensor \"%.*s\": a %s tensor must be one contiguous piece",
-                         cat->root, NAME_ARGS(t), ckpt_dtype_info_of(t->dtype)->name);
+                         "%s: tensor \"%.*s\": a %s tensor must be one contiguous piece", cat->root,
+                         NAME_ARGS(t), ckpt_dtype_info_of(t->dtype)->name);
 
     ckpt_piece_index *ix = calloc(1, sizeof *ix);
     if (!ix) return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -229,7 +231,8 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
         if (nd && (st[nd - 1] == 1 || p->sizes[nd - 1] == 1)) {
             c = nd - 1;
             uint64_t span = p->sizes[nd - 1];
-            while (c > 0 && p->sizes[c] == t->shape[c] && (st[c - 1] == span || p->sizes[c - 1] == 1)) {
+            while (c > 0 && p->sizes[c] == t->shape[c] &&
+                   (st[c - 1] == span || p->sizes[c - 1] == 1)) {
                 span *= p->sizes[c - 1];
                 c--;
             }
@@ -279,8 +282,10 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
     const ckpt_piece_index *ix = t->index;
     if (!ix) {
         const ckpt_piece *p = &t->pieces[0];
-        seg[0] = (ckpt_segment){.kind = CKPT_SEG_FILE, .source = p->source,
-                                .offset = p->file_offset + off, .length = len};
+        seg[0] = (ckpt_segment){.kind = CKPT_SEG_FILE,
+                                .source = p->source,
+                                .offset = p->file_offset + off,
+                                .length = len};
         *done = len;
         return 1;
     }

@@ -97,8 +97,10 @@ void sb_json_str(strbuf *sb, const char *s, size_t n) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x80) {
             size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-            if (k) sb_put(sb, s + i, k);
-            else sb_puts(sb, "\\ufffd");
+            if (k)
+                sb_put(sb, s + i, k);
+            else
+                sb_puts(sb, "\\ufffd");
             i += k ? k : 1;
             continue;
         }

@@ -10,12 +10,16 @@ size_t utf8_seq_len(const unsigned char *p, size_t avail) {
         n = 2;
     } else if (c >= 0xE0 && c <= 0xEF) {
         n = 3;
-        if (c == 0xE0) lo = 0xA0;      /* overlong */
-        else if (c == 0xED) hi = 0x9F; /* surrogates */
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         n = 4;
-        if (c == 0xF0) lo = 0x90;      /* overlong */
-        else if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* above U+10FFFF */
     } else {
         return 0;
     }

@@ -46,8 +46,10 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
     size_t lo = 0, hi = vf->nparts;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (vf->parts[mid].start <= off) lo = mid;
-        else hi = mid;
+        if (vf->parts[mid].start <= off)
+            lo = mid;
+        else
+            hi = mid;
     }
     size_t n = 0;
     uint64_t pos = off, end = off + len;
@@ -57,9 +59,8 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
         uint64_t want = p->length - in;
         if (want > end - pos) want = end - pos;
         if (!p->tensor) {
-            seg[n++] = (ckpt_segment){.kind = CKPT_SEG_MEM,
-                                      .mem = (const char *)p->mem + in,
-                                      .length = want};
+            seg[n++] = (ckpt_segment){
+                .kind = CKPT_SEG_MEM, .mem = (const char *)p->mem + in, .length = want};
             pos += want;
             continue;
         }

@@ -30,7 +30,8 @@ typedef struct options {
 
 enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION, KEY_ALLOW_OTHER };
 
-#define OPT(t, field, value) {t, offsetof(options, field), value}
+#define OPT(t, field, value)                                                                       \
+    { t, offsetof(options, field), value }
 static const struct fuse_opt option_spec[] = {
     OPT("readahead_kb=%u", readahead_kb, 0),
     OPT("splice", splice, 1),
@@ -79,17 +80,33 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
     options *o = data;
     switch (key) {
     case FUSE_OPT_KEY_NONOPT:
-        if (!o->source) o->source = strdup(arg);
-        else if (!o->mountpoint) o->mountpoint = strdup(arg);
-        else o->extra_args++;
+        if (!o->source)
+            o->source = strdup(arg);
+        else if (!o->mountpoint)
+            o->mountpoint = strdup(arg);
+        else
+            o->extra_args++;
         return 0;
-    case KEY_FOREGROUND: o->foreground = 1; return 0;
-    case KEY_DEBUG: o->debug = o->foreground = 1; return 1;
-    case KEY_SINGLE: o->single = 1; return 0;
-    case KEY_HELP: o->help = 1; return 0;
-    case KEY_VERSION: o->version = 1; return 0;
-    case KEY_ALLOW_OTHER: o->allow_other = 1; return 1;
-    default: return 1; /* FUSE and mount options go on to libfuse */
+    case KEY_FOREGROUND:
+        o->foreground = 1;
+        return 0;
+    case KEY_DEBUG:
+        o->debug = o->foreground = 1;
+        return 1;
+    case KEY_SINGLE:
+        o->single = 1;
+        return 0;
+    case KEY_HELP:
+        o->help = 1;
+        return 0;
+    case KEY_VERSION:
+        o->version = 1;
+        return 0;
+    case KEY_ALLOW_OTHER:
+        o->allow_other = 1;
+        return 1;
+    default:
+        return 1; /* FUSE and mount options go on to libfuse */
     }
 }
 
@@ -152,37 +169,41 @@ static void *ready_thread(void *arg) {
 int main(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
-    if (fuse_opt_parse(&args, &o, option_spec, on_option) != 0) return EXIT_USAGE;
-    if (o.help) {
-        usage(stdout);
-        return 0;
-    }
-    if (o.version) {
-        printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
-        return 0;
+    ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
+    pthread_mutex_init(&fs.doc_lock, NULL);
+    struct fuse_session *se = NULL;
+    int status = EXIT_USAGE;
+    char mnt[PATH_MAX];
+    ckpt_err err = {{0}};
+
+    if (fuse_opt_parse(&args, &o, option_spec, on_option) != 0) goto out;
+    if (o.help || o.version) {
+        if (o.help)
+            usage(stdout);
+        else
+            printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
+        status = 0;
+        goto out;
     }
     if (!o.source || !o.mountpoint || o.extra_args) {
         fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
-        return EXIT_USAGE;
+        goto out;
     }
-    char mnt[PATH_MAX];
     if (!realpath(o.mountpoint, mnt)) {
         fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
-        return EXIT_USAGE;
+        goto out;
     }
-
-    ckptfs fs = {.timeout = o.timeout, .splice = o.splice != 0, .readahead_kb = o.readahead_kb,
-                 .uid = getuid(), .gid = getgid()};
-    pthread_mutex_init(&fs.doc_lock, NULL);
-    ckpt_err err = {{0}};
+    fs.timeout = o.timeout;
+    fs.splice = o.splice != 0;
+    fs.readahead_kb = o.readahead_kb;
+    status = EXIT_SOURCE;
     if (ckpt_open(o.source, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
-        return EXIT_SOURCE;
+        goto out;
     }
     if (tree_build(&fs.tr, fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
-        ckpt_close(fs.cat);
-        return EXIT_SOURCE;
+        goto out;
     }
 
     fuse_opt_add_arg(&args, "-osubtype=ckptfs");
@@ -199,12 +220,10 @@ int main(int argc, char **argv) {
     if (o.allow_other) fuse_opt_add_arg(&args, "-odefault_permissions");
     fuse_opt_add_arg(&args, "-oro"); /* last, so a "rw" from a mount helper cannot win */
 
-    int status = EXIT_MOUNT;
-    struct fuse_session *se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
-    if (!se) {
-        status = EXIT_USAGE;
-        goto out;
-    }
+    status = EXIT_USAGE; /* fuse_session_new fails on unknown options */
+    se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
+    if (!se) goto out;
+    status = EXIT_MOUNT;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
     if (!o.foreground && detach() != 0) {
@@ -236,7 +255,7 @@ out_handlers:
 out_session:
     fuse_session_destroy(se);
 out:
-    report_ready(EXIT_MOUNT);
+    report_ready(status ? (unsigned char)status : EXIT_MOUNT);
     fuse_opt_free_args(&args);
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
     tree_free(&fs.tr);

@@ -30,9 +30,15 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
     pthread_mutex_lock(&fs->doc_lock);
     if (!fs->docs[which]) {
         switch (which) {
-        case DOC_SUMMARY: fs->docs[which] = ckpt_summary_json(fs->cat, &fs->doc_len[which]); break;
-        case DOC_METADATA: fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]); break;
-        default: fs->docs[which] = ckpt_tensors_tsv(fs->cat, &fs->doc_len[which]); break;
+        case DOC_SUMMARY:
+            fs->docs[which] = ckpt_summary_json(fs->cat, &fs->doc_len[which]);
+            break;
+        case DOC_METADATA:
+            fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]);
+            break;
+        default:
+            fs->docs[which] = ckpt_tensors_tsv(fs->cat, &fs->doc_len[which]);
+            break;
         }
     }
     const char *d = fs->docs[which];
@@ -45,9 +51,12 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
 static uint64_t node_size(ckptfs *fs, node *n) {
     const ckpt_catalog *cat = fs->cat;
     switch (n->kind) {
-    case NODE_DIR: return 0;
-    case NODE_TENSOR: return cat->tensors[n->ref].nbytes;
-    case NODE_AUX: return cat->sources[n->ref].size;
+    case NODE_DIR:
+        return 0;
+    case NODE_TENSOR:
+        return cat->tensors[n->ref].nbytes;
+    case NODE_AUX:
+        return cat->sources[n->ref].size;
     case NODE_DOC: {
         size_t len;
         return get_doc(fs, n->ref, &len) ? len : 0;
@@ -97,7 +106,24 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     st->st_mtim = st->st_ctim = st->st_atim = t;
 }
 
+/* One reusable buffer per loop thread, so READ never allocates; libfuse starts and stops
+ * worker threads, so the buffers are freed by a key destructor. */
+static pthread_key_t read_buf_key, bufvec_key;
+
+static void make_keys(void) {
+    pthread_key_create(&read_buf_key, free);
+    pthread_key_create(&bufvec_key, free);
+}
+
+static void *thread_buffer(pthread_key_t key, size_t size) {
+    void *p = pthread_getspecific(key);
+    if (!p && (p = malloc(size))) pthread_setspecific(key, p);
+    return p;
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, make_keys);
     ckptfs *fs = userdata;
     conn->max_write = MAX_READ; /* libfuse derives the kernel's max_pages (READ size) from this */
     conn->max_readahead = MAX_READ;
@@ -247,7 +273,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     const ckpt_catalog *cat = fs->cat;
     fi->fh = 0;
     switch (n->kind) {
-    case NODE_DIR: fuse_reply_err(req, EISDIR); return;
+    case NODE_DIR:
+        fuse_reply_err(req, EISDIR);
+        return;
     case NODE_TENSOR: {
         const ckpt_tensor *t = &cat->tensors[n->ref];
         for (uint32_t k = 0; k < t->npieces; k++) {
@@ -275,7 +303,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fi->fh = (uintptr_t)d;
         break;
     }
-    case NODE_DOC: break;
+    case NODE_DOC:
+        break;
     }
     fi->keep_cache = 1;
     fuse_reply_open(req, fi);
@@ -291,9 +320,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
-/* One reusable buffer per loop thread: READ never allocates. */
-static _Thread_local char *read_buf;
-
 static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
                         uint64_t len, ckpt_segment *seg, size_t cap, uint64_t *done) {
     const ckpt_catalog *cat = fs->cat;
@@ -301,13 +327,14 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
     const char *mem = NULL;
     size_t mem_len = 0;
     switch (n->kind) {
-    case NODE_TENSOR: return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
+    case NODE_TENSOR:
+        return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
     case NODE_AUX: {
         uint64_t size = cat->sources[n->ref].size;
         if (off >= size) return 0;
         *done = len < size - off ? len : size - off;
-        seg[0] = (ckpt_segment){.kind = CKPT_SEG_FILE, .source = (uint32_t)n->ref,
-                                .offset = off, .length = *done};
+        seg[0] = (ckpt_segment){
+            .kind = CKPT_SEG_FILE, .source = (uint32_t)n->ref, .offset = off, .length = *done};
         return 1;
     }
     case NODE_SIDECAR: {
@@ -316,8 +343,11 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
         mem_len = d->len;
         break;
     }
-    case NODE_DOC: mem = get_doc(fs, n->ref, &mem_len); break;
-    case NODE_DIR: return 0;
+    case NODE_DOC:
+        mem = get_doc(fs, n->ref, &mem_len);
+        break;
+    case NODE_DIR:
+        return 0;
     }
     if (!mem || off >= mem_len) return 0;
     *done = len < mem_len - off ? len : mem_len - off;
@@ -344,8 +374,9 @@ static int copy_segment(const ckptfs *fs, const ckpt_segment *s, char *dst) {
 
 static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, size_t n) {
     /* fuse_bufvec ends in a one-element array: room for SEG_BATCH buffers, kept per thread. */
-    static _Thread_local struct fuse_bufvec *vec;
-    if (!vec && !(vec = malloc(sizeof *vec + SEG_BATCH * sizeof(struct fuse_buf)))) {
+    struct fuse_bufvec *vec =
+        thread_buffer(bufvec_key, sizeof *vec + SEG_BATCH * sizeof(struct fuse_buf));
+    if (!vec) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
@@ -395,7 +426,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         reply_splice(req, fs, seg, nseg);
         return;
     }
-    if (!read_buf && !(read_buf = malloc(MAX_READ))) {
+    char *read_buf = thread_buffer(read_buf_key, MAX_READ);
+    if (!read_buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }

@@ -86,7 +86,8 @@ static int link_children(tree *tr, ckpt_err *err) {
     for (size_t i = 0; i < n; i++) {
         node *c = &tr->nodes[tr->children[i]];
         node *p = &tr->nodes[c->parent];
-        if (p->nchildren == 0) p->first_child = (uint32_t)i;
+        if (p->nchildren == 0)
+            p->first_child = (uint32_t)i;
         else if (child_cmp(&tr->children[i - 1], &tr->children[i]) == 0)
             return ckpt_fail(err, -EEXIST, "two entries named \"%.*s\" in one directory",
                              (int)c->name_len, c->name);
@@ -163,8 +164,10 @@ uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t l
         int cmp = memcmp(c->name, name, n);
         if (!cmp) cmp = (c->name_len > len) - (c->name_len < len);
         if (cmp == 0) return tr->children[mid];
-        if (cmp < 0) lo = mid + 1;
-        else hi = mid;
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return UINT32_MAX;
 }

@@ -32,7 +32,7 @@ typedef struct tree {
     const ckpt_catalog *cat;
     node *nodes;
     size_t nnodes;
-    uint32_t *children; /* node indexes, sorted by name within each directory */
+    uint32_t *children;    /* node indexes, sorted by name within each directory */
     struct timespec mtime; /* newest source mtime */
     char **owned;          /* paths allocated for auxiliary files */
     size_t nowned;

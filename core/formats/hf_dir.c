@@ -16,11 +16,20 @@
 #include <unistd.h>
 
 static const char *const aux_names[] = {
-    "config.json",          "generation_config.json",  "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json",           "vocab.txt",               "merges.txt",
-    "added_tokens.json",    "chat_template.json",      "chat_template.jinja",
-    "preprocessor_config.json", "spiece.model",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.json",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "spiece.model",
 };
 
 static bool is_file(const char *path) {
@@ -30,7 +39,8 @@ static bool is_file(const char *path) {
 
 static int join(char *out, size_t cap, const char *dir, const char *name, ckpt_err *err) {
     int n = snprintf(out, cap, "%s/%s", dir, name);
-    if (n < 0 || (size_t)n >= cap) return ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
     return 0;
 }
 
@@ -46,8 +56,10 @@ static int load_file(ckpt_catalog *cat, const char *rel, uint32_t *source, ckpt_
 static int check_shard_name(const char *root_real, const char *root, const json_value *v,
                             const char *index_path, ckpt_err *err) {
     if (v->type != JSON_STRING)
-        return ckpt_fail(err, -EINVAL, "%s: weight_map value of \"%.*s\" is not a string (byte "
-                         "offset %zu)", index_path, SHOWN(v->key_len), v->key, v->pos);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: weight_map value of \"%.*s\" is not a string (byte "
+                         "offset %zu)",
+                         index_path, SHOWN(v->key_len), v->key, v->pos);
     bool bad = v->len == 0 || v->str[0] == '/' || memchr(v->str, '\0', v->len);
     for (size_t s = 0, i = 0; !bad && i <= v->len; i++) {
         if (i == v->len || v->str[i] == '/') {
@@ -56,21 +68,25 @@ static int check_shard_name(const char *root_real, const char *root, const json_
         }
     }
     if (bad)
-        return ckpt_fail(err, -EINVAL, "%s: weight_map entry \"%.*s\" names \"%.*s\", which is "
-                         "not inside the model directory (byte offset %zu)", index_path,
-                         SHOWN(v->key_len), v->key, SHOWN(v->len), v->str, v->pos);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: weight_map entry \"%.*s\" names \"%.*s\", which is "
+                         "not inside the model directory (byte offset %zu)",
+                         index_path, SHOWN(v->key_len), v->key, SHOWN(v->len), v->str, v->pos);
     char path[PATH_MAX], real[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
     if (n < 0 || (size_t)n >= sizeof path)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: shard name too long", index_path);
     if (!realpath(path, real) || !is_file(real))
-        return ckpt_fail(err, -ENOENT, "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
-                         "is missing or not a regular file", index_path, SHOWN(v->len), v->str, v->pos);
+        return ckpt_fail(err, -ENOENT,
+                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
+                         "is missing or not a regular file",
+                         index_path, SHOWN(v->len), v->str, v->pos);
     size_t rl = strlen(root_real);
     if (strncmp(real, root_real, rl) != 0 || real[rl] != '/')
-        return ckpt_fail(err, -EINVAL, "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
-                         "resolves outside the model directory", index_path, SHOWN(v->len),
-                         v->str, v->pos);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
+                         "resolves outside the model directory",
+                         index_path, SHOWN(v->len), v->str, v->pos);
     return 0;
 }
 
@@ -122,9 +138,11 @@ static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t firs
                              index_path, SHOWN(e->key_len), e->key, SHOWN(e->len), e->str, rel);
         }
     }
-    if (missing > 1) catalog_warn(cat, "%s: %zu weight_map names are in no shard", index_path, missing);
+    if (missing > 1)
+        catalog_warn(cat, "%s: %zu weight_map names are in no shard", index_path, missing);
     if (misplaced > 1)
-        catalog_warn(cat, "%s: %zu weight_map names point at the wrong shard", index_path, misplaced);
+        catalog_warn(cat, "%s: %zu weight_map names point at the wrong shard", index_path,
+                     misplaced);
     if (listed < n)
         catalog_warn(cat, "%s: %zu tensors in the shards are not in weight_map", index_path,
                      n - listed);
@@ -143,8 +161,8 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     if ((rc = catalog_add_source(cat, index_path, index_rel, &isrc, err))) return rc;
     uint64_t size = cat->sources[isrc].size;
     if (size > 512u << 20)
-        return ckpt_fail(err, -EFBIG, "%s: index is %llu bytes, over the 512 MiB limit",
-                         index_path, (unsigned long long)size);
+        return ckpt_fail(err, -EFBIG, "%s: index is %llu bytes, over the 512 MiB limit", index_path,
+                         (unsigned long long)size);
     char *text = malloc(size ? size : 1);
     if (!text) return ckpt_fail(err, -ENOMEM, "out of memory");
     if ((rc = source_read(cat, isrc, 0, text, size, "index", err))) {
@@ -199,8 +217,10 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
             first = false;
             sb_json_str(&sb, m->key, m->key_len);
             sb_puts(&sb, ": ");
-            if (m->type == JSON_NUMBER) sb_put(&sb, m->str, m->len);
-            else sb_json_str(&sb, m->str, m->len);
+            if (m->type == JSON_NUMBER)
+                sb_put(&sb, m->str, m->len);
+            else
+                sb_json_str(&sb, m->str, m->len);
         }
         sb_putc(&sb, '}');
     } else {
@@ -229,8 +249,10 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
         if ((rc = join(path, sizeof path, cat->root, "model.safetensors.index.json", err)))
             return rc;
         if (!is_file(path))
-            return ckpt_fail(err, -ENOENT, "%s: no model.safetensors or "
-                             "model.safetensors.index.json in this directory", cat->root);
+            return ckpt_fail(err, -ENOENT,
+                             "%s: no model.safetensors or "
+                             "model.safetensors.index.json in this directory",
+                             cat->root);
         cat->format = "safetensors-sharded";
         rc = load_index(cat, "model.safetensors.index.json", err);
     }

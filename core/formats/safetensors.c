@@ -130,19 +130,24 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     const ckpt_source *src = &cat->sources[source];
     ctx c = {src, err};
     if (src->size < 8)
-        return ckpt_fail(err, -EINVAL, "%s: file is %llu bytes, too short for the 8-byte header "
-                         "length at offset 0", src->path, (unsigned long long)src->size);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: file is %llu bytes, too short for the 8-byte header "
+                         "length at offset 0",
+                         src->path, (unsigned long long)src->size);
     unsigned char lenbuf[8];
     int rc = source_read(cat, source, 0, lenbuf, 8, "header length", err);
     if (rc) return rc;
     uint64_t hlen = le64(lenbuf);
     if (hlen > HEADER_LIMIT)
-        return ckpt_fail(err, -EINVAL, "%s: header length %llu at offset 0 exceeds the limit of "
-                         "%d bytes", src->path, (unsigned long long)hlen, HEADER_LIMIT);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: header length %llu at offset 0 exceeds the limit of "
+                         "%d bytes",
+                         src->path, (unsigned long long)hlen, HEADER_LIMIT);
     if (hlen > src->size - 8)
-        return ckpt_fail(err, -EINVAL, "%s: header length %llu at offset 0 runs past the end of "
-                         "the file (size %llu)", src->path, (unsigned long long)hlen,
-                         (unsigned long long)src->size);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: header length %llu at offset 0 runs past the end of "
+                         "the file (size %llu)",
+                         src->path, (unsigned long long)hlen, (unsigned long long)src->size);
     char *hdr = malloc(hlen ? hlen : 1);
     if (!hdr) return ckpt_fail(err, -ENOMEM, "out of memory");
     rc = source_read(cat, source, 8, hdr, hlen, "header", err);
@@ -186,8 +191,10 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
         const entry *e = &entries[i];
         if (e->begin != at) {
             char msg[160];
-            snprintf(msg, sizeof msg, "data_offsets begin at %llu but the previous tensor ends "
-                     "at %llu (%s)", (unsigned long long)e->begin, (unsigned long long)at,
+            snprintf(msg, sizeof msg,
+                     "data_offsets begin at %llu but the previous tensor ends "
+                     "at %llu (%s)",
+                     (unsigned long long)e->begin, (unsigned long long)at,
                      e->begin > at ? "gap" : "overlap");
             rc = bad(&c, e->v, json_member(e->v, "data_offsets")->pos, msg);
             goto out;
@@ -196,9 +203,11 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     }
     uint64_t data_start = 8 + hlen, data_len = src->size - data_start;
     if (at != data_len) {
-        rc = ckpt_fail(err, -EINVAL, "%s: data_offsets cover %llu bytes but the data section at "
-                       "offset %llu has %llu (%s)", src->path, (unsigned long long)at,
-                       (unsigned long long)data_start, (unsigned long long)data_len,
+        rc = ckpt_fail(err, -EINVAL,
+                       "%s: data_offsets cover %llu bytes but the data section at "
+                       "offset %llu has %llu (%s)",
+                       src->path, (unsigned long long)at, (unsigned long long)data_start,
+                       (unsigned long long)data_len,
                        at < data_len ? "trailing bytes" : "tensors run past the end of the file");
         goto out;
     }
@@ -207,8 +216,8 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
         size_t idx;
         rc = catalog_add_tensor(cat, e->v->key, e->v->key_len, e->dtype, e->ndim, e->shape, &idx,
                                 err);
-        if (!rc) rc = catalog_add_piece(cat, idx, source, data_start + e->begin, NULL, NULL, NULL,
-                                        err);
+        if (!rc)
+            rc = catalog_add_piece(cat, idx, source, data_start + e->begin, NULL, NULL, NULL, err);
         if (rc) goto out;
     }
 out:

@@ -8,7 +8,8 @@ static int parse(const char *text, json_doc *doc, json_error *err) {
     return json_parse(doc, text, strlen(text), err);
 }
 
-static void refuses(const char *text, size_t len, const char *needle, size_t pos, const char *what) {
+static void refuses(const char *text, size_t len, const char *needle, size_t pos,
+                    const char *what) {
     json_doc doc;
     json_error err;
     int rc = json_parse(&doc, text, len, &err);

@@ -74,10 +74,10 @@ int main(void) {
     unlink(path);
 
     ckpt_dtype dt;
-    static const char *spellings[] = {"BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32",
-                                      "I32", "F32", "U64", "I64", "F64", "C64", "F8_E4M3",
-                                      "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",
-                                      "F6_E2M3", "F6_E3M2"};
+    static const char *spellings[] = {
+        "BOOL",    "U8",          "I8",          "U16", "I16",     "F16",    "BF16",    "U32",
+        "I32",     "F32",         "U64",         "I64", "F64",     "C64",    "F8_E4M3", "F8_E5M2",
+        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",  "F6_E2M3", "F6_E3M2"};
     size_t all = 0;
     for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++)
         all += ckpt_dtype_parse(spellings[i], strlen(spellings[i]), &dt) &&
@@ -88,7 +88,8 @@ int main(void) {
        "lowercase, F128 and C128 are not dtypes");
     ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->bits == 4, "F4 is 4 bits");
     ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->bits == 6, "F6 is 6 bits");
-    ok(ckpt_dtype_parse("BF16", 4, &dt) && !ckpt_dtype_info_of(dt)->numpy, "BF16 has no numpy dtype");
+    ok(ckpt_dtype_parse("BF16", 4, &dt) && !ckpt_dtype_info_of(dt)->numpy,
+       "BF16 has no numpy dtype");
     ok(ckpt_dtype_parse("C64", 3, &dt) && strcmp(ckpt_dtype_info_of(dt)->numpy, "<c8") == 0,
        "C64 is numpy <c8");
     return tap_done();

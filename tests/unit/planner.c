@@ -34,9 +34,8 @@ static void check_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, const e
     ok(good, "%s", what);
     if (!good)
         for (size_t i = 0; i < n; i++)
-            printf("#   seg %zu: kind %u src %u off %llu len %llu\n", i, seg[i].kind,
-                   seg[i].source, (unsigned long long)seg[i].offset,
-                   (unsigned long long)seg[i].length);
+            printf("#   seg %zu: kind %u src %u off %llu len %llu\n", i, seg[i].kind, seg[i].source,
+                   (unsigned long long)seg[i].offset, (unsigned long long)seg[i].length);
 }
 
 /* A fresh catalog with two 4 KiB files as sources 0 and 1. */
@@ -44,7 +43,8 @@ static ckpt_catalog *fresh(void) {
     ckpt_catalog *cat = catalog_new("/unit", "unit");
     uint32_t s;
     ckpt_err err;
-    if (catalog_add_source(cat, file_a, "a", &s, &err) || catalog_add_source(cat, file_b, "b", &s, &err))
+    if (catalog_add_source(cat, file_a, "a", &s, &err) ||
+        catalog_add_source(cat, file_b, "b", &s, &err))
         abort();
     return cat;
 }
@@ -122,7 +122,7 @@ int main(void) {
         catalog_add_tensor(cat, "t", 1, CKPT_F32, 2, shape, &ti, &err);
         catalog_add_piece(cat, ti, 0, 0, NULL, NULL, strides, &err);
         const ckpt_tensor *t = only_tensor(cat, &rc, &err);
-        expect w[] = {{F, 0, 0, 4}, {F, 0, 8, 4}, {F, 0, 16, 4},
+        expect w[] = {{F, 0, 0, 4}, {F, 0, 8, 4},  {F, 0, 16, 4},
                       {F, 0, 4, 4}, {F, 0, 12, 4}, {F, 0, 20, 4}};
         check_plan(t, 0, 24, w, N(w), "column-major piece: transposed element order");
         ckpt_close(cat);
