@@ -100,11 +100,12 @@ bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t 
     uint64_t n = 1;
     for (uint32_t i = 0; i < ndim; i++)
         if (__builtin_mul_overflow(n, shape[i], &n)) return false;
-    uint64_t bits;
-    if (__builtin_mul_overflow(n, (uint64_t)ckpt_dtype_info_of(dt)->bits, &bits)) return false;
-    if (bits % 8) return false;
+    const ckpt_dtype_info *info = ckpt_dtype_info_of(dt);
+    if (n % info->block) return false; /* a partial block (or byte, for F4/F6) */
+    uint64_t bytes;
+    if (__builtin_mul_overflow(n / info->block, (uint64_t)info->block_bytes, &bytes)) return false;
     *numel = n;
-    *nbytes = bits / 8;
+    *nbytes = bytes;
     return true;
 }
 

@@ -22,6 +22,7 @@ int ckpt_fail(ckpt_err *err, int code, const char *fmt, ...) __attribute__((form
 /* ---- element types ---- */
 
 typedef enum {
+    /* safetensors dtypes */
     CKPT_BOOL,
     CKPT_U8,
     CKPT_I8,
@@ -44,18 +45,54 @@ typedef enum {
     CKPT_F4,
     CKPT_F6_E2M3,
     CKPT_F6_E3M2,
+    /* beyond safetensors: torch complex128 */
+    CKPT_C128,
+    /* ggml block-quantized types: opaque blocks of `block` elements */
+    CKPT_Q4_0,
+    CKPT_Q4_1,
+    CKPT_Q5_0,
+    CKPT_Q5_1,
+    CKPT_Q8_0,
+    CKPT_Q8_1,
+    CKPT_Q2_K,
+    CKPT_Q3_K,
+    CKPT_Q4_K,
+    CKPT_Q5_K,
+    CKPT_Q6_K,
+    CKPT_Q8_K,
+    CKPT_IQ2_XXS,
+    CKPT_IQ2_XS,
+    CKPT_IQ3_XXS,
+    CKPT_IQ1_S,
+    CKPT_IQ4_NL,
+    CKPT_IQ3_S,
+    CKPT_IQ2_S,
+    CKPT_IQ4_XS,
+    CKPT_IQ1_M,
+    CKPT_TQ1_0,
+    CKPT_TQ2_0,
+    CKPT_MXFP4,
+    CKPT_NVFP4,
+    CKPT_Q1_0,
+    CKPT_Q2_0,
     CKPT_DTYPE_COUNT
 } ckpt_dtype;
 
+/* Sizes are per block: `block` elements take `block_bytes` bytes. Plain types have block 1;
+ * F4 is 2 elements per byte, F6 4 elements per 3 bytes, ggml Q4_0 32 elements per 18 bytes. */
 typedef struct ckpt_dtype_info {
-    const char *name;  /* safetensors spelling */
-    unsigned bits;     /* per element; 4 and 6 are packed sub-byte types */
-    const char *numpy; /* numpy dtype string, NULL when numpy has none */
+    const char *name;   /* safetensors spelling, or the ggml type name */
+    unsigned block;     /* elements per block */
+    unsigned block_bytes;
+    const char *numpy;  /* numpy dtype string, NULL when numpy has none */
+    bool safetensors;   /* a dtype safetensors files may use */
 } ckpt_dtype_info;
 
 const ckpt_dtype_info *ckpt_dtype_info_of(ckpt_dtype dt);
-/* Exact, case-sensitive match of the safetensors spelling. */
+/* Exact, case-sensitive match of a dtype name. */
 bool ckpt_dtype_parse(const char *s, size_t len, ckpt_dtype *out);
+/* Bytes per element for plain types (block 1), 0 for packed and block types. */
+unsigned ckpt_dtype_elem_size(ckpt_dtype dt);
 
 /* ---- catalog ---- */
 

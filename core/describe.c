@@ -22,7 +22,8 @@ static uint64_t piece_bytes(const ckpt_tensor *t, const ckpt_piece *p) {
         for (uint32_t d = 0; d < t->ndim; d++) extent += (p->sizes[d] - 1) * p->strides[d];
     else
         extent = numel;
-    return (extent * ckpt_dtype_info_of(t->dtype)->bits + 7) / 8;
+    const ckpt_dtype_info *dt = ckpt_dtype_info_of(t->dtype);
+    return (extent + dt->block - 1) / dt->block * dt->block_bytes;
 }
 
 char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len) {

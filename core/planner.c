@@ -14,7 +14,7 @@
 
 struct ckpt_piece_index {
     uint32_t ndim;
-    uint64_t esz;       /* bytes per element (sub-byte types never get an index) */
+    uint64_t esz;      /* bytes per element (packed and block types never get an index) */
     uint64_t **strides; /* per piece: element strides (explicit or row-major) */
     uint32_t *contig;   /* per piece: first dim of its contiguous suffix, ndim = none */
     uint64_t *bounds[CKPT_MAX_DIMS];
@@ -100,9 +100,11 @@ static int check_piece(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt
     } else {
         extent = numel;
     }
-    uint64_t bits = ckpt_dtype_info_of(t->dtype)->bits, nbits, end;
-    if (__builtin_mul_overflow(extent, bits, &nbits) ||
-        __builtin_add_overflow(p->file_offset, (nbits + 7) / 8, &end) || end > src->size)
+    const ckpt_dtype_info *dt = ckpt_dtype_info_of(t->dtype);
+    uint64_t bytes, end;
+    if (__builtin_mul_overflow((extent + dt->block - 1) / dt->block, (uint64_t)dt->block_bytes,
+                               &bytes) ||
+        __builtin_add_overflow(p->file_offset, bytes, &end) || end > src->size)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": bytes at offset %llu run past the end of the file "
                          "(size %llu)",
@@ -193,7 +195,7 @@ static int build_grid(ckpt_piece_index *ix, const ckpt_catalog *cat, ckpt_tensor
 }
 
 int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
-    unsigned bits = ckpt_dtype_info_of(t->dtype)->bits;
+    unsigned esz = ckpt_dtype_elem_size(t->dtype);
     for (uint32_t k = 0; k < t->npieces; k++) {
         int rc = check_piece(cat, t, &t->pieces[k], k, err);
         if (rc) return rc;
@@ -201,7 +203,7 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
     if (t->nbytes == 0) return 0;
     if (t->npieces == 1 && covers_all(&t->pieces[0], t) && row_major(&t->pieces[0], t->ndim))
         return 0; /* the fast path: no index */
-    if (bits % 8)
+    if (!esz)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": a %s tensor must be one contiguous piece", cat->root,
                          NAME_ARGS(t), ckpt_dtype_info_of(t->dtype)->name);
@@ -210,7 +212,7 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
     if (!ix) return ckpt_fail(err, -ENOMEM, "out of memory");
     t->index = ix;
     ix->ndim = t->ndim;
-    ix->esz = bits / 8;
+    ix->esz = esz;
     uint32_t np = t->npieces, nd = t->ndim;
     ix->strides = calloc(np ? np : 1, sizeof *ix->strides + (nd ? nd : 1) * sizeof(uint64_t));
     ix->contig = calloc(np ? np : 1, sizeof *ix->contig);

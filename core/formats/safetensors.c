@@ -61,7 +61,7 @@ static int parse_entry(ctx *c, const json_value *t, entry *e) {
     const json_value *shape = json_member(t, "shape");
     const json_value *offs = json_member(t, "data_offsets");
     if (!dt || dt->type != JSON_STRING) return bad(c, t, t->pos, "missing or non-string \"dtype\"");
-    if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype)) {
+    if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype) || !ckpt_dtype_info_of(e->dtype)->safetensors) {
         char msg[96];
         snprintf(msg, sizeof msg, "unknown dtype \"%.*s\"", SHOWN(dt->len > 40 ? 40 : dt->len),
                  dt->str);

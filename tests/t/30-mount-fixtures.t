@@ -14,160 +14,17 @@ import errno
 import hashlib
 import json
 import os
-import signal
 import stat
-import subprocess
 import sys
 import tempfile
-import threading
 
 MOUNT_TIMEOUT = 30      # seconds for `ckptfs SRC MNT` to return
 CASE_TIMEOUT = 180      # seconds for all checks of one mounted case
-UMOUNT_TIMEOUT = 20
 
 
-# ---------------------------------------------------------------------------
-# TAP output
-
-class Tap:
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    @staticmethod
-    def _clean(text):
-        # A newline would end the TAP line and '#' would start a directive;
-        # tensor names contain such bytes, so show them as \xNN.
-        return "".join("\\x%02x" % ord(c) if ord(c) < 0x20 or c in "\x7f#" else c
-                       for c in str(text))
-
-    def ok(self, cond, desc, diag=()):
-        self.n += 1
-        if not cond:
-            self.failed += 1
-        print("%s %d - %s" % ("ok" if cond else "not ok", self.n, self._clean(desc)))
-        if not cond:
-            for line in diag:
-                for part in str(line).splitlines() or [""]:
-                    print("#   " + self._clean(part))
-        sys.stdout.flush()
-        return cond
-
-    def diag(self, text):
-        print("# " + self._clean(text))
-
-    def done(self):
-        print("1..%d" % self.n)
-
-
-# ---------------------------------------------------------------------------
-# Mount helpers
-
-def unescape_mounts_field(field):
-    # /proc/mounts escapes space, tab, newline and backslash as \ooo.
-    out, i = bytearray(), 0
-    while i < len(field):
-        if field[i:i + 1] == b"\\" and field[i + 1:i + 4].isdigit():
-            out.append(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field[i:i + 1]
-            i += 1
-    return bytes(out)
-
-
-def is_mounted(mnt):
-    target = os.fsencode(os.path.realpath(mnt))
-    with open("/proc/mounts", "rb") as f:
-        for line in f:
-            fields = line.split(b" ")
-            if len(fields) > 1 and unescape_mounts_field(fields[1]) == target:
-                return True
-    return False
-
-
-def run_capture(argv, timeout):
-    """Run argv; return (rc or None on timeout, stdout bytes, stderr bytes).
-
-    Output goes to temporary files, not pipes: a daemon that forgets to close
-    an inherited pipe must not make us wait for it.
-    """
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        # Own process group, so a hung command is killed with its children.
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                             start_new_session=True)
-        try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-            rc = None
-        out.seek(0)
-        err.seek(0)
-        return rc, out.read(), err.read()
-
-
-def unmount(mnt):
-    """Unmount if mounted; returns True if a plain unmount worked."""
-    clean = True
-    if is_mounted(mnt):
-        rc, _, _ = run_capture(["fusermount3", "-u", mnt], UMOUNT_TIMEOUT)
-        if rc != 0 or is_mounted(mnt):
-            clean = False
-            run_capture(["fusermount3", "-u", "-z", mnt], UMOUNT_TIMEOUT)
-    try:
-        os.rmdir(mnt)
-    except OSError:
-        pass
-    return clean
-
-
-class Watchdog:
-    """Abort the FUSE connection if checks on a mount take too long.
-
-    A hung daemon would otherwise block this process in the kernel forever;
-    `umount -f` on a FUSE mount aborts the connection, so every pending and
-    later request fails with ENOTCONN and the checks end as failures.
-    """
-
-    def __init__(self, mnt, seconds):
-        self.mnt, self.fired = mnt, False
-        self.timer = threading.Timer(seconds, self._fire)
-        self.timer.daemon = True
-
-    def _fire(self):
-        self.fired = True
-        run_capture(["umount", "-f", self.mnt], UMOUNT_TIMEOUT)
-        run_capture(["fusermount3", "-u", "-z", self.mnt], UMOUNT_TIMEOUT)
-
-    def __enter__(self):
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.timer.cancel()
-        # If it already fired, let the abort and lazy unmount finish before
-        # anyone looks at the mount; otherwise this returns at once.
-        self.timer.join()
-        return False
-
-
-def skip_reason(ckptfs, fixtures):
-    if not ckptfs or not os.access(ckptfs, os.X_OK):
-        return "CKPTFS (%r) is not an executable" % ckptfs
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse is missing"
-    if not fixtures or not os.path.isdir(fixtures):
-        return "FIXTURES (%r) is not a directory" % fixtures
-    for tool in ("fusermount3",):
-        if not any(os.access(os.path.join(d, tool), os.X_OK)
-                   for d in os.environ.get("PATH", "/usr/bin:/bin").split(":")):
-            return "%s not found" % tool
-    return None
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
+                         unmount)
 
 # ---------------------------------------------------------------------------
 # Checks

@@ -83,11 +83,15 @@ int main(void) {
         all += ckpt_dtype_parse(spellings[i], strlen(spellings[i]), &dt) &&
                strcmp(ckpt_dtype_info_of(dt)->name, spellings[i]) == 0;
     is_u64(all, 22, "all 22 safetensors dtype spellings round-trip");
-    ok(!ckpt_dtype_parse("f32", 3, &dt) && !ckpt_dtype_parse("F128", 4, &dt) &&
-           !ckpt_dtype_parse("C128", 4, &dt),
-       "lowercase, F128 and C128 are not dtypes");
-    ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->bits == 4, "F4 is 4 bits");
-    ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->bits == 6, "F6 is 6 bits");
+    ok(!ckpt_dtype_parse("f32", 3, &dt) && !ckpt_dtype_parse("F128", 4, &dt),
+       "lowercase and F128 are not dtypes");
+    ok(ckpt_dtype_parse("C128", 4, &dt) && !ckpt_dtype_info_of(dt)->safetensors,
+       "C128 exists for torch but is not a safetensors dtype");
+    ok(ckpt_dtype_parse("Q4_K", 4, &dt) && ckpt_dtype_info_of(dt)->block == 256 &&
+           ckpt_dtype_info_of(dt)->block_bytes == 144,
+       "Q4_K: 256 elements in 144 bytes");
+    ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->block == 2 && ckpt_dtype_info_of(dt)->block_bytes == 1, "F4 packs 2 elements per byte");
+    ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->block == 4 && ckpt_dtype_info_of(dt)->block_bytes == 3, "F6 packs 4 elements in 3 bytes");
     ok(ckpt_dtype_parse("BF16", 4, &dt) && !ckpt_dtype_info_of(dt)->numpy,
        "BF16 has no numpy dtype");
     ok(ckpt_dtype_parse("C64", 3, &dt) && strcmp(ckpt_dtype_info_of(dt)->numpy, "<c8") == 0,
