@@ -24,6 +24,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
+CORE_LIBS   := -lcbor -lz
 
 CORE_SRC := $(wildcard core/*.c core/formats/*.c)
 FS_SRC   := $(wildcard fs/*.c)
@@ -46,18 +47,19 @@ $(B)/libckpt.a: $(CORE_OBJ)
 	ar rcs $@ $^
 
 $(B)/ckptfs: $(FS_OBJ) $(B)/libckpt.a
-	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) -lpthread
+	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) $(CORE_LIBS) -lpthread
 
 $(B)/unit/%.t: tests/unit/%.c tests/unit/tap.h $(B)/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a
+	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a $(CORE_LIBS)
 
 $(B)/bench/passthrough: tests/bench/passthrough.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -o $@ $< $(FUSE_LIBS) -lpthread
 
 # Debian packages the build, the tests and the demo need; installed only when missing.
-DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 python3 python3-numpy perl attr
+DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev python3 python3-numpy \
+            perl attr
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -69,9 +71,14 @@ deps:
 	fi
 
 fixtures: $(FIXTURES)/.done
+# safetensors fixtures live at the top of $(FIXTURES); every other tests/gen/NAME_fixtures.py
+# writes into $(FIXTURES)/NAME.
 $(FIXTURES)/.done: $(wildcard tests/gen/*.py)
 	@mkdir -p $(FIXTURES)
 	$(PYTHON) tests/gen/safetensors_fixtures.py $(FIXTURES)
+	@for g in $(filter-out tests/gen/safetensors_fixtures.py,$(wildcard tests/gen/*_fixtures.py)); do \
+	  n=$$(basename $$g _fixtures.py); echo "$(PYTHON) $$g $(FIXTURES)/$$n"; \
+	  $(PYTHON) $$g $(FIXTURES)/$$n || exit 1; done
 	@touch $@
 
 test: $(B)/ckptfs $(UNIT_BIN) fixtures

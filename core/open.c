@@ -6,7 +6,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const ckpt_format *const formats[] = {&format_safetensors};
+static const ckpt_format *const formats[] = {
+    &format_gguf,     &format_torch_zip, &format_gptrs,
+    &format_burnpack, &format_lwt,       &format_safetensors,
+};
 
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
@@ -34,7 +37,7 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     if (!f)
         return ckpt_fail(err, -EPROTONOSUPPORT,
                          "%s: not a checkpoint format ckptfs knows (first "
-                         "bytes do not match safetensors)",
+                         "bytes match none of safetensors, GGUF, torch zip, gpt-rs, Burnpack, LightwatchAI2)",
                          path);
     cat->format = f->name;
     return f->load(cat, src, err);

@@ -15,7 +15,17 @@ typedef struct ckpt_format {
     int (*load)(ckpt_catalog *cat, uint32_t source, ckpt_err *err);
 } ckpt_format;
 
+/* Every decoder, in probe order (open.c). A decoder's load() may register more sources (the
+ * other parts of a split file) with catalog_add_source. It must check every length, offset and
+ * count against the file before use and name the file, the field and the byte offset in its
+ * error messages. Format-level metadata goes to catalog_add_doc (one JSON value per key of
+ * .ckptfs/metadata.json); per-tensor format fields go to catalog_set_extra. */
 extern const ckpt_format format_safetensors;
+extern const ckpt_format format_gguf;
+extern const ckpt_format format_torch_zip;
+extern const ckpt_format format_gptrs;
+extern const ckpt_format format_burnpack;
+extern const ckpt_format format_lwt;
 
 /* A Hugging Face model directory (single file or index + shards). */
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
