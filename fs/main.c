@@ -246,7 +246,8 @@ int main(int argc, char **argv) {
         loop = fuse_session_loop_mt(se, cfg);
         fuse_loop_cfg_destroy(cfg);
     }
-    status = loop == 0 ? 0 : EXIT_MOUNT;
+    /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
+    status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
     if (have_ready) pthread_join(ready, NULL);
 out_unmount:
     fuse_session_unmount(se);
