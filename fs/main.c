@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -24,6 +25,8 @@ typedef struct options {
     int splice;
     unsigned max_threads;
     double timeout;
+    char *view;           /* "tree" (default) or "hf" */
+    char *max_shard_size; /* as given, e.g. "5GB" */
     int foreground, debug, single, help, version, allow_other;
     int extra_args; /* positional arguments beyond the two expected */
 } options;
@@ -38,6 +41,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("nosplice", splice, 0),
     OPT("max_threads=%u", max_threads, 0),
     OPT("timeout=%lf", timeout, 0),
+    OPT("view=%s", view, 0),
+    OPT("max_shard_size=%s", max_shard_size, 0),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -67,12 +72,40 @@ static void usage(FILE *out) {
             "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
             "  max_threads=N      worker threads (default 8)\n"
             "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
+            "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
+            "                     shards + index) at the root instead of .ckptfs/hf/\n"
+            "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
             "  allow_other        let other users in (with default_permissions)\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
             "Unmount with: fusermount3 -u MOUNTPOINT\n"
             "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
             "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
+}
+
+/* Sizes as huggingface_hub writes them: "5GB" = 5 * 10^9, "2GiB" = 2 * 2^30; NULL keeps *out. */
+static int parse_size(const char *text, uint64_t *out) {
+    if (!text) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || v < 0) return -1;
+    static const struct {
+        const char *unit;
+        double scale;
+    } units[] = {{"", 1},        {"B", 1},       {"KB", 1e3},         {"MB", 1e6},
+                 {"GB", 1e9},    {"TB", 1e12},   {"KiB", 1024.0},     {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"K", 1e3}, {"M", 1e6},
+                 {"G", 1e9}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+        if (strcasecmp(end, units[i].unit) == 0) {
+            double bytes = v * units[i].scale;
+            if (bytes >= 18446744073709551615.0) return -1;
+            *out = (uint64_t)bytes;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -175,6 +208,8 @@ int main(int argc, char **argv) {
     int status = EXIT_USAGE;
     char mnt[PATH_MAX];
     ckpt_err err = {{0}};
+    ckpt_hfview view = {0};
+    uint64_t max_shard = CKPT_HF_MAX_SHARD_DEFAULT;
 
     if (fuse_opt_parse(&args, &o, option_spec, on_option) != 0) goto out;
     if (o.help || o.version) {
@@ -201,7 +236,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         goto out;
     }
-    if (tree_build(&fs.tr, fs.cat, &err) != 0) {
+    if (parse_size(o.max_shard_size, &max_shard) != 0) {
+        fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
+                o.max_shard_size);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    bool hf_root = false;
+    if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
+        fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (ckpt_hfview_build(fs.cat, max_shard, &view, &err) != 0 ||
+        tree_build(&fs.tr, fs.cat, &view, hf_root, &err) != 0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
         goto out;
     }
@@ -260,7 +308,10 @@ out:
     fuse_opt_free_args(&args);
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
     tree_free(&fs.tr);
+    ckpt_hfview_free(&view);
     ckpt_close(fs.cat);
+    free(o.view);
+    free(o.max_shard_size);
     free(o.source);
     free(o.mountpoint);
     return status;

@@ -57,6 +57,8 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         return cat->tensors[n->ref].nbytes;
     case NODE_AUX:
         return cat->sources[n->ref].size;
+    case NODE_VIEW:
+        return fs->tr.view->files[n->ref].vf.size;
     case NODE_DOC: {
         size_t len;
         return get_doc(fs, n->ref, &len) ? len : 0;
@@ -304,6 +306,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         break;
     }
     case NODE_DOC:
+    case NODE_VIEW:
         break;
     }
     fi->keep_cache = 1;
@@ -329,6 +332,8 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
     switch (n->kind) {
     case NODE_TENSOR:
         return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
+    case NODE_VIEW:
+        return ckpt_vfile_plan(&fs->tr.view->files[n->ref].vf, off, len, seg, cap, done);
     case NODE_AUX: {
         uint64_t size = cat->sources[n->ref].size;
         if (off >= size) return 0;

@@ -3,6 +3,7 @@
 #include "../core/hashmap.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,31 +97,37 @@ static int link_children(tree *tr, ckpt_err *err) {
     return 0;
 }
 
-int tree_build(tree *tr, const ckpt_catalog *cat, ckpt_err *err) {
+int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
+               ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cat = cat;
+    tr->view = view;
     builder b = {.tr = tr};
     size_t expect = 2 * cat->ntensors + cat->naux + DOC_COUNT + 8;
     if (!hm_init(&b.dirs, expect)) return ckpt_fail(err, -ENOMEM, "out of memory");
-    b.owned = calloc(cat->naux + 1, sizeof *b.owned);
+    size_t nview = view ? view->nfiles : 0;
+    b.owned = calloc(cat->naux + nview + 1, sizeof *b.owned);
+    const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
     uint32_t root;
     int rc = b.owned ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
-    for (size_t i = 0; !rc && i < cat->ntensors; i++) {
+    for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
     }
     for (int d = 0; !rc && d < DOC_COUNT; d++) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
-    for (size_t i = 0; !rc && i < cat->naux; i++) {
-        size_t len = strlen(cat->aux[i].name);
-        char *p = malloc(len + 13);
+    for (size_t i = 0; !rc && i < cat->naux + nview; i++) {
+        bool aux = i < cat->naux;
+        const char *name = aux ? cat->aux[i].name : view->files[i - cat->naux].name;
+        size_t len = strlen(hf_dir) + strlen(name);
+        char *p = malloc(len + 1);
         if (!p) {
             rc = -ENOMEM;
             break;
         }
-        memcpy(p, ".ckptfs/hf/", 11);
-        memcpy(p + 11, cat->aux[i].name, len + 1);
+        snprintf(p, len + 1, "%s%s", hf_dir, name);
         b.owned[b.nowned++] = p;
-        rc = add_path(&b, p, NODE_AUX, cat->aux[i].source);
+        rc = add_path(&b, p, aux ? NODE_AUX : NODE_VIEW,
+                      aux ? cat->aux[i].source : i - cat->naux);
     }
     hm_free(&b.dirs);
     if (rc) {

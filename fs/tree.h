@@ -4,6 +4,7 @@
 #define CKPTFS_TREE_H
 
 #include "../core/ckpt.h"
+#include "../core/hfview.h"
 
 #include <stdatomic.h>
 
@@ -13,6 +14,7 @@ typedef enum {
     NODE_SIDECAR, /* JSON about tensors[ref] */
     NODE_DOC,     /* generated document number ref (enum tree_doc) */
     NODE_AUX,     /* a source file shown as-is: sources[ref] */
+    NODE_VIEW,    /* a synthesized file of the HF view: view->files[ref] */
 } node_kind;
 
 enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_COUNT };
@@ -30,6 +32,7 @@ typedef struct node {
 
 typedef struct tree {
     const ckpt_catalog *cat;
+    const ckpt_hfview *view;
     node *nodes;
     size_t nnodes;
     uint32_t *children;    /* node indexes, sorted by name within each directory */
@@ -38,7 +41,10 @@ typedef struct tree {
     size_t nowned;
 } tree;
 
-int tree_build(tree *tr, const ckpt_catalog *cat, ckpt_err *err);
+/* The HF view's files go to .ckptfs/hf/, or with hf_root to the root in place of the tensor
+ * tree (.ckptfs/ keeps the summary, metadata and table). */
+int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
+               ckpt_err *err);
 void tree_free(tree *tr);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);

@@ -1,0 +1,27 @@
+/* The Hugging Face layout view of a catalog (see hfview.c). */
+#ifndef CKPT_HFVIEW_H
+#define CKPT_HFVIEW_H
+
+#include "ckpt.h"
+
+typedef struct ckpt_hfview_file {
+    char name[64]; /* model.safetensors, model-00001-of-00002.safetensors, the index */
+    ckpt_vfile vf;
+    char *owned;   /* the synthesized header or index text */
+} ckpt_hfview_file;
+
+typedef struct ckpt_hfview {
+    ckpt_hfview_file *files;
+    size_t nfiles;
+    size_t skipped_dtype;      /* tensors whose dtype safetensors cannot hold */
+    size_t skipped_incomplete; /* tensors with holes */
+} ckpt_hfview;
+
+#define CKPT_HF_MAX_SHARD_DEFAULT 5000000000ull /* huggingface_hub's "5GB" */
+
+/* max_shard_size 0 = never split. */
+int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
+                      ckpt_err *err);
+void ckpt_hfview_free(ckpt_hfview *v);
+
+#endif
