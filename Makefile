@@ -81,9 +81,15 @@ $(FIXTURES)/.done: $(wildcard tests/gen/*.py)
 	  $(PYTHON) $$g $(FIXTURES)/$$n || exit 1; done
 	@touch $@
 
+# Under SANITIZE=1 the daemons detach from the terminal, so sanitizer reports go to log files
+# that fail the run when any appears.
+SANLOG := $(abspath $(B))/sanitizer-logs
 test: $(B)/ckptfs $(UNIT_BIN) fixtures
+	@rm -rf $(SANLOG); mkdir -p $(SANLOG)
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
-	  prove -v --timer $(UNIT_BIN) tests/t/*.t
+	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
+	  prove --timer $(UNIT_BIN) tests/t/*.t
+	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
 
 check: deps
 	$(MAKE) test
