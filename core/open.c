@@ -3,6 +3,8 @@
 #include "formats/formats.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -50,15 +52,19 @@ int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
         int e = errno;
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
     }
-    ckpt_catalog *cat = catalog_new(path, "unknown");
+    /* Absolute paths: the daemon changes directory, and a replaced source is detected by
+     * looking its path up again. */
+    char abs[PATH_MAX];
+    if (!realpath(path, abs)) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    }
+    ckpt_catalog *cat = catalog_new(abs, "unknown");
     if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
     int rc;
-    if (S_ISDIR(st.st_mode))
-        rc = hf_dir_load(cat, err);
-    else if (S_ISREG(st.st_mode))
-        rc = open_file(cat, path, err);
-    else
-        rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+    if (S_ISDIR(st.st_mode)) rc = hf_dir_load(cat, err);
+    else if (S_ISREG(st.st_mode)) rc = open_file(cat, abs, err);
+    else rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
     if (!rc) rc = catalog_finish(cat, err);
     if (rc) {
         ckpt_close(cat);

@@ -249,11 +249,19 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     readdir_common(req, ino, size, off, true);
 }
 
-/* A source replaced or truncated under the mount must give EIO, never other bytes. */
+/* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
     struct stat st;
     return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == s->size &&
            st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
+}
+
+/* On open, also notice a source replaced by another file under the same name: the open
+ * descriptor would still serve the old bytes, which no longer match what the path holds. */
+static bool source_current(const ckpt_source *s) {
+    struct stat st;
+    return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
+           st.st_ino == s->ino;
 }
 
 typedef struct open_doc {
@@ -281,7 +289,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     case NODE_TENSOR: {
         const ckpt_tensor *t = &cat->tensors[n->ref];
         for (uint32_t k = 0; k < t->npieces; k++) {
-            if (!source_unchanged(&cat->sources[t->pieces[k].source])) {
+            if (!source_current(&cat->sources[t->pieces[k].source])) {
                 fuse_reply_err(req, EIO);
                 return;
             }
@@ -289,7 +297,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         break;
     }
     case NODE_AUX:
-        if (!source_unchanged(&cat->sources[n->ref])) {
+        if (!source_current(&cat->sources[n->ref])) {
             fuse_reply_err(req, EIO);
             return;
         }
