@@ -254,9 +254,15 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
                              cat->root, SHOWN(t->name_len), t->name);
         }
     }
+    size_t incomplete = 0;
     for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
         rc = piece_index_build(cat, &cat->tensors[i], err);
         if (rc) return rc;
+        if (t->incomplete && incomplete++ < 10)
+            catalog_warn(cat, "tensor \"%.*s\" is incomplete: part of it is in no file (reads "
+                         "there fail with EIO)", SHOWN(t->name_len), t->name);
     }
+    if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
     return treepath_assign(cat, err);
 }

@@ -45,6 +45,15 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     return f->load(cat, src, err);
 }
 
+static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
+    if (hf_dir_probe(cat->root)) return hf_dir_load(cat, err);
+    if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
+    return ckpt_fail(err, -ENOENT,
+                     "%s: no checkpoint in this directory (looked for model.safetensors, "
+                     "model.safetensors.index.json, DCP shards shard-*-model-*.safetensors)",
+                     cat->root);
+}
+
 int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
     *out = NULL;
     struct stat st;
@@ -62,7 +71,7 @@ int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
     ckpt_catalog *cat = catalog_new(abs, "unknown");
     if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
     int rc;
-    if (S_ISDIR(st.st_mode)) rc = hf_dir_load(cat, err);
+    if (S_ISDIR(st.st_mode)) rc = open_dir(cat, err);
     else if (S_ISREG(st.st_mode)) rc = open_file(cat, abs, err);
     else rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
     if (!rc) rc = catalog_finish(cat, err);

@@ -27,8 +27,12 @@ extern const ckpt_format format_gptrs;
 extern const ckpt_format format_burnpack;
 extern const ckpt_format format_lwt;
 
-/* A Hugging Face model directory (single file or index + shards). */
+/* Directory formats, tried in this order by ckpt_open: a Hugging Face model directory (single
+ * file or index + shards), then a DCP checkpoint with HuggingFace storage. */
+bool hf_dir_probe(const char *dir);
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
+bool dcp_hf_probe(const char *dir);
+int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err);
 
 /* pread of exactly len bytes, or an error naming the file, what was read and where. */
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,

@@ -237,6 +237,16 @@ out:
     return rc;
 }
 
+bool hf_dir_probe(const char *dir) {
+    char path[PATH_MAX];
+    const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
+    for (size_t i = 0; i < 2; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path &&
+            is_file(path))
+            return true;
+    return false;
+}
+
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     char path[PATH_MAX];
     int rc;

@@ -3,7 +3,7 @@
  * tensors sorted by data_offsets must tile the data section with no gap, overlap or trailing
  * byte; each byte length must equal numel x dtype bits / 8. Unknown dtypes are refused, as the
  * reference reader does, because their element size (and so their extent) is unknown. */
-#include "formats.h"
+#include "safetensors.h"
 
 #include "../json.h"
 #include "../strbuf.h"
@@ -15,13 +15,7 @@
 
 enum { HEADER_LIMIT = 100000000 };
 
-typedef struct entry {
-    const json_value *v; /* the tensor's object */
-    ckpt_dtype dtype;
-    uint32_t ndim;
-    uint64_t shape[CKPT_MAX_DIMS];
-    uint64_t begin, end;
-} entry;
+
 
 static uint64_t le64(const unsigned char *p) {
     uint64_t v = 0;
@@ -54,8 +48,10 @@ static int bad(ctx *c, const json_value *t, size_t pos, const char *what) {
                      SHOWN(t->key_len), t->key, what, AT(pos));
 }
 
-static int parse_entry(ctx *c, const json_value *t, entry *e) {
+static int parse_entry(ctx *c, const json_value *t, st_entry *e) {
     e->v = t;
+    e->name = t->key;
+    e->name_len = t->key_len;
     if (t->type != JSON_OBJECT) return bad(c, t, t->pos, "entry is not a JSON object");
     const json_value *dt = json_member(t, "dtype");
     const json_value *shape = json_member(t, "shape");
@@ -92,41 +88,56 @@ static int parse_entry(ctx *c, const json_value *t, entry *e) {
 }
 
 static int entry_cmp(const void *a, const void *b) {
-    const entry *x = a, *y = b;
+    const st_entry *x = a, *y = b;
     if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static int add_metadata(ckpt_catalog *cat, ctx *c, const json_value *m) {
+static int check_metadata(ctx *c, const json_value *m) {
     if (m->type == JSON_NULL) return 0;
     if (m->type != JSON_OBJECT)
         return ckpt_fail(c->err, -EINVAL, "%s: __metadata__ is not an object (byte offset %llu)",
                          c->src->path, AT(m->pos));
-    strbuf sb;
-    sb_init(&sb);
-    sb_puts(&sb, "{\"__metadata__\": {");
-    for (const json_value *kv = m->head; kv; kv = kv->next) {
-        if (kv->type != JSON_STRING) {
-            sb_free(&sb);
+    for (const json_value *kv = m->head; kv; kv = kv->next)
+        if (kv->type != JSON_STRING)
             return ckpt_fail(c->err, -EINVAL,
                              "%s: __metadata__ value of \"%.*s\" is a %s, not a string (byte "
                              "offset %llu)",
                              c->src->path, SHOWN(kv->key_len), kv->key, json_type_name(kv->type),
                              AT(kv->pos));
-        }
+    return 0;
+}
+
+int safetensors_metadata_doc(ckpt_catalog *cat, uint32_t source, const st_header *h,
+                             ckpt_err *err) {
+    const json_value *m = h->metadata;
+    if (!m || m->type != JSON_OBJECT) return 0;
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\"__metadata__\": {");
+    for (const json_value *kv = m->head; kv; kv = kv->next) {
         if (kv != m->head) sb_puts(&sb, ", ");
         sb_json_str(&sb, kv->key, kv->key_len);
         sb_puts(&sb, ": ");
         sb_json_str(&sb, kv->str, kv->len);
     }
     sb_puts(&sb, "}}");
-    int rc = sb.failed ? ckpt_fail(c->err, -ENOMEM, "out of memory")
-                       : catalog_add_doc(cat, c->src->relpath, sb.data, sb.len, c->err);
+    int rc = sb.failed ? ckpt_fail(err, -ENOMEM, "out of memory")
+                       : catalog_add_doc(cat, cat->sources[source].relpath, sb.data, sb.len, err);
     sb_free(&sb);
     return rc;
 }
 
-static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
+void safetensors_header_free(st_header *h) {
+    free(h->entries);
+    json_doc_free(&h->doc);
+    free(h->text);
+    memset(h, 0, sizeof *h);
+}
+
+int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h,
+                            ckpt_err *err) {
+    memset(h, 0, sizeof *h);
     const ckpt_source *src = &cat->sources[source];
     ctx c = {src, err};
     if (src->size < 8)
@@ -155,16 +166,18 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
         free(hdr);
         return rc;
     }
-    json_doc doc;
     json_error jerr;
-    rc = json_parse(&doc, hdr, hlen, &jerr);
+    h->text = hdr;
+    json_doc *doc = &h->doc;
+    rc = json_parse(doc, hdr, hlen, &jerr);
     if (rc) {
         free(hdr);
+        h->text = NULL;
         return ckpt_fail(err, rc, "%s: header JSON: %s (byte offset %llu)", src->path, jerr.msg,
                          AT(jerr.pos));
     }
-    entry *entries = NULL;
-    const json_value *root = doc.root;
+    st_entry *entries = NULL;
+    const json_value *root = doc->root;
     if (root->type != JSON_OBJECT) {
         rc = ckpt_fail(err, -EINVAL, "%s: header JSON is a%s %s, not an object (byte offset %llu)",
                        src->path, root->type == JSON_ARRAY ? "n" : "", json_type_name(root->type),
@@ -179,7 +192,8 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     size_t n = 0;
     for (const json_value *m = root->head; m; m = m->next) {
         if (m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0) {
-            if ((rc = add_metadata(cat, &c, m))) goto out;
+            if ((rc = check_metadata(&c, m))) goto out;
+            h->metadata = m;
             continue;
         }
         if ((rc = parse_entry(&c, m, &entries[n]))) goto out;
@@ -188,7 +202,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     qsort(entries, n, sizeof *entries, entry_cmp);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        const entry *e = &entries[i];
+        const st_entry *e = &entries[i];
         if (e->begin != at) {
             char msg[160];
             snprintf(msg, sizeof msg,
@@ -211,19 +225,30 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
                        at < data_len ? "trailing bytes" : "tensors run past the end of the file");
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        const entry *e = &entries[i];
-        size_t idx;
-        rc = catalog_add_tensor(cat, e->v->key, e->v->key_len, e->dtype, e->ndim, e->shape, &idx,
-                                err);
-        if (!rc)
-            rc = catalog_add_piece(cat, idx, source, data_start + e->begin, NULL, NULL, NULL, err);
-        if (rc) goto out;
-    }
+    for (size_t i = 0; i < n; i++) entries[i].offset = data_start + entries[i].begin;
+    h->entries = entries;
+    h->nentries = n;
+    h->data_start = data_start;
+    return 0;
 out:
     free(entries);
-    json_doc_free(&doc);
-    free(hdr);
+    h->entries = NULL;
+    safetensors_header_free(h);
+    return rc;
+}
+
+static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
+    st_header h;
+    int rc = safetensors_read_header(cat, source, &h, err);
+    if (rc) return rc;
+    for (size_t i = 0; !rc && i < h.nentries; i++) {
+        const st_entry *e = &h.entries[i];
+        size_t idx;
+        rc = catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, e->shape, &idx, err);
+        if (!rc) rc = catalog_add_piece(cat, idx, source, e->offset, NULL, NULL, NULL, err);
+    }
+    if (!rc) rc = safetensors_metadata_doc(cat, source, &h, err);
+    safetensors_header_free(&h);
     return rc;
 }
 

@@ -1,0 +1,262 @@
+/* PyTorch DCP checkpoints saved with HuggingFace storage: a directory of safetensors files
+ * (shard-0000R-model-0000i-of-0000N.safetensors) whose __metadata__.DCP_SHARDING_INFO maps each
+ * tensor to the global origin ("saved_offsets") of the chunk the file holds. Every tensor is
+ * shown once, with its full shape (per dimension the max of offset + chunk size), assembled
+ * from its chunks by the extent planner. Like torch's reader, every *.safetensors file of the
+ * directory is read; a file without DCP_SHARDING_INFO holds whole tensors (offsets 0). */
+#include "safetensors.h"
+
+#include "../hashmap.h"
+#include "../strbuf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static bool is_shard_name(const char *name) {
+    unsigned r, i, n;
+    int end = 0;
+    return sscanf(name, "shard-%5u-model-%5u-of-%5u.safetensors%n", &r, &i, &n, &end) == 3 &&
+           end > 0 && name[end] == '\0';
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The sorted *.safetensors names of dir (regular files only). */
+static int list_safetensors(const char *dir, char ***out, size_t *count, bool *any_shard) {
+    *out = NULL;
+    *count = 0;
+    *any_shard = false;
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!has_suffix(e->d_name, ".safetensors")) continue;
+        char path[PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
+            stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **p = realloc(names, cap * sizeof *p);
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            names = p;
+        }
+        if (!(names[n] = strdup(e->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        *any_shard |= is_shard_name(names[n]);
+        n++;
+    }
+    closedir(d);
+    if (rc) {
+        for (size_t i = 0; i < n; i++) free(names[i]);
+        free(names);
+        return rc;
+    }
+    if (n > 1) qsort(names, n, sizeof *names, name_cmp);
+    *out = names;
+    *count = n;
+    return 0;
+}
+
+static void free_names(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* The directory holding the shards: DIR itself, or DIR/sharded (torch with consolidation). */
+static bool shard_dir(const char *dir, char *out, size_t cap) {
+    char **names;
+    size_t n;
+    bool any;
+    for (int sub = 0; sub < 2; sub++) {
+        int w = snprintf(out, cap, sub ? "%s/sharded" : "%s", dir);
+        if (w < 0 || (size_t)w >= cap) return false;
+        if (list_safetensors(out, &names, &n, &any) != 0) continue;
+        free_names(names, n);
+        if (any) return true;
+    }
+    return false;
+}
+
+bool dcp_hf_probe(const char *dir) {
+    char where[PATH_MAX];
+    return shard_dir(dir, where, sizeof where);
+}
+
+typedef struct dcp_ctx {
+    ckpt_catalog *cat;
+    hashmap tensors; /* name -> catalog tensor index */
+    size_t sharded_tensors;
+    ckpt_err *err;
+} dcp_ctx;
+
+/* The saved_offsets of one tensor from a file's parsed DCP_SHARDING_INFO. */
+static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *info,
+                        const st_entry *e, uint64_t *origin) {
+    memset(origin, 0, sizeof(uint64_t) * CKPT_MAX_DIMS);
+    if (!info) return 0;
+    const json_value *t = NULL;
+    for (const json_value *m = info->head; m && !t; m = m->next)
+        if (m->key_len == e->name_len && memcmp(m->key, e->name, e->name_len) == 0) t = m;
+    if (!t)
+        return ckpt_fail(c->err, -EINVAL,
+                         "%s: tensor \"%.*s\" has no entry in DCP_SHARDING_INFO (header byte "
+                         "offset %zu)",
+                         src->path, SHOWN(e->name_len), e->name, 8 + e->v->pos);
+    const json_value *so = json_member(t, "saved_offsets");
+    uint32_t k = 0;
+    if (so && so->type == JSON_ARRAY && so->count == e->ndim)
+        for (const json_value *v = so->head; v && json_as_u64(v, &origin[k]); v = v->next) k++;
+    if (!so || so->type != JSON_ARRAY || so->count != e->ndim || k != e->ndim)
+        return ckpt_fail(c->err, -EINVAL,
+                         "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets must be %u "
+                         "non-negative integers",
+                         src->path, SHOWN(e->name_len), e->name, e->ndim);
+    return 0;
+}
+
+static int add_chunk(dcp_ctx *c, uint32_t source, const st_entry *e, const uint64_t *origin) {
+    ckpt_catalog *cat = c->cat;
+    const ckpt_source *src = &cat->sources[source];
+    uint64_t end[CKPT_MAX_DIMS];
+    for (uint32_t d = 0; d < e->ndim; d++)
+        if (__builtin_add_overflow(origin[d], e->shape[d], &end[d]))
+            return ckpt_fail(c->err, -EOVERFLOW,
+                             "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets + shape overflow on "
+                             "dim %u",
+                             src->path, SHOWN(e->name_len), e->name, d);
+    const hm_entry *h = hm_get(&c->tensors, e->name, e->name_len);
+    size_t idx;
+    if (!h) {
+        int rc = catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, end, &idx,
+                                    c->err);
+        if (rc) return rc;
+        bool added;
+        const ckpt_tensor *t = &cat->tensors[idx];
+        if (!hm_put(&c->tensors, t->name, t->name_len, idx, &added))
+            return ckpt_fail(c->err, -ENOMEM, "out of memory");
+    } else {
+        idx = h->value;
+        ckpt_tensor *t = &cat->tensors[idx];
+        if (t->dtype != e->dtype || t->ndim != e->ndim)
+            return ckpt_fail(c->err, -EINVAL,
+                             "%s: tensor \"%.*s\" is %s with %u dims here but %s with %u dims in "
+                             "another shard (dtype/dims mismatch)",
+                             src->path, SHOWN(e->name_len), e->name,
+                             ckpt_dtype_info_of(e->dtype)->name, e->ndim,
+                             ckpt_dtype_info_of(t->dtype)->name, t->ndim);
+        for (uint32_t d = 0; d < e->ndim; d++)
+            if (end[d] > t->shape[d]) t->shape[d] = end[d];
+    }
+    return catalog_add_piece(cat, idx, source, e->offset, origin, e->shape, NULL, c->err);
+}
+
+/* metadata.json keeps each file's __metadata__ but only counts DCP_SHARDING_INFO's entries:
+ * it repeats the header and can be megabytes. */
+static int metadata_doc(dcp_ctx *c, uint32_t source, const st_header *h, const json_value *info) {
+    if (!h->metadata || h->metadata->type != JSON_OBJECT) return 0;
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\"__metadata__\": {");
+    bool first = true;
+    for (const json_value *kv = h->metadata->head; kv; kv = kv->next) {
+        if (!first) sb_puts(&sb, ", ");
+        first = false;
+        sb_json_str(&sb, kv->key, kv->key_len);
+        sb_puts(&sb, ": ");
+        if (info && kv->key_len == 17 && memcmp(kv->key, "DCP_SHARDING_INFO", 17) == 0)
+            sb_printf(&sb, "\"<%u entries>\"", info->count);
+        else sb_json_str(&sb, kv->str, kv->len);
+    }
+    sb_puts(&sb, "}}");
+    int rc = sb.failed ? ckpt_fail(c->err, -ENOMEM, "out of memory")
+                       : catalog_add_doc(c->cat, c->cat->sources[source].relpath, sb.data, sb.len,
+                                         c->err);
+    sb_free(&sb);
+    return rc;
+}
+
+static int load_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const char *name) {
+    char path[PATH_MAX], rel[PATH_MAX];
+    int w1 = snprintf(path, sizeof path, "%s/%s", dir, name);
+    int w2 = snprintf(rel, sizeof rel, "%s%s", rel_prefix, name);
+    if (w1 < 0 || w1 >= (int)sizeof path || w2 < 0 || w2 >= (int)sizeof rel)
+        return ckpt_fail(c->err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    uint32_t source;
+    int rc = catalog_add_source(c->cat, path, rel, &source, c->err);
+    if (rc) return rc;
+    st_header h;
+    if ((rc = safetensors_read_header(c->cat, source, &h, c->err))) return rc;
+    const ckpt_source *src = &c->cat->sources[source];
+    const json_value *raw = json_member(h.metadata, "DCP_SHARDING_INFO");
+    json_doc info_doc = {0};
+    const json_value *info = NULL;
+    if (raw) {
+        json_error jerr;
+        rc = json_parse(&info_doc, raw->str, raw->len, &jerr);
+        if (rc)
+            rc = ckpt_fail(c->err, rc, "%s: DCP_SHARDING_INFO is not valid JSON: %s (at %zu)",
+                           src->path, jerr.msg, jerr.pos);
+        else if ((info = info_doc.root)->type != JSON_OBJECT)
+            rc = ckpt_fail(c->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object",
+                           src->path);
+        c->sharded_tensors += info ? info->count : 0;
+    }
+    for (size_t i = 0; !rc && i < h.nentries; i++) {
+        uint64_t origin[CKPT_MAX_DIMS];
+        rc = chunk_origin(c, src, info, &h.entries[i], origin);
+        if (!rc) rc = add_chunk(c, source, &h.entries[i], origin);
+    }
+    if (!rc) rc = metadata_doc(c, source, &h, info);
+    if (raw) json_doc_free(&info_doc);
+    safetensors_header_free(&h);
+    return rc;
+}
+
+int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
+    char where[PATH_MAX];
+    if (!shard_dir(cat->root, where, sizeof where))
+        return ckpt_fail(err, -ENOENT, "%s: no DCP shard files (shard-*-model-*.safetensors)",
+                         cat->root);
+    const char *rel_prefix = strcmp(where, cat->root) == 0 ? "" : "sharded/";
+    char **names;
+    size_t n;
+    bool any;
+    int rc = list_safetensors(where, &names, &n, &any);
+    if (rc) return ckpt_fail(err, rc, "%s: %s", where, strerror(-rc));
+    cat->format = "dcp-hf";
+    dcp_ctx c = {.cat = cat, .err = err};
+    if (!hm_init(&c.tensors, 1024)) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) rc = load_file(&c, where, rel_prefix, names[i]);
+    /* Shapes grew while chunks arrived: recompute sizes with overflow checks. */
+    for (size_t i = 0; !rc && i < cat->ntensors; i++) {
+        ckpt_tensor *t = &cat->tensors[i];
+        if (!shape_nbytes(t->shape, t->ndim, t->dtype, &t->numel, &t->nbytes))
+            rc = ckpt_fail(err, -EOVERFLOW, "%s: tensor \"%.*s\": assembled shape overflows",
+                           cat->root, SHOWN(t->name_len), t->name);
+    }
+    hm_free(&c.tensors);
+    free_names(names, n);
+    return rc;
+}
