@@ -164,6 +164,11 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
     return 0;
 }
 
+int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, ckpt_err *err) {
+    cat->tensors[index].prefix = arena_strdup(&cat->priv->mem, prefix);
+    return cat->tensors[index].prefix ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+}
+
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err) {
     cat->tensors[index].extra_json = arena_strdup(&cat->priv->mem, json_members);
     return cat->tensors[index].extra_json ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
@@ -209,8 +214,14 @@ int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
     return 0;
 }
 
+/* Model tensors first, then per-rank trees by prefix; by name within each. */
 static int name_cmp(const void *a, const void *b) {
     const ckpt_tensor *x = a, *y = b;
+    if (x->prefix != y->prefix) {
+        if (!x->prefix || !y->prefix) return x->prefix ? 1 : -1;
+        int c = strcmp(x->prefix, y->prefix);
+        if (c) return c;
+    }
     size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
     int c = memcmp(x->name, y->name, n);
     if (c) return c;

@@ -134,6 +134,8 @@ typedef struct ckpt_tensor {
     ckpt_piece_index *index;  /* built by ckpt_catalog_finish for multi-piece tensors */
     bool incomplete;          /* some elements are covered by no piece */
     const char *extra_json;   /* format-specific sidecar members: `"k": v, ...` or NULL */
+    const char *prefix;       /* NULL, or a tree outside the model (".ckptfs/ranks/1/") for
+                                 per-rank copies; such tensors stay out of views and totals */
     const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
     const char *sidecar_path; /* where it shows the .json sidecar */
 } ckpt_tensor;
@@ -151,6 +153,12 @@ typedef struct ckpt_aux_file {
     uint32_t source;
 } ckpt_aux_file;
 
+/* What the user can say about decoding (mount -o options). */
+typedef struct ckpt_options {
+    /* Tensor-parallel split dimensions, "GLOB:DIM[,GLOB:DIM...]" (fnmatch on tensor names). */
+    const char *tp_split;
+} ckpt_options;
+
 typedef struct ckpt_catalog ckpt_catalog;
 
 struct ckpt_catalog {
@@ -166,11 +174,12 @@ struct ckpt_catalog {
     size_t naux;
     char **warnings;
     size_t nwarnings;
+    ckpt_options opts;
     struct ckpt_catalog_private *priv;
 };
 
-/* Opens a checkpoint file or directory, chosen by content. */
-int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err);
+/* Opens a checkpoint file or directory, chosen by content. opts may be NULL. */
+int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err);
 void ckpt_close(ckpt_catalog *cat);
 
 /* ---- byte ranges of a tensor -> file segments ---- */

@@ -70,9 +70,14 @@ char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *l
 
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
     uint64_t params = 0, bytes = 0, by_dtype[CKPT_DTYPE_COUNT] = {0};
-    size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0;
+    size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0, model = 0, copies = 0;
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
+        if (t->prefix) {
+            copies++;
+            continue;
+        }
+        model++;
         params += t->numel;
         bytes += t->nbytes;
         by_dtype[t->dtype] += t->nbytes;
@@ -93,7 +98,7 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
         sb_putc(&sb, '}');
     }
     sb_printf(&sb, "%s],\n  \"tensor_count\": %zu,\n  \"parameter_count\": ",
-              cat->nsources ? "\n  " : "", cat->ntensors);
+              cat->nsources ? "\n  " : "", model);
     sb_u64(&sb, params);
     sb_puts(&sb, ",\n  \"total_bytes\": ");
     sb_u64(&sb, bytes);
@@ -107,8 +112,9 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
         sb_putc(&sb, '}');
         first = false;
     }
-    sb_printf(&sb, "%s},\n  \"incomplete_tensors\": %zu,\n  \"warnings\": [", first ? "" : "\n  ",
-              incomplete);
+    sb_printf(&sb, "%s},\n  \"incomplete_tensors\": %zu,\n", first ? "" : "\n  ", incomplete);
+    if (copies) sb_printf(&sb, "  \"per_rank_tensors\": %zu,\n", copies);
+    sb_puts(&sb, "  \"warnings\": [");
     for (size_t i = 0; i < cat->nwarnings; i++) {
         sb_puts(&sb, i ? ",\n    " : "\n    ");
         sb_json_str(&sb, cat->warnings[i], strlen(cat->warnings[i]));

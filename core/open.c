@@ -54,7 +54,7 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
                      cat->root);
 }
 
-int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
+int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err) {
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -70,6 +70,7 @@ int ckpt_open(const char *path, ckpt_catalog **out, ckpt_err *err) {
     }
     ckpt_catalog *cat = catalog_new(abs, "unknown");
     if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (opts) cat->opts = *opts;
     int rc;
     if (S_ISDIR(st.st_mode)) rc = open_dir(cat, err);
     else if (S_ISREG(st.st_mode)) rc = open_file(cat, abs, err);

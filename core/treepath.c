@@ -6,7 +6,8 @@
  *   a component longer than 255 bytes -> its first 200 bytes + %# + 16 hex digits of a hash.
  * Components never contain '.', so names with a '.' (sidecars "x.json", "x.raw") are ours.
  * Two names with the same path (a.b and a/b): in name order, the 2nd gets "%~2", the 3rd "%~3".
- * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw". */
+ * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw".
+ * Per-rank copies carry a prefix (".ckptfs/ranks/N/") put in front as it is. */
 #include "catalog.h"
 
 #include <errno.h>
@@ -71,6 +72,7 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         sb_clear(&sb);
+        if (t->prefix) sb_puts(&sb, t->prefix);
         escape_name(&sb, t->name, t->name_len);
         if (sb.failed || !(t->path = arena_memdup(mem, sb.data, sb.len))) {
             sb_free(&sb);

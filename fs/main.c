@@ -27,6 +27,7 @@ typedef struct options {
     double timeout;
     char *view;           /* "tree" (default) or "hf" */
     char *max_shard_size; /* as given, e.g. "5GB" */
+    char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
     int foreground, debug, single, help, version, allow_other;
     int extra_args; /* positional arguments beyond the two expected */
 } options;
@@ -43,6 +44,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("timeout=%lf", timeout, 0),
     OPT("view=%s", view, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
+    OPT("tp_split=%s", tp_split, 0),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -232,7 +234,8 @@ int main(int argc, char **argv) {
     fs.splice = o.splice != 0;
     fs.readahead_kb = o.readahead_kb;
     status = EXIT_SOURCE;
-    if (ckpt_open(o.source, &fs.cat, &err) != 0) {
+    ckpt_options copts = {.tp_split = o.tp_split};
+    if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         goto out;
     }
@@ -312,6 +315,7 @@ out:
     ckpt_close(fs.cat);
     free(o.view);
     free(o.max_shard_size);
+    free(o.tp_split);
     free(o.source);
     free(o.mountpoint);
     return status;
