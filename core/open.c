@@ -10,7 +10,7 @@
 
 static const ckpt_format *const formats[] = {
     &format_gguf,     &format_torch_zip, &format_gptrs,
-    &format_burnpack, &format_lwt,       &format_safetensors,
+    &format_burnpack, &format_lwt,       &format_safetensors, &format_mlfw_tp,
 };
 
 static const char *base_name(const char *path) {
@@ -48,9 +48,11 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     if (hf_dir_probe(cat->root)) return hf_dir_load(cat, err);
     if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
+    if (mlfw_tp_dir_probe(cat->root)) return mlfw_tp_dir_load(cat, err);
     return ckpt_fail(err, -ENOENT,
                      "%s: no checkpoint in this directory (looked for model.safetensors, "
-                     "model.safetensors.index.json, DCP shards shard-*-model-*.safetensors)",
+                     "model.safetensors.index.json, DCP shards shard-*-model-*.safetensors, "
+                     "MLFramework metadata.bin + shard_rank0.pt)",
                      cat->root);
 }
 

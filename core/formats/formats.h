@@ -5,7 +5,7 @@
 
 #include "../catalog.h"
 
-enum { PROBE_BYTES = 64 };
+enum { PROBE_BYTES = 512 };
 
 typedef struct ckpt_format {
     const char *name;
@@ -26,13 +26,17 @@ extern const ckpt_format format_torch_zip;
 extern const ckpt_format format_gptrs;
 extern const ckpt_format format_burnpack;
 extern const ckpt_format format_lwt;
+extern const ckpt_format format_mlfw_tp; /* no magic: probed last */
 
 /* Directory formats, tried in this order by ckpt_open: a Hugging Face model directory (single
- * file or index + shards), then a DCP checkpoint with HuggingFace storage. */
+ * file or index + shards), a DCP checkpoint with HuggingFace storage, an MLFramework
+ * tensor-parallel directory. */
 bool hf_dir_probe(const char *dir);
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
 bool dcp_hf_probe(const char *dir);
 int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err);
+bool mlfw_tp_dir_probe(const char *dir);
+int mlfw_tp_dir_load(ckpt_catalog *cat, ckpt_err *err);
 
 /* pread of exactly len bytes, or an error naming the file, what was read and where. */
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
