@@ -99,6 +99,7 @@ demo: deps $(B)/ckptfs
 
 bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
+	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 
 format:
 	clang-format -i $(CORE_SRC) $(FS_SRC) $(UNIT_SRC) $(wildcard core/*.h core/formats/*.h fs/*.h tests/unit/*.h)

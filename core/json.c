@@ -368,6 +368,12 @@ const char *json_type_name(json_type t) {
     return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 
+const char *json_type_desc(json_type t) {
+    static const char *names[] = {"null",     "false",    "true",     "a number",
+                                  "a string", "an array", "an object"};
+    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
 const json_value *json_member(const json_value *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
     size_t n = strlen(key);

@@ -54,6 +54,8 @@ int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err);
 void json_doc_free(json_doc *doc);
 
 const char *json_type_name(json_type t);
+/* "an object", "a string", "null": for messages. */
+const char *json_type_desc(json_type t);
 /* Member of an object by name, NULL if absent or v is not an object. */
 const json_value *json_member(const json_value *obj, const char *key);
 /* True if v is a JSON integer written without sign, fraction or exponent that fits in u64. */

@@ -33,6 +33,7 @@ char *sb_take(strbuf *sb, size_t *len) {
 void sb_clear(strbuf *sb) {
     sb->len = 0;
     sb->failed = false;
+    if (sb->data) sb->data[0] = '\0';
 }
 
 bool sb_reserve(strbuf *sb, size_t extra) {
@@ -56,10 +57,12 @@ bool sb_reserve(strbuf *sb, size_t extra) {
     return true;
 }
 
+/* data[len] is always NUL once anything was written, so data can be used as a C string. */
 void sb_put(strbuf *sb, const void *p, size_t n) {
     if (!n || !sb_reserve(sb, n)) return;
     memcpy(sb->data + sb->len, p, n);
     sb->len += n;
+    sb->data[sb->len] = '\0';
 }
 
 void sb_puts(strbuf *sb, const char *s) {
@@ -69,6 +72,7 @@ void sb_puts(strbuf *sb, const char *s) {
 void sb_putc(strbuf *sb, char c) {
     if (!sb_reserve(sb, 1)) return;
     sb->data[sb->len++] = c;
+    sb->data[sb->len] = '\0';
 }
 
 void sb_u64(strbuf *sb, uint64_t v) {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 typedef struct strbuf {
-    char *data;
+    char *data; /* NUL-terminated once anything was written */
     size_t len;
     size_t cap;
     bool failed; /* sticky: set on allocation failure, so callers check once at the end */

@@ -9,6 +9,13 @@
 
 #include "tree.h"
 
+/* A generated file held by an open handle. */
+typedef struct open_doc {
+    char *text;
+    size_t len;
+    struct open_doc *next, **prev;
+} open_doc;
+
 typedef struct ckptfs {
     ckpt_catalog *cat;
     tree tr;
@@ -17,11 +24,13 @@ typedef struct ckptfs {
     unsigned readahead_kb; /* 0 = keep the kernel's default */
     uid_t uid;
     gid_t gid;
-    pthread_mutex_t doc_lock; /* guards docs[] while they are built on first use */
+    pthread_mutex_t doc_lock; /* guards docs[] (built on first use) and open_docs */
+    open_doc *open_docs;
     char *docs[DOC_COUNT];
     size_t doc_len[DOC_COUNT];
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
+void ckptfs_free_open_docs(ckptfs *fs);
 
 #endif

@@ -95,9 +95,18 @@ static int parse_size(const char *text, uint64_t *out) {
     static const struct {
         const char *unit;
         double scale;
-    } units[] = {{"", 1},        {"B", 1},       {"KB", 1e3},         {"MB", 1e6},
-                 {"GB", 1e9},    {"TB", 1e12},   {"KiB", 1024.0},     {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"K", 1e3}, {"M", 1e6},
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"K", 1e3},
+                 {"M", 1e6},
                  {"G", 1e9}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
         if (strcasecmp(end, units[i].unit) == 0) {
@@ -310,6 +319,7 @@ out:
     report_ready(status ? (unsigned char)status : EXIT_MOUNT);
     fuse_opt_free_args(&args);
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
+    ckptfs_free_open_docs(&fs);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);

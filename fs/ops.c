@@ -264,10 +264,25 @@ static bool source_current(const ckpt_source *s) {
            st.st_ino == s->ino;
 }
 
-typedef struct open_doc {
-    char *text; /* owned for sidecars */
-    size_t len;
-} open_doc;
+/* Sidecars are generated per open; the list lets shutdown free those whose RELEASE never
+ * came (files still open at unmount). */
+static void track_open_doc(ckptfs *fs, open_doc *d) {
+    pthread_mutex_lock(&fs->doc_lock);
+    d->next = fs->open_docs;
+    d->prev = &fs->open_docs;
+    if (d->next) d->next->prev = &d->next;
+    fs->open_docs = d;
+    pthread_mutex_unlock(&fs->doc_lock);
+}
+
+void ckptfs_free_open_docs(ckptfs *fs) {
+    while (fs->open_docs) {
+        open_doc *d = fs->open_docs;
+        fs->open_docs = d->next;
+        free(d->text);
+        free(d);
+    }
+}
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
@@ -310,6 +325,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             fuse_reply_err(req, ENOMEM);
             return;
         }
+        track_open_doc(fs, d);
         fi->fh = (uintptr_t)d;
         break;
     }
@@ -325,6 +341,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)ino;
     open_doc *d = (open_doc *)(uintptr_t)fi->fh;
     if (d) {
+        pthread_mutex_lock(&fs_of(req)->doc_lock);
+        *d->prev = d->next;
+        if (d->next) d->next->prev = d->prev;
+        pthread_mutex_unlock(&fs_of(req)->doc_lock);
         free(d->text);
         free(d);
     }

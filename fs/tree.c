@@ -126,8 +126,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
         }
         snprintf(p, len + 1, "%s%s", hf_dir, name);
         b.owned[b.nowned++] = p;
-        rc = add_path(&b, p, aux ? NODE_AUX : NODE_VIEW,
-                      aux ? cat->aux[i].source : i - cat->naux);
+        rc = add_path(&b, p, aux ? NODE_AUX : NODE_VIEW, aux ? cat->aux[i].source : i - cat->naux);
     }
     hm_free(&b.dirs);
     if (rc) {

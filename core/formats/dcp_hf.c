@@ -111,46 +111,46 @@ typedef struct dcp_ctx {
     ckpt_err *err;
 } dcp_ctx;
 
-/* The saved_offsets of one tensor from a file's parsed DCP_SHARDING_INFO. */
+/* The saved_offsets of one tensor from a file's DCP_SHARDING_INFO (indexed by name). */
 static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *info,
-                        const st_entry *e, uint64_t *origin) {
+                        const hashmap *index, const st_entry *e, uint64_t *origin) {
     memset(origin, 0, sizeof(uint64_t) * CKPT_MAX_DIMS);
     if (!info) return 0;
-    const json_value *t = NULL;
-    for (const json_value *m = info->head; m && !t; m = m->next)
-        if (m->key_len == e->name_len && memcmp(m->key, e->name, e->name_len) == 0) t = m;
-    if (!t)
+    const hm_entry *h = hm_get(index, e->name, e->name_len);
+    if (!h)
         return ckpt_fail(c->err, -EINVAL,
-                         "%s: tensor \"%.*s\" has no entry in DCP_SHARDING_INFO (header byte "
-                         "offset %zu)",
+                         "%s: tensor \"%.*s\" (header byte offset %zu) has no entry in "
+                         "DCP_SHARDING_INFO",
                          src->path, SHOWN(e->name_len), e->name, 8 + e->v->pos);
+    const json_value *t = (const json_value *)h->value;
     const json_value *so = json_member(t, "saved_offsets");
     uint32_t k = 0;
     if (so && so->type == JSON_ARRAY && so->count == e->ndim)
         for (const json_value *v = so->head; v && json_as_u64(v, &origin[k]); v = v->next) k++;
     if (!so || so->type != JSON_ARRAY || so->count != e->ndim || k != e->ndim)
         return ckpt_fail(c->err, -EINVAL,
-                         "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets must be %u "
-                         "non-negative integers",
-                         src->path, SHOWN(e->name_len), e->name, e->ndim);
+                         "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets must be a list of %u "
+                         "non-negative integer%s (one per dim)",
+                         src->path, SHOWN(e->name_len), e->name, e->ndim, e->ndim == 1 ? "" : "s");
     return 0;
 }
 
 static int add_chunk(dcp_ctx *c, uint32_t source, const st_entry *e, const uint64_t *origin) {
     ckpt_catalog *cat = c->cat;
     const ckpt_source *src = &cat->sources[source];
-    uint64_t end[CKPT_MAX_DIMS];
+    uint64_t end[CKPT_MAX_DIMS], numel, nbytes;
     for (uint32_t d = 0; d < e->ndim; d++)
-        if (__builtin_add_overflow(origin[d], e->shape[d], &end[d]))
+        if (__builtin_add_overflow(origin[d], e->shape[d], &end[d]) ||
+            !shape_nbytes(end, d + 1, e->dtype, &numel, &nbytes))
             return ckpt_fail(c->err, -EOVERFLOW,
-                             "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets + shape overflow on "
-                             "dim %u",
+                             "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets + shape overflows "
+                             "the tensor size on dim %u",
                              src->path, SHOWN(e->name_len), e->name, d);
     const hm_entry *h = hm_get(&c->tensors, e->name, e->name_len);
     size_t idx;
     if (!h) {
-        int rc = catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, end, &idx,
-                                    c->err);
+        int rc =
+            catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, end, &idx, c->err);
         if (rc) return rc;
         bool added;
         const ckpt_tensor *t = &cat->tensors[idx];
@@ -187,7 +187,8 @@ static int metadata_doc(dcp_ctx *c, uint32_t source, const st_header *h, const j
         sb_puts(&sb, ": ");
         if (info && kv->key_len == 17 && memcmp(kv->key, "DCP_SHARDING_INFO", 17) == 0)
             sb_printf(&sb, "\"<%u entries>\"", info->count);
-        else sb_json_str(&sb, kv->str, kv->len);
+        else
+            sb_json_str(&sb, kv->str, kv->len);
     }
     sb_puts(&sb, "}}");
     int rc = sb.failed ? ckpt_fail(c->err, -ENOMEM, "out of memory")
@@ -219,19 +220,45 @@ static int load_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const 
             rc = ckpt_fail(c->err, rc, "%s: DCP_SHARDING_INFO is not valid JSON: %s (at %zu)",
                            src->path, jerr.msg, jerr.pos);
         else if ((info = info_doc.root)->type != JSON_OBJECT)
-            rc = ckpt_fail(c->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object",
-                           src->path);
+            rc =
+                ckpt_fail(c->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object", src->path);
         c->sharded_tensors += info ? info->count : 0;
+    }
+    hashmap index = {0};
+    if (!rc && info) {
+        bool added;
+        if (!hm_init(&index, info->count)) rc = ckpt_fail(c->err, -ENOMEM, "out of memory");
+        for (const json_value *m = info->head; !rc && m; m = m->next)
+            if (!hm_put(&index, m->key, m->key_len, (size_t)m, &added))
+                rc = ckpt_fail(c->err, -ENOMEM, "out of memory");
     }
     for (size_t i = 0; !rc && i < h.nentries; i++) {
         uint64_t origin[CKPT_MAX_DIMS];
-        rc = chunk_origin(c, src, info, &h.entries[i], origin);
+        rc = chunk_origin(c, src, info, &index, &h.entries[i], origin);
         if (!rc) rc = add_chunk(c, source, &h.entries[i], origin);
     }
+    hm_free(&index);
     if (!rc) rc = metadata_doc(c, source, &h, info);
     if (raw) json_doc_free(&info_doc);
     safetensors_header_free(&h);
     return rc;
+}
+
+/* A missing rank file can leave no hole (the shape just comes out smaller): say so. */
+static void warn_rank_gaps(ckpt_catalog *cat, char **names, size_t n) {
+    unsigned max = 0, count = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned r, a, b;
+        if (sscanf(names[i], "shard-%u-model-%u-of-%u", &r, &a, &b) == 3) {
+            count++;
+            if (r > max) max = r;
+        }
+    }
+    if (count && count < max)
+        catalog_warn(cat,
+                     "shard files number up to rank %u but only %u are present: a missing "
+                     "rank may have shrunk some tensors",
+                     max, count);
 }
 
 int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
@@ -249,11 +276,14 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     dcp_ctx c = {.cat = cat, .err = err};
     if (!hm_init(&c.tensors, 1024)) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < n; i++) rc = load_file(&c, where, rel_prefix, names[i]);
+    warn_rank_gaps(cat, names, n);
     /* Shapes grew while chunks arrived: recompute sizes with overflow checks. */
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         if (!shape_nbytes(t->shape, t->ndim, t->dtype, &t->numel, &t->nbytes))
-            rc = ckpt_fail(err, -EOVERFLOW, "%s: tensor \"%.*s\": assembled shape overflows",
+            rc = ckpt_fail(err, -EOVERFLOW,
+                           "%s: tensor \"%.*s\": the shape its chunks' saved_offsets add up to "
+                           "overflows",
                            cat->root, SHOWN(t->name_len), t->name);
     }
     hm_free(&c.tensors);

@@ -51,8 +51,9 @@ static int rd(reader *r, void *out, size_t n, const char *field) {
 static int rd_i32(reader *r, int32_t *v, const char *field) {
     unsigned char b[4];
     int rc = rd(r, b, 4, field);
-    if (!rc) *v = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                            (uint32_t)b[3] << 24);
+    if (!rc)
+        *v = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                       (uint32_t)b[3] << 24);
     return rc;
 }
 
@@ -116,20 +117,26 @@ static int read_metadata(reader *r, arena *mem, metadata *m, bool allow_reader_o
     uint64_t at = r->pos;
     int32_t a, b;
     if ((rc = rd_i32(r, &a, "MeshShape length")) || (rc = rd_i32(r, &b, "Version/mesh"))) return rc;
-    /* Writer order: mesh length, mesh dims, version. */
-    if (a >= 0 && a <= MAX_MESH && (uint64_t)a * 4 + 8 <= r->end - at) {
-        m->mesh_len = a;
-        r->pos = at + 4;
-        for (int32_t i = 0; i < a && !rc; i++) rc = rd_i32(r, &m->mesh[i], "MeshShape");
-        if (!rc) rc = rd_i32(r, &m->version, "Version");
-        return rc;
-    }
-    /* Reader order: version, mesh length, mesh dims. */
-    if (allow_reader_order && b >= 0 && b <= MAX_MESH && (uint64_t)b * 4 + 8 <= r->end - at) {
+    /* The writer's order is mesh length, mesh dims, version; the reader's is version, mesh
+     * length, mesh dims. An exact fit decides; otherwise the writer's order with trailing bytes
+     * (the writer does not truncate), then the reader's. */
+    uint64_t left = r->end - at;
+    bool writer_fits = a >= 0 && a <= MAX_MESH && (uint64_t)a * 4 + 8 <= left;
+    bool reader_fits = allow_reader_order && b >= 0 && b <= MAX_MESH && (uint64_t)b * 4 + 8 <= left;
+    bool use_reader = reader_fits && (!writer_fits ||
+                                      ((uint64_t)a * 4 + 8 != left && (uint64_t)b * 4 + 8 == left));
+    if (use_reader) {
         m->version = a;
         m->mesh_len = b;
         m->reader_order = true;
         for (int32_t i = 0; i < b && !rc; i++) rc = rd_i32(r, &m->mesh[i], "MeshShape");
+        return rc;
+    }
+    if (writer_fits) {
+        m->mesh_len = a;
+        r->pos = at + 4;
+        for (int32_t i = 0; i < a && !rc; i++) rc = rd_i32(r, &m->mesh[i], "MeshShape");
+        if (!rc) rc = rd_i32(r, &m->version, "Version");
         return rc;
     }
     return bad_at(r, at, "MeshShape length", "is negative, over 64 or runs past the end", a);
@@ -155,8 +162,11 @@ typedef struct shard {
 static const struct {
     const char *name;
     ckpt_dtype dtype;
-} tags[] = {{"Float32", CKPT_F32}, {"Float64", CKPT_F64}, {"Int32", CKPT_I32},
-            {"Int64", CKPT_I64},   {"Float16", CKPT_F16}};
+} tags[] = {{"Float32", CKPT_F32},
+            {"Float64", CKPT_F64},
+            {"Int32", CKPT_I32},
+            {"Int64", CKPT_I64},
+            {"Float16", CKPT_F16}};
 
 /* One shard (a shard_rank file, or a blob of the centralized file): int32 count, then entries
  * { string name; int32 rank; int32 dims[rank]; int32 dtype; int32 length; bytes }. */
@@ -246,8 +256,10 @@ static int parse_tp_split(const char *text, arena *mem, split_rule **out, size_t
         char *stop;
         unsigned long dim = colon ? strtoul(colon + 1, &stop, 10) : 0;
         if (!colon || colon == s || stop != s + len || colon + 1 == stop || dim >= CKPT_MAX_DIMS)
-            return ckpt_fail(err, -EINVAL, "tp_split: \"%.*s\" is not GLOB:DIM (e.g. "
-                             "'*.o_proj.weight:1')", (int)len, s);
+            return ckpt_fail(err, -EINVAL,
+                             "tp_split: \"%.*s\" is not GLOB:DIM (e.g. "
+                             "'*.o_proj.weight:1')",
+                             (int)len, s);
         rules[*n].glob = arena_memdup(mem, s, (size_t)(colon - s));
         rules[*n].dim = (uint32_t)dim;
         if (!rules[*n].glob) return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -263,10 +275,10 @@ static int parse_tp_split(const char *text, arena *mem, split_rule **out, size_t
  * dimension (dim 1), column-parallel ones the output dimension (dim 0). */
 static const char *const row_layers[] = {"o_proj",     "out_proj",    "down_proj", "dense_4h_to_h",
                                          "linear_fc2", "linear_proj", "fc2"};
-static const char *const col_layers[] = {"q_proj", "k_proj",        "v_proj",     "gate_proj",
-                                         "up_proj", "fc1",          "dense_h_to_4h", "linear_fc1",
-                                         "lm_head", "output_layer", "linear_qkv", "query_key_value",
-                                         "wte"};
+static const char *const col_layers[] = {
+    "q_proj",     "k_proj",          "v_proj",     "gate_proj", "up_proj",
+    "fc1",        "dense_h_to_4h",   "linear_fc1", "lm_head",   "output_layer",
+    "linear_qkv", "query_key_value", "wte"};
 static const char *const row_parts[] = {"Row", "InputParallel"};
 static const char *const col_parts[] = {"Column", "OutputParallel", "qkv", "embed"};
 
@@ -336,8 +348,10 @@ static int add_extra(ckpt_catalog *cat, size_t idx, const entry *e, const char *
     if (rule) {
         sb_puts(&sb, "\"split_rule\": ");
         sb_json_str(&sb, rule, strlen(rule));
-        if (dim >= 0) sb_printf(&sb, ", \"split_dim\": %d", dim);
-        else sb_puts(&sb, ", \"split_dim\": null");
+        if (dim >= 0)
+            sb_printf(&sb, ", \"split_dim\": %d", dim);
+        else
+            sb_puts(&sb, ", \"split_dim\": null");
         sb_printf(&sb, ", \"guessed\": %s, \"ranks\": %zu, ", guessed ? "true" : "false", ranks);
     }
     sb_printf(&sb, "\"mlframework_dtype\": \"%s\"", tags[e->tag].name);
@@ -456,26 +470,37 @@ static int consolidate(ckpt_catalog *cat, const shard *shards, size_t nranks, ar
                                cat->sources[e->source].path, SHOWN(e->name_len), e->name);
         }
     }
+    /* Every name once, in rank order of first appearance. */
     size_t partial = 0;
-    for (size_t i = 0; !rc && i < shards[0].count; i++) {
-        const entry *e0 = &shards[0].entries[i];
-        bool everywhere = true;
-        for (size_t r = 0; r < nranks && everywhere; r++) {
-            const hm_entry *h = hm_get(&by_name[r], e0->name, e0->name_len);
-            if (!h) everywhere = false;
-            else row[r] = &shards[r].entries[h->value];
-            if (h && (row[r]->dtype != e0->dtype || row[r]->ndim != e0->ndim)) everywhere = false;
+    for (size_t first = 0; !rc && first < nranks; first++) {
+        for (size_t i = 0; !rc && i < shards[first].count; i++) {
+            const entry *e0 = &shards[first].entries[i];
+            bool seen_before = false;
+            for (size_t r = 0; r < first && !seen_before; r++)
+                seen_before = hm_get(&by_name[r], e0->name, e0->name_len) != NULL;
+            if (seen_before) continue;
+            bool everywhere = true;
+            for (size_t r = 0; r < nranks && everywhere; r++) {
+                const hm_entry *h = hm_get(&by_name[r], e0->name, e0->name_len);
+                if (!h)
+                    everywhere = false;
+                else
+                    row[r] = &shards[r].entries[h->value];
+                if (h && (row[r]->dtype != e0->dtype || row[r]->ndim != e0->ndim))
+                    everywhere = false;
+            }
+            if (everywhere) {
+                rc = consolidate_one(cat, row, nranks, rules, nrules, err);
+            } else if (partial++ < 10) {
+                catalog_warn(cat,
+                             "tensor \"%.*s\" is not on every rank with one dtype and "
+                             "rank: only in .ckptfs/ranks/",
+                             SHOWN(e0->name_len), e0->name);
+            }
         }
-        if (!everywhere) {
-            if (partial++ == 0)
-                catalog_warn(cat, "tensor \"%.*s\" is not on every rank with one dtype and rank: "
-                             "only in .ckptfs/ranks/", SHOWN(e0->name_len), e0->name);
-            continue;
-        }
-        rc = consolidate_one(cat, row, nranks, rules, nrules, err);
     }
-    if (!rc && partial > 1)
-        catalog_warn(cat, "%zu tensors are only in the per-rank trees", partial);
+    if (!rc && partial > 10)
+        catalog_warn(cat, "%zu tensors in all are only in the per-rank trees", partial);
     for (size_t r = 0; by_name && r < nranks; r++) hm_free(&by_name[r]);
     free(by_name);
     free(row);
@@ -495,8 +520,10 @@ static int metadata_doc(ckpt_catalog *cat, const metadata *m, size_t nranks, int
     if ((raw >> 63) && ticks > 3155378975999999999ull) ticks -= 1ull << 62;
     time_t unix_s = (time_t)(((int64_t)ticks - 621355968000000000ll) / 10000000);
     struct tm tm;
-    char when[40] = "";
-    if (gmtime_r(&unix_s, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char when[48] = "";
+    if (gmtime_r(&unix_s, &tm))
+        snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
     sb_printf(&sb, ", \"saved_at\": \"%s\", \"saved_at_binary\": %lld", when,
               (long long)m->saved_at);
     sb_printf(&sb, ", \"tp_world_size\": %d, \"ranks_found\": %zu, \"mesh_shape\": [",
@@ -514,13 +541,17 @@ static int metadata_doc(ckpt_catalog *cat, const metadata *m, size_t nranks, int
 
 /* ---- directory form ---- */
 
+/* N of "shard_rank{N}.pt": decimal digits only, no sign, no padding. */
 static int rank_of(const char *name) {
-    unsigned r;
-    int end = 0;
-    if (sscanf(name, "shard_rank%u.pt%n", &r, &end) != 1 || end == 0 || name[end] != '\0' ||
-        r >= MAX_RANKS || (name[10] == '0' && name[11] != '.'))
-        return -1;
-    return (int)r;
+    if (strncmp(name, "shard_rank", 10) != 0) return -1;
+    const char *p = name + 10;
+    int r = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        r = r * 10 + (*p - '0');
+        if (r >= MAX_RANKS) return -1;
+    }
+    if (digits == 0 || (digits > 1 && name[10] == '0') || strcmp(p, ".pt") != 0) return -1;
+    return r;
 }
 
 bool mlfw_tp_dir_probe(const char *dir) {
@@ -605,8 +636,8 @@ static bool probe(const unsigned char *head, size_t n, uint64_t size) {
     for (int i = 7; i >= 0; i--) dt = dt << 8 | head[at + (size_t)i];
     if ((dt >> 62) > 1 || (dt & ((1ull << 62) - 1)) > 3155378975999999999ull) return false;
     at += 8;
-    int32_t ws = (int32_t)(head[at] | head[at + 1] << 8 | head[at + 2] << 16 |
-                           (uint32_t)head[at + 3] << 24);
+    int32_t ws =
+        (int32_t)(head[at] | head[at + 1] << 8 | head[at + 2] << 16 | (uint32_t)head[at + 3] << 24);
     int32_t mesh = (int32_t)(head[at + 4] | head[at + 5] << 8 | head[at + 6] << 16 |
                              (uint32_t)head[at + 7] << 24);
     return ws >= 1 && ws <= MAX_RANKS && mesh >= 0 && mesh <= MAX_MESH;

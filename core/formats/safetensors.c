@@ -15,8 +15,6 @@
 
 enum { HEADER_LIMIT = 100000000 };
 
-
-
 static uint64_t le64(const unsigned char *p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
@@ -57,7 +55,8 @@ static int parse_entry(ctx *c, const json_value *t, st_entry *e) {
     const json_value *shape = json_member(t, "shape");
     const json_value *offs = json_member(t, "data_offsets");
     if (!dt || dt->type != JSON_STRING) return bad(c, t, t->pos, "missing or non-string \"dtype\"");
-    if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype) || !ckpt_dtype_info_of(e->dtype)->safetensors) {
+    if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype) ||
+        !ckpt_dtype_info_of(e->dtype)->safetensors) {
         char msg[96];
         snprintf(msg, sizeof msg, "unknown dtype \"%.*s\"", SHOWN(dt->len > 40 ? 40 : dt->len),
                  dt->str);
@@ -101,9 +100,9 @@ static int check_metadata(ctx *c, const json_value *m) {
     for (const json_value *kv = m->head; kv; kv = kv->next)
         if (kv->type != JSON_STRING)
             return ckpt_fail(c->err, -EINVAL,
-                             "%s: __metadata__ value of \"%.*s\" is a %s, not a string (byte "
+                             "%s: __metadata__ value of \"%.*s\" is %s, not a string (byte "
                              "offset %llu)",
-                             c->src->path, SHOWN(kv->key_len), kv->key, json_type_name(kv->type),
+                             c->src->path, SHOWN(kv->key_len), kv->key, json_type_desc(kv->type),
                              AT(kv->pos));
     return 0;
 }
@@ -135,8 +134,7 @@ void safetensors_header_free(st_header *h) {
     memset(h, 0, sizeof *h);
 }
 
-int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h,
-                            ckpt_err *err) {
+int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h, ckpt_err *err) {
     memset(h, 0, sizeof *h);
     const ckpt_source *src = &cat->sources[source];
     ctx c = {src, err};
@@ -179,9 +177,8 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
     st_entry *entries = NULL;
     const json_value *root = doc->root;
     if (root->type != JSON_OBJECT) {
-        rc = ckpt_fail(err, -EINVAL, "%s: header JSON is a%s %s, not an object (byte offset %llu)",
-                       src->path, root->type == JSON_ARRAY ? "n" : "", json_type_name(root->type),
-                       AT(root->pos));
+        rc = ckpt_fail(err, -EINVAL, "%s: header JSON is %s, not an object (byte offset %llu)",
+                       src->path, json_type_desc(root->type), AT(root->pos));
         goto out;
     }
     entries = malloc((root->count ? root->count : 1) * sizeof *entries);

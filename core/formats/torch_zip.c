@@ -1,15 +1,1027 @@
-/* torch-zip: not implemented yet — the probe never matches. */
+/* torch-zip: files written by torch.save (pytorch_model.bin, *.pt, *.pth) since torch 1.6.
+ *
+ * The file is a zip whose records sit under one folder (<archive>/, any name): data.pkl is a
+ * pickle of the saved object in which every storage is replaced by a persistent id
+ * ("storage", <storage class>, key, location, numel), and data/<key> holds that storage's raw
+ * little-endian bytes, stored uncompressed. Tensors are rebuilt by
+ * torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks)
+ * (v3 adds an explicit dtype for untyped storages), optionally wrapped in _rebuild_parameter or
+ * _rebuild_from_type_v2. ckptfs reads the pickle with its restricted reader (nothing is
+ * imported or run), turns each rebuild call into a tensor whose bytes are served straight from
+ * the storage record — one piece at storage_offset, strided when the view is not row-major —
+ * and shows the other values (epoch, hyper-parameters ...) in metadata.json under "pickle".
+ *
+ * Names: nested dicts and lists become dotted paths ({"model": {"w": t}} -> "model.w", list
+ * items by index); a tensor saved on its own takes the archive's name (legacy files: the file
+ * name without its extension). Sidecars add the storage key, storage_offset, stride,
+ * requires_grad, device, and the other tensors viewing the same storage (tied weights).
+ *
+ * The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False) is a sequence of
+ * pickles — magic number, protocol version, sys_info, the object, the list of storage keys —
+ * followed by each storage as an 8-byte element count and its bytes, in key-list order. It is
+ * read the same way once the storages' offsets are known. */
 #include "formats.h"
 
+#include "../hashmap.h"
+#include "../pickle.h"
+#include "../strbuf.h"
+#include "../zip.h"
+
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PICKLE_LIMIT (1ull << 30)
+enum { MAX_DEPTH = 64, MAX_UNWRAP = 8, MAX_SHARED_LISTED = 32 };
+
+/* LONG1 of torch.serialization.MAGIC_NUMBER 0x1950a86a20f9469cfc6c after PROTO 2. */
+static const unsigned char legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                             0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
 static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
-    (void)head, (void)n, (void)file_size;
-    return false;
+    (void)file_size;
+    if (n >= 4 && memcmp(head, "PK\3\4", 4) == 0) return true;
+    return n >= sizeof legacy_magic && memcmp(head, legacy_magic, sizeof legacy_magic) == 0;
+}
+
+typedef struct storage {
+    const char *key; /* points into the pickle */
+    size_t key_len;
+    const pk_global *cls;
+    uint64_t numel;  /* in elements of cls (bytes for untyped storages) */
+    uint64_t offset; /* file offset of the record's bytes */
+    uint64_t nbytes;
+    const char *location;
+    size_t location_len;
+} storage;
+
+/* A storage of a legacy file: its element count header is followed by its bytes. */
+typedef struct legacy_storage {
+    uint64_t offset; /* of the bytes, after the 8-byte count */
+    uint64_t numel;
+    unsigned esz;
+} legacy_storage;
+
+typedef struct tensor_ref {
+    size_t index; /* in the catalog */
+    size_t storage;
+    uint64_t storage_offset;
+    size_t stride_at; /* its ndim strides in loader.strides */
+    uint32_t ndim;
+    bool requires_grad;
+} tensor_ref;
+
+typedef struct loader {
+    ckpt_catalog *cat;
+    uint32_t source;
+    const char *path;
+    ckpt_err *err;
+    zip_archive zip;
+    bool legacy;
+    hashmap legacy_by_key; /* storage key -> legacy_storages index */
+    legacy_storage *legacy_storages;
+    const char *prefix; /* "archive/" */
+    size_t prefix_len;
+    char label[640];
+    hashmap storage_by_key;
+    storage *storages;
+    size_t nstorages, cap_storages;
+    tensor_ref *tensors;
+    size_t ntensors, cap_tensors;
+    uint64_t *strides;
+    size_t nstrides, cap_strides;
+    strbuf name; /* dotted path of the value being visited */
+    strbuf meta; /* members of the "pickle" document */
+    size_t nmeta;
+    size_t budget; /* values the walk may still visit (shared values are visited again) */
+} loader;
+
+/* What a rebuild call says about one tensor. */
+typedef struct tensor_desc {
+    const pk_value *persid;
+    const pk_value *dtype; /* v3 only */
+    uint64_t storage_offset;
+    uint32_t ndim;
+    uint64_t shape[CKPT_MAX_DIMS], stride[CKPT_MAX_DIMS];
+    bool requires_grad;
+} tensor_desc;
+
+#define POS(v) ((unsigned long long)(v)->pos)
+
+/* The tensor's name for messages. */
+static const char *shown_name(loader *l) {
+    if (l->name.failed || !sb_reserve(&l->name, 1)) return "?";
+    l->name.data[l->name.len] = '\0';
+    return l->name.data;
+}
+
+static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...) {
+    char what[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *name = shown_name(l);
+    return ckpt_fail(l->err, -EINVAL, "%s: tensor \"%.*s\": %s (at offset %llu)", l->label,
+                     SHOWN(strlen(name)), name, what, at ? POS(at) : 0ull);
+}
+
+/* ---- reading arguments ---- */
+
+static bool as_u64(const pk_value *v, uint64_t *out) {
+    if (!v || v->kind != PK_INT || v->u.i < 0) return false;
+    *out = (uint64_t)v->u.i;
+    return true;
+}
+
+/* A size or stride: a tuple (or list, or torch.Size) of ints. */
+static const pk_value *int_tuple(const pk_value *v) {
+    if (v && v->kind == PK_CALL && pk_call_global(v)->tag == PK_G_SIZE && v->u.call.args->n == 1)
+        v = v->u.call.args->u.c.items[0];
+    return v && (v->kind == PK_TUPLE || v->kind == PK_LIST) ? v : NULL;
+}
+
+static int read_dims(loader *l, const pk_value *v, const char *what, uint32_t *ndim,
+                     uint64_t *out) {
+    const pk_value *t = int_tuple(v);
+    if (!t)
+        return tensor_fail(l, v, "%s is a %s, not a tuple of ints", what, pk_kind_name(v->kind));
+    if (t->n > CKPT_MAX_DIMS)
+        return tensor_fail(l, t, "%s has %u dimensions (at most %d supported)", what, t->n,
+                           CKPT_MAX_DIMS);
+    for (uint32_t i = 0; i < t->n; i++) {
+        const pk_value *d = t->u.c.items[i];
+        if (d->kind != PK_INT)
+            return tensor_fail(l, d, "%s entry %u is a %s, not an int", what, i,
+                               pk_kind_name(d->kind));
+        if (d->u.i < 0)
+            return tensor_fail(l, d, "%s entry %u is negative (%lld)", what, i, (long long)d->u.i);
+        out[i] = (uint64_t)d->u.i;
+    }
+    *ndim = t->n;
+    return 0;
+}
+
+static int read_rebuild_args(loader *l, const pk_global *g, const pk_value *args,
+                             const pk_value *at, tensor_desc *td) {
+    uint32_t need = g->tag == PK_G_REBUILD_V3 ? 7 : g->tag == PK_G_REBUILD_V2 ? 6 : 4;
+    if (args->n < need)
+        return tensor_fail(l, at, "%s.%s has %u arguments, expected at least %u", g->module,
+                           g->name, args->n, need);
+    pk_value *const *a = args->u.c.items;
+    td->persid = a[0];
+    if (!as_u64(a[1], &td->storage_offset))
+        return tensor_fail(l, a[1], "storage_offset is not a non-negative int");
+    uint32_t nstride = 0;
+    int rc = read_dims(l, a[2], "size", &td->ndim, td->shape);
+    if (!rc) rc = read_dims(l, a[3], "stride", &nstride, td->stride);
+    if (rc) return rc;
+    if (nstride != td->ndim)
+        return tensor_fail(l, a[3], "stride has %u entries but size has %u", nstride, td->ndim);
+    if (g->tag != PK_G_REBUILD_TENSOR) {
+        if (a[4]->kind != PK_BOOL)
+            return tensor_fail(l, a[4], "requires_grad is a %s, not a bool",
+                               pk_kind_name(a[4]->kind));
+        td->requires_grad = a[4]->u.b;
+    }
+    if (g->tag == PK_G_REBUILD_V3) td->dtype = a[6];
+    return 0;
+}
+
+/* Unwraps Parameter and subclass wrappers down to the rebuild call. */
+static int describe_tensor(loader *l, const pk_global *g, const pk_value *args, const pk_value *at,
+                           int depth, tensor_desc *td) {
+    char gname[160];
+    if (depth > MAX_UNWRAP) return tensor_fail(l, at, "tensor wrappers nest too deeply");
+    switch (g->tag) {
+    case PK_G_REBUILD_TENSOR:
+    case PK_G_REBUILD_V2:
+    case PK_G_REBUILD_V3:
+        return read_rebuild_args(l, g, args, at, td);
+    case PK_G_REBUILD_PARAMETER:
+    case PK_G_REBUILD_PARAMETER_STATE: {
+        if (args->n < 2)
+            return tensor_fail(l, at, "%s has %u arguments, expected at least 2",
+                               pk_global_name(g, gname, sizeof gname), args->n);
+        const pk_value *inner = args->u.c.items[0], *rg = args->u.c.items[1];
+        const pk_global *ig = pk_call_global(inner);
+        if (!ig)
+            return tensor_fail(l, inner, "%s wraps a %s, not a tensor",
+                               pk_global_name(g, gname, sizeof gname), pk_kind_name(inner->kind));
+        int rc = describe_tensor(l, ig, inner->u.call.args, inner, depth + 1, td);
+        if (rc) return rc;
+        if (rg->kind != PK_BOOL) return tensor_fail(l, rg, "requires_grad is not a bool");
+        td->requires_grad = rg->u.b;
+        return 0;
+    }
+    case PK_G_REBUILD_FROM_TYPE: {
+        if (args->n < 3)
+            return tensor_fail(l, at, "%s has %u arguments, expected 4",
+                               pk_global_name(g, gname, sizeof gname), args->n);
+        const pk_value *fn = args->u.c.items[0], *type = args->u.c.items[1],
+                       *fargs = args->u.c.items[2];
+        if (fn->kind != PK_GLOBAL || fargs->kind != PK_TUPLE)
+            return tensor_fail(l, at, "%s needs a function and an argument tuple",
+                               pk_global_name(g, gname, sizeof gname));
+        if (type->kind != PK_GLOBAL || type->u.global->tag != PK_G_TENSOR_CLASS)
+            return tensor_fail(l, type, "tensor subclass %s is not supported",
+                               type->kind == PK_GLOBAL
+                                   ? pk_global_name(type->u.global, gname, sizeof gname)
+                                   : pk_kind_name(type->kind));
+        return describe_tensor(l, fn->u.global, fargs, at, depth + 1, td);
+    }
+    case PK_G_REBUILD_OTHER:
+        return tensor_fail(l, at, "%s (%s) is not supported",
+                           pk_global_name(g, gname, sizeof gname), g->note);
+    default:
+        return tensor_fail(l, at, "%s does not make a tensor",
+                           pk_global_name(g, gname, sizeof gname));
+    }
+}
+
+/* ---- storages ---- */
+
+/* The bytes of storage `key` in a zip: record <archive>/data/<key>, numel x esz bytes. */
+static int locate_record(loader *l, const pk_value *persid, const char *key, size_t klen,
+                         const pk_global *cls, uint64_t numel, storage *s) {
+    strbuf rec;
+    sb_init(&rec);
+    sb_put(&rec, l->prefix, l->prefix_len);
+    sb_puts(&rec, "data/");
+    sb_put(&rec, key, klen);
+    if (rec.failed) {
+        sb_free(&rec);
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    }
+    const zip_entry *e = zip_find(&l->zip, rec.data, rec.len);
+    int rc = 0;
+    if (!e) {
+        rc = tensor_fail(l, persid,
+                         "persistent id names storage \"%.*s\" but the archive has no record "
+                         "\"%.*s\"",
+                         SHOWN(klen), key, SHOWN(rec.len), rec.data);
+    } else if (!(rc = zip_data_offset(&l->zip, e, &s->offset, l->err))) {
+        uint64_t want;
+        if (__builtin_mul_overflow(numel, (uint64_t)cls->esz, &want) || want != e->usize)
+            rc = tensor_fail(l, persid,
+                             "storage \"%.*s\" declares %llu elements of %u bytes but record "
+                             "\"%.*s\" holds %llu bytes",
+                             SHOWN(klen), key, (unsigned long long)numel, cls->esz, SHOWN(rec.len),
+                             rec.data, (unsigned long long)e->usize);
+        s->nbytes = e->usize;
+    }
+    sb_free(&rec);
+    return rc;
+}
+
+/* The bytes of storage `key` in a legacy file: found by the scan of the storage section. */
+static int locate_legacy(loader *l, const pk_value *persid, const char *key, size_t klen,
+                         const pk_global *cls, uint64_t numel, storage *s) {
+    const hm_entry *he = hm_get(&l->legacy_by_key, key, klen);
+    if (!he) /* cannot happen: every persistent id was collected */
+        return tensor_fail(l, persid,
+                           "persistent id names storage \"%.*s\" but the file's storage list "
+                           "does not",
+                           SHOWN(klen), key);
+    const legacy_storage *ls = &l->legacy_storages[he->value];
+    if (ls->numel == UINT64_MAX)
+        return tensor_fail(l, persid,
+                           "persistent id names storage \"%.*s\" but the file's storage list "
+                           "does not",
+                           SHOWN(klen), key);
+    if (ls->numel != numel || ls->esz != cls->esz)
+        return tensor_fail(l, persid,
+                           "storage \"%.*s\" declares %llu elements of %u bytes but its data at "
+                           "offset %llu holds %llu elements of %u bytes",
+                           SHOWN(klen), key, (unsigned long long)numel, cls->esz,
+                           (unsigned long long)ls->offset, (unsigned long long)ls->numel, ls->esz);
+    s->offset = ls->offset;
+    s->nbytes = ls->numel * ls->esz;
+    return 0;
+}
+
+static int find_storage(loader *l, const pk_value *persid, size_t *index) {
+    char gname[160];
+    if (persid->kind != PK_PERSID)
+        return tensor_fail(l, persid, "storage argument is a %s, not a persistent id",
+                           pk_kind_name(persid->kind));
+    const pk_value *id = persid->u.persid;
+    if (id->kind != PK_TUPLE || id->n < 5 || !pk_is_str(id->u.c.items[0], "storage"))
+        return tensor_fail(l, persid,
+                           "persistent id is not a (\"storage\", class, key, location, numel) "
+                           "tuple");
+    pk_value *const *f = id->u.c.items;
+    if (id->n > 5 && f[5]->kind != PK_NONE)
+        return tensor_fail(l, persid, "storage views (legacy view metadata) are not supported");
+    if (f[1]->kind != PK_GLOBAL || f[1]->u.global->tag != PK_G_STORAGE)
+        return tensor_fail(l, f[1], "storage class is a %s, not a torch storage class",
+                           f[1]->kind == PK_GLOBAL
+                               ? pk_global_name(f[1]->u.global, gname, sizeof gname)
+                               : pk_kind_name(f[1]->kind));
+    const pk_global *cls = f[1]->u.global;
+    if (cls->note)
+        return tensor_fail(l, f[1], "storage class %s (%s) is not supported",
+                           pk_global_name(cls, gname, sizeof gname), cls->note);
+    if (f[2]->kind != PK_STR) return tensor_fail(l, f[2], "storage key is not a string");
+    if (f[3]->kind != PK_STR) return tensor_fail(l, f[3], "storage location is not a string");
+    uint64_t numel;
+    if (!as_u64(f[4], &numel))
+        return tensor_fail(l, f[4], "storage numel is not a non-negative int");
+    const char *key = f[2]->u.s.p;
+    size_t klen = f[2]->u.s.len;
+
+    bool added;
+    hm_entry *he = hm_put(&l->storage_by_key, key, klen, l->nstorages, &added);
+    if (!he) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    if (!added) {
+        const storage *s = &l->storages[he->value];
+        if (s->cls != cls || s->numel != numel)
+            return tensor_fail(l, persid,
+                               "storage \"%.*s\" is described as %s of %llu elements here but as "
+                               "%s.%s of %llu elements before",
+                               SHOWN(klen), key, pk_global_name(cls, gname, sizeof gname),
+                               (unsigned long long)numel, s->cls->module, s->cls->name,
+                               (unsigned long long)s->numel);
+        *index = he->value;
+        return 0;
+    }
+    if (l->nstorages == l->cap_storages) {
+        size_t cap = l->cap_storages ? 2 * l->cap_storages : 64;
+        storage *p = realloc(l->storages, cap * sizeof *p);
+        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        l->storages = p;
+        l->cap_storages = cap;
+    }
+    storage *s = &l->storages[l->nstorages];
+    memset(s, 0, sizeof *s);
+    int rc = l->legacy ? locate_legacy(l, persid, key, klen, cls, numel, s)
+                       : locate_record(l, persid, key, klen, cls, numel, s);
+    if (rc) return rc;
+    s->key = key;
+    s->key_len = klen;
+    s->cls = cls;
+    s->numel = numel;
+    s->location = f[3]->u.s.p;
+    s->location_len = f[3]->u.s.len;
+    *index = l->nstorages++;
+    return 0;
+}
+
+/* ---- tensors ---- */
+
+static bool row_major(const tensor_desc *td) {
+    uint64_t expect = 1;
+    for (uint32_t d = td->ndim; d-- > 0;) {
+        if (td->shape[d] != 1 && td->stride[d] != expect) return false;
+        expect *= td->shape[d];
+    }
+    return true;
+}
+
+/* Resolves a rebuild call to its dtype, layout and storage, checking that every element it
+ * addresses lies inside the storage; *file_offset is where element 0 lives. (A DCP reader needs
+ * exactly this for the one tensor of each embedded archive.) */
+static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dtype *dtype_out,
+                          uint64_t *file_offset, size_t *storage_index) {
+    memset(td, 0, sizeof *td);
+    char gname[160];
+    int rc = describe_tensor(l, pk_call_global(v), v->u.call.args, v, 0, td);
+    size_t si = 0;
+    if (!rc) rc = find_storage(l, td->persid, &si);
+    if (rc) return rc;
+    const storage *s = &l->storages[si];
+
+    ckpt_dtype dtype;
+    uint64_t esz, storage_elems;
+    if (td->dtype) {
+        const pk_value *dt = td->dtype;
+        if (dt->kind != PK_GLOBAL || dt->u.global->tag != PK_G_DTYPE)
+            return tensor_fail(l, dt, "dtype argument is not a torch dtype");
+        if (dt->u.global->dtype < 0)
+            return tensor_fail(l, dt, "dtype %s (%s) is not supported",
+                               pk_global_name(dt->u.global, gname, sizeof gname),
+                               dt->u.global->note);
+        dtype = (ckpt_dtype)dt->u.global->dtype;
+        esz = dt->u.global->esz;
+        if (s->nbytes % esz)
+            return tensor_fail(l, dt,
+                               "storage \"%.*s\" of %llu bytes is not a whole number of "
+                               "%s elements",
+                               SHOWN(s->key_len), s->key, (unsigned long long)s->nbytes,
+                               pk_global_name(dt->u.global, gname, sizeof gname));
+        storage_elems = s->nbytes / esz;
+    } else {
+        if (s->cls->dtype < 0)
+            return tensor_fail(l, v,
+                               "storage class %s has no dtype and no _rebuild_tensor_v3 "
+                               "gives one",
+                               pk_global_name(s->cls, gname, sizeof gname));
+        dtype = (ckpt_dtype)s->cls->dtype;
+        esz = s->cls->esz;
+        storage_elems = s->numel;
+    }
+
+    /* Every element the view addresses must lie inside the storage. */
+    uint64_t numel = 1, last = td->storage_offset;
+    bool overflow = false;
+    for (uint32_t d = 0; d < td->ndim; d++)
+        overflow |= __builtin_mul_overflow(numel, td->shape[d], &numel);
+    uint64_t nbytes;
+    overflow |= __builtin_mul_overflow(numel, esz, &nbytes);
+    if (overflow) return tensor_fail(l, v, "shape product overflows");
+    if (numel) {
+        for (uint32_t d = 0; d < td->ndim; d++) {
+            uint64_t span;
+            if (__builtin_mul_overflow(td->shape[d] - 1, td->stride[d], &span) ||
+                __builtin_add_overflow(last, span, &last))
+                return tensor_fail(l, v, "strides overflow (dim %u: size %llu, stride %llu)", d,
+                                   (unsigned long long)td->shape[d],
+                                   (unsigned long long)td->stride[d]);
+        }
+        if (last >= storage_elems)
+            return tensor_fail(l, v,
+                               "storage \"%.*s\" holds %llu elements but storage_offset %llu with "
+                               "this size and stride reaches element %llu",
+                               SHOWN(s->key_len), s->key, (unsigned long long)storage_elems,
+                               (unsigned long long)td->storage_offset, (unsigned long long)last);
+    }
+    /* An empty view addresses nothing: its offset is not checked, so not used. */
+    *file_offset = s->offset + (numel ? td->storage_offset * esz : 0);
+    *dtype_out = dtype;
+    *storage_index = si;
+    return 0;
+}
+
+static int add_tensor(loader *l, const pk_value *v) {
+    tensor_desc td;
+    ckpt_dtype dtype = CKPT_U8;
+    uint64_t file_offset = 0;
+    size_t si = 0, index;
+    int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si);
+    if (rc) return rc;
+    const char *name = shown_name(l);
+    rc = catalog_add_tensor(l->cat, name, l->name.len, dtype, td.ndim, td.shape, &index, l->err);
+    if (!rc)
+        rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
+                               row_major(&td) ? NULL : td.stride, l->err);
+    if (rc) return rc;
+    if (l->ntensors == l->cap_tensors) {
+        size_t cap = l->cap_tensors ? 2 * l->cap_tensors : 64;
+        tensor_ref *p = realloc(l->tensors, cap * sizeof *p);
+        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        l->tensors = p;
+        l->cap_tensors = cap;
+    }
+    if (l->cap_strides - l->nstrides < td.ndim) {
+        size_t cap = l->cap_strides ? 2 * l->cap_strides : 256;
+        uint64_t *p = realloc(l->strides, cap * sizeof *p);
+        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        l->strides = p;
+        l->cap_strides = cap;
+    }
+    tensor_ref *t = &l->tensors[l->ntensors++];
+    t->index = index;
+    t->storage = si;
+    t->storage_offset = td.storage_offset;
+    t->stride_at = l->nstrides;
+    t->ndim = td.ndim;
+    memcpy(l->strides + l->nstrides, td.stride, td.ndim * sizeof *td.stride);
+    l->nstrides += td.ndim;
+    t->requires_grad = td.requires_grad;
+    return 0;
+}
+
+/* ---- walking the saved object ---- */
+
+static bool is_tensor(const pk_value *v) {
+    const pk_global *g = pk_call_global(v);
+    if (!g) return false;
+    switch (g->tag) {
+    case PK_G_REBUILD_TENSOR:
+    case PK_G_REBUILD_V2:
+    case PK_G_REBUILD_V3:
+    case PK_G_REBUILD_PARAMETER:
+    case PK_G_REBUILD_PARAMETER_STATE:
+    case PK_G_REBUILD_FROM_TYPE:
+    case PK_G_REBUILD_OTHER:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int spend(loader *l, const pk_value *v) {
+    if (l->budget) {
+        l->budget--;
+        return 0;
+    }
+    return ckpt_fail(l->err, -E2BIG,
+                     "%s: the saved object at offset %llu expands beyond the values its pickle "
+                     "holds (shared or cyclic references)",
+                     l->label, POS(v));
+}
+
+/* A list or tuple is walked into (index components) when something inside needs a name of its
+ * own: a tensor or a dict. Otherwise it is one metadata value. */
+static int has_structure(loader *l, const pk_value *v, int depth, bool *out) {
+    *out = false;
+    if (depth > MAX_DEPTH) return 0;
+    for (uint32_t i = 0; i < v->n && !*out; i++) {
+        const pk_value *x = v->u.c.items[i];
+        int rc = spend(l, x);
+        if (rc) return rc;
+        if (x->kind == PK_DICT || is_tensor(x))
+            *out = true;
+        else if ((x->kind == PK_LIST || x->kind == PK_TUPLE) &&
+                 (rc = has_structure(l, x, depth + 1, out)))
+            return rc;
+    }
+    return 0;
+}
+
+static int add_meta(loader *l, const pk_value *v) {
+    sb_puts(&l->meta, l->nmeta++ ? ",\n    " : "\n    ");
+    sb_json_str(&l->meta, l->name.data ? l->name.data : "", l->name.len);
+    sb_puts(&l->meta, ": ");
+    if (!pk_to_json(&l->meta, v, &l->budget))
+        return ckpt_fail(l->err, -E2BIG,
+                         "%s: the value \"%.*s\" at offset %llu expands beyond the values its "
+                         "pickle holds (shared or cyclic references)",
+                         l->label, SHOWN(l->name.len), shown_name(l), POS(v));
+    return l->meta.failed ? ckpt_fail(l->err, -ENOMEM, "out of memory") : 0;
+}
+
+static int walk(loader *l, const pk_value *v, int depth);
+
+static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_value *child,
+                      int depth) {
+    size_t keep = l->name.len;
+    if (keep) sb_putc(&l->name, '.');
+    if (!key) {
+        sb_printf(&l->name, "%u", index);
+    } else if (key->kind == PK_STR) {
+        sb_put(&l->name, key->u.s.p, key->u.s.len);
+    } else if (key->kind == PK_INT) {
+        sb_printf(&l->name, "%lld", (long long)key->u.i);
+    } else {
+        size_t b = 1024;
+        if (!pk_to_json(&l->name, key, &b))
+            return ckpt_fail(l->err, -E2BIG, "%s: dict key at offset %llu is too large", l->label,
+                             POS(key));
+    }
+    if (l->name.failed) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    int rc = walk(l, child, depth + 1);
+    l->name.len = keep;
+    return rc;
+}
+
+static int walk(loader *l, const pk_value *v, int depth) {
+    int rc = spend(l, v);
+    if (rc) return rc;
+    if (depth > MAX_DEPTH)
+        return ckpt_fail(l->err, -E2BIG,
+                         "%s: \"%.*s\" at offset %llu is nested deeper than %d "
+                         "levels",
+                         l->label, SHOWN(l->name.len), shown_name(l), POS(v), MAX_DEPTH);
+    if (is_tensor(v)) {
+        if (l->name.len == 0) { /* a tensor saved on its own */
+            if (l->legacy) {
+                const char *base = l->cat->sources[l->source].relpath;
+                const char *slash = strrchr(base, '/'), *dot;
+                if (slash) base = slash + 1;
+                dot = strrchr(base, '.');
+                sb_put(&l->name, base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+            } else {
+                sb_put(&l->name, l->prefix, l->prefix_len - 1);
+            }
+            rc = add_tensor(l, v);
+            l->name.len = 0;
+            return rc;
+        }
+        return add_tensor(l, v);
+    }
+    if (pk_call_global(v) && pk_call_global(v)->tag == PK_G_REBUILD_META) {
+        catalog_warn(l->cat,
+                     "%s: \"%.*s\" is a meta tensor without data; it is only described "
+                     "in metadata.json",
+                     l->path, SHOWN(l->name.len), shown_name(l));
+        return add_meta(l, v);
+    }
+    if (v->kind == PK_DICT) {
+        for (uint32_t i = 0; i < v->n; i++)
+            if ((rc = walk_child(l, v->u.c.items[2 * i], 0, v->u.c.items[2 * i + 1], depth)))
+                return rc;
+        return 0;
+    }
+    if (v->kind == PK_LIST || v->kind == PK_TUPLE) {
+        bool structured;
+        if ((rc = has_structure(l, v, depth, &structured))) return rc;
+        if (structured) {
+            for (uint32_t i = 0; i < v->n; i++)
+                if ((rc = walk_child(l, NULL, i, v->u.c.items[i], depth))) return rc;
+            return 0;
+        }
+    }
+    return add_meta(l, v);
+}
+
+/* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ---- */
+
+static int set_extras(loader *l) {
+    /* Tensors grouped by storage: order by storage, then by position. */
+    size_t *first = malloc((l->nstorages ? l->nstorages : 1) * sizeof *first);
+    size_t *next = malloc((l->ntensors ? l->ntensors : 1) * sizeof *next);
+    size_t *count = calloc(l->nstorages ? l->nstorages : 1, sizeof *count);
+    if (!first || !next || !count) {
+        free(first), free(next), free(count);
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    }
+    for (size_t s = 0; s < l->nstorages; s++) first[s] = SIZE_MAX;
+    for (size_t i = l->ntensors; i-- > 0;) {
+        size_t s = l->tensors[i].storage;
+        next[i] = first[s];
+        first[s] = i;
+        count[s]++;
+    }
+    strbuf sb;
+    sb_init(&sb);
+    int rc = 0;
+    for (size_t i = 0; i < l->ntensors && !rc; i++) {
+        const tensor_ref *t = &l->tensors[i];
+        const storage *s = &l->storages[t->storage];
+        sb_clear(&sb);
+        sb_puts(&sb, "\"storage\": ");
+        sb_json_str(&sb, s->key, s->key_len);
+        sb_puts(&sb, ", \"storage_offset\": ");
+        sb_u64(&sb, t->storage_offset);
+        sb_puts(&sb, ", \"stride\": [");
+        for (uint32_t d = 0; d < t->ndim; d++) {
+            if (d) sb_puts(&sb, ", ");
+            sb_u64(&sb, l->strides[t->stride_at + d]);
+        }
+        sb_printf(&sb,
+                  "], \"requires_grad\": %s, \"device\": ", t->requires_grad ? "true" : "false");
+        sb_json_str(&sb, s->location, s->location_len);
+        if (count[t->storage] > 1) {
+            sb_puts(&sb, ", \"shared_with\": [");
+            size_t listed = 0;
+            for (size_t j = first[t->storage]; j != SIZE_MAX; j = next[j]) {
+                if (j == i) continue;
+                const ckpt_tensor *o = &l->cat->tensors[l->tensors[j].index];
+                if (listed == MAX_SHARED_LISTED) {
+                    sb_puts(&sb, ", \"...\"");
+                    break;
+                }
+                if (listed++) sb_puts(&sb, ", ");
+                sb_json_str(&sb, o->name, o->name_len);
+            }
+            sb_putc(&sb, ']');
+            sb_printf(&sb, ", \"storage_users\": %zu", count[t->storage]);
+        }
+        if (sb.failed || !sb_reserve(&sb, 1)) {
+            rc = ckpt_fail(l->err, -ENOMEM, "out of memory");
+            break;
+        }
+        sb.data[sb.len] = '\0';
+        rc = catalog_set_extra(l->cat, t->index, sb.data, l->err);
+    }
+    sb_free(&sb);
+    free(first), free(next), free(count);
+    return rc;
+}
+
+/* ---- the archive ---- */
+
+static int find_archive(loader *l, const zip_entry **pkl) {
+    static const char tail[] = "/data.pkl";
+    const size_t tn = sizeof tail - 1;
+    *pkl = NULL;
+    for (size_t i = 0; i < l->zip.count; i++) {
+        const zip_entry *e = &l->zip.entries[i];
+        if (e->name_len < tn || memcmp(e->name + e->name_len - tn, tail, tn) != 0) continue;
+        if (memchr(e->name, '/', e->name_len - tn)) continue; /* only <archive>/data.pkl */
+        if (*pkl)
+            return ckpt_fail(l->err, -EINVAL,
+                             "%s: two pickles \"%.*s\" and \"%.*s\" (central directory entries at "
+                             "offsets %llu and %llu): which one is the checkpoint is ambiguous",
+                             l->path, SHOWN((*pkl)->name_len), (*pkl)->name, SHOWN(e->name_len),
+                             e->name, (unsigned long long)(*pkl)->central_offset,
+                             (unsigned long long)e->central_offset);
+        *pkl = e;
+    }
+    if (!*pkl)
+        return ckpt_fail(l->err, -EINVAL,
+                         "%s: zip has %zu records but no <archive>/data.pkl record (central "
+                         "directory at offset %llu): not a torch.save archive",
+                         l->path, l->zip.count,
+                         (unsigned long long)(l->zip.count ? l->zip.entries[0].central_offset : 0));
+    l->prefix = (*pkl)->name;
+    l->prefix_len = (*pkl)->name_len - (tn - 1); /* keeps the '/' */
+    return 0;
+}
+
+/* Reads a small text record <archive>/<name> into buf; false when it is absent. */
+static int small_record(loader *l, const char *name, char *buf, size_t size, bool *present) {
+    *present = false;
+    char full[700];
+    int n = snprintf(full, sizeof full, "%.*s%s", (int)l->prefix_len, l->prefix, name);
+    if (n < 0 || (size_t)n >= sizeof full) return 0;
+    const zip_entry *e = zip_find(&l->zip, full, (size_t)n);
+    if (!e) return 0;
+    char *data;
+    size_t len;
+    int rc = zip_read(&l->zip, e, size - 1, &data, &len, l->err);
+    if (rc) return rc;
+    memcpy(buf, data, len + 1);
+    free(data);
+    *present = true;
+    return 0;
+}
+
+static int check_records(loader *l, strbuf *doc) {
+    char buf[64];
+    bool present;
+    int rc = small_record(l, "byteorder", buf, sizeof buf, &present);
+    if (rc) return rc;
+    if (present) {
+        if (strcmp(buf, "big") == 0)
+            return ckpt_fail(l->err, -ENOTSUP,
+                             "%s: record \"%.*sbyteorder\" says \"big\": big-endian torch files "
+                             "are not supported (load and re-save on a little-endian machine)",
+                             l->path, (int)l->prefix_len, l->prefix);
+        if (strcmp(buf, "little") != 0)
+            return ckpt_fail(l->err, -EINVAL,
+                             "%s: record \"%.*sbyteorder\" holds \"%.16s\", not \"little\" or "
+                             "\"big\"",
+                             l->path, (int)l->prefix_len, l->prefix, buf);
+        sb_puts(doc, ", \"byteorder\": \"little\"");
+    }
+    for (const char *const *name = (const char *const[]){"version", ".data/version", NULL}; *name;
+         name++) {
+        if ((rc = small_record(l, *name, buf, sizeof buf, &present))) return rc;
+        if (!present) continue;
+        char *end;
+        long v = strtol(buf, &end, 10);
+        if (end == buf || (*end && *end != '\n') || v < 1 || v > 10)
+            return ckpt_fail(l->err, -EINVAL,
+                             "%s: record \"%.*s%s\" holds \"%.16s\", not a format version from 1 "
+                             "to 10",
+                             l->path, (int)l->prefix_len, l->prefix, *name, buf);
+        sb_printf(doc, ", \"version\": %ld", v);
+        break;
+    }
+    return 0;
+}
+
+/* Walks the saved object into tensors and metadata; `doc` is the open "torch" document. */
+static int finish(loader *l, const pk_doc *pd, strbuf *doc) {
+    /* Shared values (tied weights) are visited once per reference: allow a few passes. */
+    l->budget = 4 * pd->values + 1024;
+    int rc = walk(l, pd->root, 0);
+    if (!rc) rc = set_extras(l);
+    if (!rc) {
+        sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->ntensors);
+        rc = doc->failed ? ckpt_fail(l->err, -ENOMEM, "out of memory")
+                         : catalog_add_doc(l->cat, "torch", doc->data, doc->len, l->err);
+    }
+    if (!rc) {
+        sb_puts(&l->meta, l->nmeta ? "\n  }" : "}");
+        rc = l->meta.failed ? ckpt_fail(l->err, -ENOMEM, "out of memory")
+                            : catalog_add_doc(l->cat, "pickle", l->meta.data, l->meta.len, l->err);
+    }
+    return rc;
+}
+
+static int load_zip(loader *l, strbuf *doc) {
+    int rc =
+        zip_open(&l->zip, l->cat, l->source, 0, l->cat->sources[l->source].size, l->path, l->err);
+    if (rc) return rc;
+    const zip_entry *pkl;
+    if ((rc = find_archive(l, &pkl))) return rc;
+    snprintf(l->label, sizeof l->label, "%s: %.*s", l->path, SHOWN(pkl->name_len), pkl->name);
+    sb_puts(doc, "{\"archive\": ");
+    sb_json_str(doc, l->prefix, l->prefix_len - 1);
+    if ((rc = check_records(l, doc))) return rc;
+    uint64_t pkl_offset = 0;
+    char *data = NULL;
+    size_t len = 0;
+    if (!(rc = zip_data_offset(&l->zip, pkl, &pkl_offset, l->err)))
+        rc = zip_read(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
+    pk_doc pd = {0};
+    if (!rc) {
+        pk_options opt = {l->label, pkl_offset, &pk_torch_globals, 1, {0, 0, 0}};
+        rc = pk_parse(&pd, data, len, &opt, l->err);
+    }
+    if (!rc) {
+        rc = finish(l, &pd, doc);
+        /* Storage keys point into the pickle: drop the map before the buffer. */
+        hm_free(&l->storage_by_key);
+        pk_free(&pd);
+    }
+    free(data);
+    return rc;
+}
+
+/* ---- the legacy format: magic, protocol version, sys_info, object, storage keys, storages ---- */
+
+/* Element size and count of every storage the object references, from its persistent ids
+ * ("storage", class, key, location, numel, view_metadata). */
+static int collect_legacy_storages(loader *l, const pk_value *v, int depth, size_t *n,
+                                   size_t *cap) {
+    int rc = spend(l, v);
+    if (rc || depth > MAX_DEPTH) return rc;
+    switch ((pk_kind)v->kind) {
+    case PK_PERSID: {
+        const pk_value *id = v->u.persid;
+        if (id->kind != PK_TUPLE || id->n < 5 || id->u.c.items[1]->kind != PK_GLOBAL ||
+            id->u.c.items[2]->kind != PK_STR || id->u.c.items[4]->kind != PK_INT)
+            return 0; /* find_storage explains what is wrong, if a tensor uses it */
+        const pk_value *key = id->u.c.items[2];
+        bool added;
+        hm_entry *he = hm_put(&l->legacy_by_key, key->u.s.p, key->u.s.len, *n, &added);
+        if (!he) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        if (!added) return 0;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            legacy_storage *p = realloc(l->legacy_storages, *cap * sizeof *p);
+            if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+            l->legacy_storages = p;
+        }
+        legacy_storage *ls = &l->legacy_storages[(*n)++];
+        ls->esz = id->u.c.items[1]->u.global->esz;
+        ls->numel = UINT64_MAX; /* not found in the storage section yet */
+        ls->offset = 0;
+        return 0;
+    }
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET:
+    case PK_DICT: {
+        uint32_t items = v->kind == PK_DICT ? 2 * v->n : v->n;
+        for (uint32_t i = 0; i < items && !rc; i++)
+            rc = collect_legacy_storages(l, v->u.c.items[i], depth + 1, n, cap);
+        return rc;
+    }
+    case PK_CALL:
+        rc = collect_legacy_storages(l, v->u.call.args, depth + 1, n, cap);
+        if (!rc && v->u.call.state)
+            rc = collect_legacy_storages(l, v->u.call.state, depth + 1, n, cap);
+        return rc;
+    default:
+        return 0;
+    }
+}
+
+/* Parses the five leading pickles from a window of the file that grows until they fit. */
+static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
+    uint64_t size = l->cat->sources[l->source].size;
+    uint64_t limit = size < PICKLE_LIMIT ? size : PICKLE_LIMIT;
+    static const char *const what[5] = {"magic number", "protocol version", "sys_info",
+                                        "saved object", "storage key list"};
+    for (uint64_t window = limit < (1u << 20) ? limit : (1u << 20);; window *= 2) {
+        if (window > limit) window = limit;
+        free(*buf);
+        if (!(*buf = malloc(window ? (size_t)window : 1)))
+            return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        int rc = source_read(l->cat, l->source, 0, *buf, (size_t)window, "pickles", l->err);
+        if (rc) return rc;
+        size_t at = 0;
+        int i;
+        for (i = 0; i < 5 && !rc; i++) {
+            snprintf(l->label, sizeof l->label, "%s: %s pickle", l->path, what[i]);
+            pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}};
+            rc = pk_parse(&pd[i], *buf + at, (size_t)window - at, &opt, l->err);
+            if (!rc) at += pd[i].end;
+        }
+        if (!rc) return 0;
+        for (int j = 0; j < i - 1; j++) pk_free(&pd[j]);
+        if (rc != PK_ETRUNC || window == limit) return rc;
+    }
+}
+
+static int load_legacy(loader *l, strbuf *doc) {
+    char *buf = NULL;
+    pk_doc pd[5];
+    memset(pd, 0, sizeof pd);
+    int rc = legacy_pickles(l, &buf, pd);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    const pk_value *version = pd[1].root, *info = pd[2].root, *keys = pd[4].root;
+    const pk_value *little = pk_dict_get(info, "little_endian");
+    uint64_t at = pd[0].end + pd[1].end + pd[2].end + pd[3].end + pd[4].end;
+    uint64_t size = l->cat->sources[l->source].size;
+    if (version->kind != PK_INT || version->u.i != 1001)
+        rc = ckpt_fail(l->err, -EINVAL, "%s: legacy protocol version at offset %llu is not 1001",
+                       l->path, POS(version));
+    else if (!little || little->kind != PK_BOOL)
+        rc = ckpt_fail(l->err, -EINVAL,
+                       "%s: sys_info at offset %llu has no boolean \"little_endian\"", l->path,
+                       POS(info));
+    else if (!little->u.b)
+        rc = ckpt_fail(l->err, -ENOTSUP,
+                       "%s: sys_info at offset %llu says the file is big-endian, which is not "
+                       "supported",
+                       l->path, POS(info));
+    else if (keys->kind != PK_LIST)
+        rc = ckpt_fail(l->err, -EINVAL, "%s: storage key list at offset %llu is a %s, not a list",
+                       l->path, POS(keys), pk_kind_name(keys->kind));
+    size_t n = 0, cap = 0;
+    if (!rc && !hm_init(&l->legacy_by_key, 64)) rc = ckpt_fail(l->err, -ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(l->label, sizeof l->label, "%s: saved object pickle", l->path);
+        l->budget = 4 * pd[3].values + 1024;
+        rc = collect_legacy_storages(l, pd[3].root, 0, &n, &cap);
+    }
+    /* The storages follow in key-list order: an 8-byte element count, then the bytes. */
+    for (uint32_t i = 0; !rc && i < keys->n; i++) {
+        const pk_value *k = keys->u.c.items[i];
+        if (k->kind != PK_STR) {
+            rc = ckpt_fail(l->err, -EINVAL,
+                           "%s: storage key list entry %u at offset %llu is not a "
+                           "string",
+                           l->path, i, POS(k));
+            break;
+        }
+        const hm_entry *he = hm_get(&l->legacy_by_key, k->u.s.p, k->u.s.len);
+        if (!he) {
+            rc = ckpt_fail(l->err, -EINVAL,
+                           "%s: storage \"%.*s\" (key list entry %u) is used by no tensor, so "
+                           "its element size and the offset of the next storage are unknown",
+                           l->path, SHOWN(k->u.s.len), k->u.s.p, i);
+            break;
+        }
+        legacy_storage *ls = &l->legacy_storages[he->value];
+        unsigned char cnt[8];
+        uint64_t bytes;
+        if (ls->numel != UINT64_MAX) {
+            rc = ckpt_fail(l->err, -EINVAL, "%s: storage \"%.*s\" is listed twice in the key list",
+                           l->path, SHOWN(k->u.s.len), k->u.s.p);
+        } else if (!(rc = source_read(l->cat, l->source, at, cnt, 8, "storage element count",
+                                      l->err))) {
+            uint64_t numel = 0;
+            for (int b = 7; b >= 0; b--) numel = numel << 8 | cnt[b];
+            if (__builtin_mul_overflow(numel, (uint64_t)ls->esz, &bytes) || bytes > size - at - 8)
+                rc = ckpt_fail(l->err, -EINVAL,
+                               "%s: storage \"%.*s\": element count %llu at offset %llu runs past "
+                               "the end of the file (size %llu)",
+                               l->path, SHOWN(k->u.s.len), k->u.s.p, (unsigned long long)numel,
+                               (unsigned long long)at, (unsigned long long)size);
+            ls->numel = numel;
+            ls->offset = at + 8;
+            at += 8 + bytes;
+        }
+    }
+    if (!rc) {
+        l->legacy = true;
+        snprintf(l->label, sizeof l->label, "%s: saved object pickle", l->path);
+        sb_puts(doc, "{\"format\": \"legacy\", \"protocol_version\": 1001");
+        rc = finish(l, &pd[3], doc);
+    }
+    hm_free(&l->storage_by_key);
+    hm_free(&l->legacy_by_key);
+    for (int i = 0; i < 5; i++) pk_free(&pd[i]);
+    free(buf);
+    return rc;
 }
 
 static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
-    return ckpt_fail(err, -EPROTONOSUPPORT, "%s: torch-zip is not supported yet", cat->sources[source].path);
+    loader l;
+    memset(&l, 0, sizeof l);
+    l.cat = cat;
+    l.source = source;
+    l.path = cat->sources[source].path;
+    l.err = err;
+    snprintf(l.label, sizeof l.label, "%s", l.path);
+    unsigned char head[sizeof legacy_magic];
+    uint64_t size = cat->sources[source].size;
+    size_t n = size < sizeof head ? (size_t)size : sizeof head;
+    int rc = source_read(cat, source, 0, head, n, "magic", err);
+    if (rc) return rc;
+    bool legacy = n == sizeof head && memcmp(head, legacy_magic, sizeof head) == 0;
+    strbuf doc;
+    sb_init(&doc);
+    sb_init(&l.name);
+    sb_init(&l.meta);
+    sb_putc(&l.meta, '{');
+    if (!hm_init(&l.storage_by_key, 64)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    rc = legacy ? load_legacy(&l, &doc) : load_zip(&l, &doc);
+    hm_free(&l.storage_by_key);
+    hm_free(&l.legacy_by_key);
+    zip_close(&l.zip);
+    free(l.storages);
+    free(l.tensors);
+    free(l.strides);
+    free(l.legacy_storages);
+    sb_free(&doc);
+    sb_free(&l.name);
+    sb_free(&l.meta);
+    return rc;
 }
 
 const ckpt_format format_torch_zip = {"torch-zip", probe, load};
