@@ -85,33 +85,27 @@ static void usage(FILE *out) {
             "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
 }
 
-/* Sizes as huggingface_hub writes them: "5GB" = 5 * 10^9, "2GiB" = 2 * 2^30; NULL keeps *out. */
+/* Sizes as huggingface_hub writes them: "5GB" = 5 * 10^9, "2GiB" = 2 * 2^30; NULL keeps *out.
+ * Plain decimal numbers only (no sign, hex, exponent, NaN), and not zero. */
 static int parse_size(const char *text, uint64_t *out) {
     if (!text) return 0;
+    const char *p = text;
+    while ((*p >= '0' && *p <= '9') || *p == '.') p++;
+    if (p == text || !(text[0] >= '0' && text[0] <= '9')) return -1;
     char *end;
-    errno = 0;
     double v = strtod(text, &end);
-    if (errno || end == text || v < 0) return -1;
+    if (end != p || !(v > 0)) return -1;
     static const struct {
         const char *unit;
         double scale;
-    } units[] = {{"", 1},
-                 {"B", 1},
-                 {"KB", 1e3},
-                 {"MB", 1e6},
-                 {"GB", 1e9},
-                 {"TB", 1e12},
-                 {"KiB", 1024.0},
-                 {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0},
-                 {"K", 1e3},
-                 {"M", 1e6},
-                 {"G", 1e9}};
+    } units[] = {{"", 1},     {"B", 1},          {"KB", 1e3},          {"MB", 1e6},
+                 {"GB", 1e9}, {"TB", 1e12},      {"KiB", 1024.0},      {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},          {"TiB", 1099511627776.0}, {"K", 1e3},
+                 {"M", 1e6},  {"G", 1e9}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
         if (strcasecmp(end, units[i].unit) == 0) {
             double bytes = v * units[i].scale;
-            if (bytes >= 18446744073709551615.0) return -1;
+            if (!(bytes >= 1) || bytes >= 18446744073709551615.0) return -1;
             *out = (uint64_t)bytes;
             return 0;
         }
@@ -239,15 +233,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
         goto out;
     }
-    fs.timeout = o.timeout;
-    fs.splice = o.splice != 0;
-    fs.readahead_kb = o.readahead_kb;
-    status = EXIT_SOURCE;
-    ckpt_options copts = {.tp_split = o.tp_split};
-    if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
-        fprintf(stderr, "ckptfs: %s\n", err.msg);
-        goto out;
-    }
     if (parse_size(o.max_shard_size, &max_shard) != 0) {
         fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
                 o.max_shard_size);
@@ -258,6 +243,15 @@ int main(int argc, char **argv) {
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
         fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
         status = EXIT_USAGE;
+        goto out;
+    }
+    fs.timeout = o.timeout;
+    fs.splice = o.splice != 0;
+    fs.readahead_kb = o.readahead_kb;
+    status = EXIT_SOURCE;
+    ckpt_options copts = {.tp_split = o.tp_split};
+    if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
+        fprintf(stderr, "ckptfs: %s\n", err.msg);
         goto out;
     }
     if (ckpt_hfview_build(fs.cat, max_shard, &view, &err) != 0 ||

@@ -52,9 +52,8 @@ static int load_file(ckpt_catalog *cat, const char *rel, uint32_t *source, ckpt_
     return rc;
 }
 
-/* A shard name from the index: relative, no "..", and (after symlinks) inside the directory. */
-static int check_shard_name(const char *root_real, const char *root, const json_value *v,
-                            const char *index_path, ckpt_err *err) {
+/* A shard name from the index: a string, relative, no ".." component. */
+static int check_shard_name(const json_value *v, const char *index_path, ckpt_err *err) {
     if (v->type != JSON_STRING)
         return ckpt_fail(err, -EINVAL,
                          "%s: weight_map value of \"%.*s\" is not a string (byte "
@@ -72,6 +71,13 @@ static int check_shard_name(const char *root_real, const char *root, const json_
                          "%s: weight_map entry \"%.*s\" names \"%.*s\", which is "
                          "not inside the model directory (byte offset %zu)",
                          index_path, SHOWN(v->key_len), v->key, SHOWN(v->len), v->str, v->pos);
+    return 0;
+}
+
+/* A shard file: exists, is a regular file, and (after symlinks) lies inside the directory.
+ * Checked once per distinct shard, not per weight_map entry. */
+static int check_shard_file(const char *root_real, const char *root, const json_value *v,
+                            const char *index_path, ckpt_err *err) {
     char path[PATH_MAX], real[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
     if (n < 0 || (size_t)n >= sizeof path)
@@ -189,7 +195,7 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     }
     size_t n = 0;
     for (const json_value *e = wm->head; e; e = e->next) {
-        if ((rc = check_shard_name(root_real, cat->root, e, index_path, err))) goto out;
+        if ((rc = check_shard_name(e, index_path, err))) goto out;
         shards[n++] = e;
     }
     /* The shards transformers loads: sorted unique weight_map values. */
@@ -197,6 +203,7 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     size_t first_tensor = cat->ntensors;
     for (size_t i = 0; i < n; i++) {
         if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
+        if ((rc = check_shard_file(root_real, cat->root, shards[i], index_path, err))) goto out;
         char rel[PATH_MAX];
         snprintf(rel, sizeof rel, "%.*s", (int)shards[i]->len, shards[i]->str);
         uint32_t src;

@@ -79,10 +79,12 @@ static int rd_string(reader *r, arena *mem, char **out, size_t *len, const char 
         unsigned char b;
         int rc = rd(r, &b, 1, field);
         if (rc) return rc;
-        if (i == 4 && b > 0x0F) return bad_at(r, at, field, "has a malformed length", b);
+        if (i == 4 && b > 0x0F)
+            return bad_at(r, at, field, "has a malformed 7-bit length (5th byte over 0x0F)", b);
         n |= (uint32_t)(b & 0x7F) << (7 * i);
         if (!(b & 0x80)) break;
-        if (i == 4) return bad_at(r, at, field, "has a malformed length", b);
+        if (i == 4)
+            return bad_at(r, at, field, "has a malformed 7-bit length (more than 5 bytes)", b);
     }
     if (n > MAX_NAME || n > r->end - r->pos)
         return bad_at(r, at, field, "length runs past the end of the data", n);
@@ -92,7 +94,7 @@ static int rd_string(reader *r, arena *mem, char **out, size_t *len, const char 
     if (rc) return rc;
     for (size_t i = 0; i < n;) {
         size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (!k) return bad_at(r, at, field, "is not valid UTF-8 (length)", n);
+        if (!k) return bad_at(r, at, field, "is not valid UTF-8 (byte length shown)", n);
         i += k;
     }
     *out = s;
@@ -211,7 +213,12 @@ static int read_shard(reader *r, arena *mem, shard *out) {
         if (len < 0 || (uint64_t)len > r->end - r->pos)
             return bad_at(r, at, "data_length", "is negative or runs past the end", len);
         uint64_t want = numel * ckpt_dtype_elem_size(e->dtype); /* numel < 2^31 * ... fits */
-        if (numel > (uint64_t)INT32_MAX) return bad_at(r, at, "dims", "hold too many elements", 0);
+        if (numel > (uint64_t)INT32_MAX)
+            return ckpt_fail(r->err, -EINVAL,
+                             "%s: tensor \"%.*s\": dims hold %llu elements, more than a C# "
+                             "array can (data_length field at offset %llu)",
+                             r->cat->sources[r->source].path, SHOWN(e->name_len), e->name,
+                             (unsigned long long)numel, (unsigned long long)at);
         if ((uint64_t)len != want) {
             if ((uint64_t)len != numel * 4)
                 return ckpt_fail(r->err, -EINVAL,
@@ -243,12 +250,13 @@ static int parse_tp_split(const char *text, arena *mem, split_rule **out, size_t
     *n = 0;
     if (!text || !*text) return 0;
     size_t cap = 1;
-    for (const char *c = text; *c; c++) cap += *c == ',';
+    for (const char *c = text; *c; c++) cap += *c == ',' || *c == ';';
     split_rule *rules = arena_array(mem, cap, sizeof *rules);
     if (!rules) return ckpt_fail(err, -ENOMEM, "out of memory");
     const char *s = text;
     for (;;) {
-        const char *end = strchr(s, ',');
+        /* ';' separates rules too: a ',' inside -o must be written "\,". */
+        const char *end = strpbrk(s, ",;");
         size_t len = end ? (size_t)(end - s) : strlen(s);
         const char *colon = NULL;
         for (size_t i = 0; i < len; i++)
@@ -418,9 +426,9 @@ static int consolidate_one(ckpt_catalog *cat, const entry *const *e, size_t nran
     }
     if (e0->ndim == 0 || (uint32_t)dim >= e0->ndim)
         return ckpt_fail(err, -EINVAL,
-                         "tensor \"%.*s\" differs between ranks but has no dim %d to split on "
+                         "%s: tensor \"%.*s\" differs between ranks but has no dim %d to split on "
                          "(rule %s)",
-                         SHOWN(e0->name_len), e0->name, dim, rule);
+                         cat->sources[e0->source].path, SHOWN(e0->name_len), e0->name, dim, rule);
     uint64_t shape[CKPT_MAX_DIMS];
     memcpy(shape, e0->shape, e0->ndim * sizeof *shape);
     shape[dim] = 0;
@@ -428,9 +436,9 @@ static int consolidate_one(ckpt_catalog *cat, const entry *const *e, size_t nran
         for (uint32_t d = 0; d < e0->ndim; d++)
             if (d != (uint32_t)dim && e[r]->shape[d] != e0->shape[d])
                 return ckpt_fail(err, -EINVAL,
-                                 "tensor \"%.*s\": rank %zu has size %llu on dim %u, rank 0 has "
-                                 "%llu; only dim %d (rule %s) may differ",
-                                 SHOWN(e0->name_len), e0->name, r,
+                                 "%s: tensor \"%.*s\": rank %zu has size %llu on dim %u, rank 0 "
+                                 "has %llu; only dim %d (rule %s) may differ",
+                                 cat->sources[e[r]->source].path, SHOWN(e0->name_len), e0->name, r,
                                  (unsigned long long)e[r]->shape[d], d,
                                  (unsigned long long)e0->shape[d], dim, rule);
         if (__builtin_add_overflow(shape[dim], e[r]->shape[dim], &shape[dim]))
