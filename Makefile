@@ -36,7 +36,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 FIXTURES := $(B)/fixtures
 
-.PHONY: all deps check test demo bench clean format install uninstall fixtures
+.PHONY: all deps check test demo bench fuzz clean format install uninstall fixtures
 all: $(B)/ckptfs
 
 $(B)/%.o: %.c $(wildcard core/*.h core/formats/*.h fs/*.h)
@@ -100,6 +100,10 @@ demo: deps $(B)/ckptfs
 bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
+
+# libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
+fuzz: deps
+	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) tests/fuzz/run.sh
 
 format:
 	clang-format -i $(CORE_SRC) $(FS_SRC) $(UNIT_SRC) $(wildcard core/*.h core/formats/*.h fs/*.h tests/unit/*.h)

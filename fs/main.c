@@ -2,6 +2,7 @@
  * source fails with one line and a non-zero exit before anything is mounted), mounts, then
  * detaches once the mount answers and its readahead is set. */
 #include "ckptfs.h"
+#include "cli.h"
 #include "readahead.h"
 
 #include <errno.h>
@@ -205,6 +206,8 @@ static void *ready_thread(void *arg) {
 }
 
 int main(int argc, char **argv) {
+    /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
+    if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
