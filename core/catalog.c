@@ -164,7 +164,9 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
     return 0;
 }
 
-int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, ckpt_err *err) {
+int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,
+                       ckpt_err *err) {
+    cat->tensors[index].aside = aside;
     cat->tensors[index].prefix = arena_strdup(&cat->priv->mem, prefix);
     return cat->tensors[index].prefix ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
 }
@@ -214,7 +216,7 @@ int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
     return 0;
 }
 
-/* Model tensors first, then per-rank trees by prefix; by name within each. */
+/* Unprefixed tensors first, then by prefix; by name within each. */
 static int name_cmp(const void *a, const void *b) {
     const ckpt_tensor *x = a, *y = b;
     if (x->prefix != y->prefix) {

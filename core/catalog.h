@@ -35,8 +35,10 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
 int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t file_offset,
                       const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
                       ckpt_err *err);
-/* Shows the tensor under `prefix` (e.g. ".ckptfs/ranks/0/") instead of in the model tree. */
-int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, ckpt_err *err);
+/* Shows the tensor under the directory `prefix` ("optim/", ".ckptfs/ranks/0/"); `aside` keeps
+ * it out of the model (HF view, totals). Names need only be unique within one prefix. */
+int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,
+                       ckpt_err *err);
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err);
 int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
                     ckpt_err *err);

@@ -134,8 +134,10 @@ typedef struct ckpt_tensor {
     ckpt_piece_index *index;  /* built by ckpt_catalog_finish for multi-piece tensors */
     bool incomplete;          /* some elements are covered by no piece */
     const char *extra_json;   /* format-specific sidecar members: `"k": v, ...` or NULL */
-    const char *prefix;       /* NULL, or a tree outside the model (".ckptfs/ranks/1/") for
-                                 per-rank copies; such tensors stay out of views and totals */
+    const char *prefix;       /* NULL, or a directory the tensor is shown under ("optim/",
+                                 ".ckptfs/ranks/1/"), put in front of its path as it is */
+    bool aside;               /* not part of the model (per-rank copies, optimizer state):
+                                 left out of the HF view and the model's totals */
     const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
     const char *sidecar_path; /* where it shows the .json sidecar */
 } ckpt_tensor;
@@ -230,5 +232,8 @@ char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *l
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);
+/* The .npy header for the tensor's bytes (not NUL-terminated), NULL when numpy has no such
+ * dtype or on ENOMEM. */
+char *ckpt_npy_header(const ckpt_tensor *t, size_t *len);
 
 #endif

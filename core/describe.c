@@ -73,7 +73,7 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
     size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0, model = 0, copies = 0;
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        if (t->prefix) {
+        if (t->aside) {
             copies++;
             continue;
         }
@@ -113,7 +113,7 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
         first = false;
     }
     sb_printf(&sb, "%s},\n  \"incomplete_tensors\": %zu,\n", first ? "" : "\n  ", incomplete);
-    if (copies) sb_printf(&sb, "  \"per_rank_tensors\": %zu,\n", copies);
+    if (copies) sb_printf(&sb, "  \"tensors_outside_the_model\": %zu,\n", copies);
     sb_puts(&sb, "  \"warnings\": [");
     for (size_t i = 0; i < cat->nwarnings; i++) {
         sb_puts(&sb, i ? ",\n    " : "\n    ");

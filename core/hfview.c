@@ -154,7 +154,7 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
     /* Only what a safetensors reader can load completely. */
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        if (t->prefix) continue; /* per-rank copies are not part of the model */
+        if (t->aside) continue; /* per-rank copies, optimizer state */
         if (!ckpt_dtype_info_of(t->dtype)->safetensors) v->skipped_dtype++;
         else if (t->incomplete) v->skipped_incomplete++;
         else order[n++] = i;

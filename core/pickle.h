@@ -11,14 +11,16 @@
  * - The stack, the mark stack, the memo and the number of values are bounded; memo indexes are
  *   checked. Values may be shared (memo) and even cyclic: walkers must bound their depth.
  *
- * Strings and bytes point into the pickle buffer, which must outlive the parsed document. */
+ * Strings and bytes point into the pickle buffer, which must outlive the parsed document.
+ * The JSON of a call node says "new" instead of "call" when NEWOBJ made it. */
 #ifndef CKPT_PICKLE_H
 #define CKPT_PICKLE_H
 
 #include "arena.h"
-#include <errno.h>
 #include "ckpt.h"
 #include "strbuf.h"
+
+#include <errno.h>
 
 typedef enum pk_kind {
     PK_NONE,

@@ -13,6 +13,7 @@
 typedef struct open_doc {
     char *text;
     size_t len;
+    ckpt_vfile vf; /* .npy files: the header in text, then the tensor */
     struct open_doc *next, **prev;
 } open_doc;
 
@@ -22,6 +23,7 @@ typedef struct ckptfs {
     double timeout;        /* entry/attr/negative cache, seconds: the content never changes */
     bool splice;           /* reply to READ by splicing from the source instead of one copy */
     unsigned readahead_kb; /* 0 = keep the kernel's default */
+    bool npy;              /* show NAME.npy next to tensors numpy can hold */
     uid_t uid;
     gid_t gid;
     pthread_mutex_t doc_lock; /* guards docs[] (built on first use) and open_docs */

@@ -24,6 +24,7 @@ typedef struct options {
     char *mountpoint;
     unsigned readahead_kb;
     int splice;
+    int npy;
     unsigned max_threads;
     double timeout;
     char *view;           /* "tree" (default) or "hf" */
@@ -40,6 +41,8 @@ enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION, KEY_ALLOW_O
 static const struct fuse_opt option_spec[] = {
     OPT("readahead_kb=%u", readahead_kb, 0),
     OPT("splice", splice, 1),
+    OPT("npy", npy, 1),
+    OPT("nonpy", npy, 0),
     OPT("nosplice", splice, 0),
     OPT("max_threads=%u", max_threads, 0),
     OPT("timeout=%lf", timeout, 0),
@@ -73,6 +76,7 @@ static void usage(FILE *out) {
             "  readahead_kb=N     kernel readahead of the mount in KiB (default 1024, 0 = leave\n"
             "                     the kernel default; needs root)\n"
             "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
+            "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
             "  max_threads=N      worker threads (default 8)\n"
             "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
             "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
@@ -209,7 +213,7 @@ int main(int argc, char **argv) {
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
     if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
+    options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
     pthread_mutex_init(&fs.doc_lock, NULL);
     struct fuse_session *se = NULL;
@@ -258,7 +262,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (ckpt_hfview_build(fs.cat, max_shard, &view, &err) != 0 ||
-        tree_build(&fs.tr, fs.cat, &view, hf_root, &err) != 0) {
+        tree_build(&fs.tr, fs.cat, &view, hf_root, o.npy != 0, &err) != 0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
         goto out;
     }

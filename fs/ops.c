@@ -63,13 +63,16 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         size_t len;
         return get_doc(fs, n->ref, &len) ? len : 0;
     }
-    case NODE_SIDECAR: {
+    case NODE_SIDECAR:
+    case NODE_NPY: {
         uint64_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
         if (s) return s - 1;
+        const ckpt_tensor *t = &cat->tensors[n->ref];
         size_t len;
-        char *doc = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &len);
+        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len) : ckpt_sidecar_json(cat, t, &len);
         if (!doc) return 0;
         free(doc);
+        if (n->kind == NODE_NPY) len += t->nbytes;
         atomic_store_explicit(&n->size_plus1, len + 1, memory_order_relaxed);
         return len;
     }
@@ -80,7 +83,8 @@ static uint64_t node_size(ckptfs *fs, node *n) {
 static const ckpt_source *node_source(const ckptfs *fs, const node *n) {
     const ckpt_catalog *cat = fs->cat;
     if (n->kind == NODE_AUX) return &cat->sources[n->ref];
-    if ((n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR) && cat->tensors[n->ref].npieces)
+    if ((n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR || n->kind == NODE_NPY) &&
+        cat->tensors[n->ref].npieces)
         return &cat->sources[cat->tensors[n->ref].pieces[0].source];
     return NULL;
 }
@@ -264,6 +268,12 @@ static bool source_current(const ckpt_source *s) {
            st.st_ino == s->ino;
 }
 
+static bool pieces_current(const ckptfs *fs, const ckpt_tensor *t) {
+    for (uint32_t k = 0; k < t->npieces; k++)
+        if (!source_current(&fs->cat->sources[t->pieces[k].source])) return false;
+    return true;
+}
+
 /* Sidecars are generated per open; the list lets shutdown free those whose RELEASE never
  * came (files still open at unmount). */
 static void track_open_doc(ckptfs *fs, open_doc *d) {
@@ -279,6 +289,7 @@ void ckptfs_free_open_docs(ckptfs *fs) {
     while (fs->open_docs) {
         open_doc *d = fs->open_docs;
         fs->open_docs = d->next;
+        ckpt_vfile_free(&d->vf);
         free(d->text);
         free(d);
     }
@@ -303,11 +314,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     case NODE_TENSOR: {
         const ckpt_tensor *t = &cat->tensors[n->ref];
-        for (uint32_t k = 0; k < t->npieces; k++) {
-            if (!source_current(&cat->sources[t->pieces[k].source])) {
-                fuse_reply_err(req, EIO);
-                return;
-            }
+        if (!pieces_current(fs, t)) {
+            fuse_reply_err(req, EIO);
+            return;
         }
         break;
     }
@@ -317,9 +326,22 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             return;
         }
         break;
-    case NODE_SIDECAR: {
-        open_doc *d = malloc(sizeof *d);
-        if (d) d->text = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &d->len);
+    case NODE_SIDECAR:
+    case NODE_NPY: {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        if (n->kind == NODE_NPY && !pieces_current(fs, t)) {
+            fuse_reply_err(req, EIO);
+            return;
+        }
+        open_doc *d = calloc(1, sizeof *d);
+        if (d && n->kind == NODE_SIDECAR) d->text = ckpt_sidecar_json(cat, t, &d->len);
+        if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
+            (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
+             ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
+            ckpt_vfile_free(&d->vf);
+            free(d->text);
+            d->text = NULL;
+        }
         if (!d || !d->text) {
             free(d);
             fuse_reply_err(req, ENOMEM);
@@ -345,6 +367,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         *d->prev = d->next;
         if (d->next) d->next->prev = d->prev;
         pthread_mutex_unlock(&fs_of(req)->doc_lock);
+        ckpt_vfile_free(&d->vf);
         free(d->text);
         free(d);
     }
@@ -376,6 +399,9 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
         mem_len = d->len;
         break;
     }
+    case NODE_NPY:
+        return ckpt_vfile_plan(&((const open_doc *)(uintptr_t)fi->fh)->vf, off, len, seg, cap,
+                               done);
     case NODE_DOC:
         mem = get_doc(fs, n->ref, &mem_len);
         break;

@@ -98,7 +98,7 @@ static int link_children(tree *tr, ckpt_err *err) {
 }
 
 int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
-               ckpt_err *err) {
+               bool npy, ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cat = cat;
     tr->view = view;
@@ -106,13 +106,30 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     size_t expect = 2 * cat->ntensors + cat->naux + DOC_COUNT + 8;
     if (!hm_init(&b.dirs, expect)) return ckpt_fail(err, -ENOMEM, "out of memory");
     size_t nview = view ? view->nfiles : 0;
-    b.owned = calloc(cat->naux + nview + 1, sizeof *b.owned);
+    size_t nnpy = 0;
+    for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)
+        nnpy += ckpt_dtype_info_of(cat->tensors[i].dtype)->numpy != NULL;
+    b.owned = calloc(cat->naux + nview + nnpy + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
     uint32_t root;
     int rc = b.owned ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
     for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
+        if (!rc && npy && ckpt_dtype_info_of(cat->tensors[i].dtype)->numpy) {
+            /* x.json -> x.npy: like sidecars, never clashes with a tensor component. */
+            const char *side = cat->tensors[i].sidecar_path;
+            size_t len = strlen(side) - 5;
+            char *p = malloc(len + 5);
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            memcpy(p, side, len);
+            memcpy(p + len, ".npy", 5);
+            b.owned[b.nowned++] = p;
+            rc = add_path(&b, p, NODE_NPY, i);
+        }
     }
     for (int d = 0; !rc && d < DOC_COUNT; d++) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
     for (size_t i = 0; !rc && i < cat->naux + nview; i++) {

@@ -15,6 +15,7 @@ typedef enum {
     NODE_DOC,     /* generated document number ref (enum tree_doc) */
     NODE_AUX,     /* a source file shown as-is: sources[ref] */
     NODE_VIEW,    /* a synthesized file of the HF view: view->files[ref] */
+    NODE_NPY,     /* tensors[ref] as a .npy file: NPY header + its bytes */
 } node_kind;
 
 enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_COUNT };
@@ -44,7 +45,7 @@ typedef struct tree {
 /* The HF view's files go to .ckptfs/hf/, or with hf_root to the root in place of the tensor
  * tree (.ckptfs/ keeps the summary, metadata and table). */
 int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
-               ckpt_err *err);
+               bool npy, ckpt_err *err);
 void tree_free(tree *tr);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);

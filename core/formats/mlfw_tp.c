@@ -379,7 +379,7 @@ static int add_rank_copies(ckpt_catalog *cat, const shard *shards, size_t nranks
             size_t idx;
             int rc = catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, e->shape,
                                         &idx, err);
-            if (!rc) rc = catalog_set_prefix(cat, idx, prefix, err);
+            if (!rc) rc = catalog_set_prefix(cat, idx, prefix, true, err);
             if (!rc) rc = catalog_add_piece(cat, idx, e->source, e->offset, NULL, NULL, NULL, err);
             if (!rc) rc = add_extra(cat, idx, e, NULL, -1, false, nranks, err);
             if (rc) return rc;

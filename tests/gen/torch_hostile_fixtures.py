@@ -311,8 +311,8 @@ def pickle_cases(c):
     def sd(*entries):
         return state_dict(list(entries))
 
-    c.zip_pickle("storage_missing.pt", sd(("w", rebuild("FloatStorage", "7", 6, 0, [2, 3], [3, 1]))),
-                 "no record", "persistent id names a storage record that does not exist")
+    c.zip_pickle("storage_missing.pt",
+                 sd(("w", rebuild("FloatStorage", "7", 6, 0, [2, 3], [3, 1]))), "no record", "persistent id names a storage record that does not exist")
     c.zip_pickle("storage_numel_lie.pt",
                  sd(("w", rebuild("FloatStorage", "0", 600, 0, [2, 3], [3, 1]))), "storage",
                  "storage numel 600 but the record holds 6 floats")

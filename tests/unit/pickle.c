@@ -254,6 +254,37 @@ static void test_json(void) {
     pk_free(&doc);
 }
 
+/* A caller's own allowlist table (how a DCP reader adds its metadata classes): NEWOBJ + BUILD of
+ * a dataclass, protocol 4 spelling. */
+static void test_user_table(void) {
+    static const pk_global dcp[] = {
+        {"torch.distributed.checkpoint.metadata", "Metadata", PK_G_USER, -1, 0, NULL},
+    };
+    const pk_table tables[2] = {pk_torch_globals, {dcp, 1}};
+    pk_options o = default_opts;
+    o.tables = tables;
+    o.ntables = 2;
+    static const char p[] = "\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00"
+                            "\x8c\x25torch.distributed.checkpoint.metadata\x94"
+                            "\x8c\x08Metadata\x94\x93\x94)\x81\x94}\x94"
+                            "\x8c\x07version\x94\x8c\x05"
+                            "1.0.0\x94sb.";
+    pk_doc doc;
+    ckpt_err err = {{0}};
+    int rc = pk_parse(&doc, p, sizeof p - 1, &o, &err);
+    ok(rc == 0, "NEWOBJ + BUILD with a caller's table parses (%s)", err.msg);
+    if (!rc) {
+        const pk_value *m = doc.root;
+        ok(m->kind == PK_CALL && m->newobj && pk_call_global(m)->tag == PK_G_USER,
+           "NEWOBJ gives a call node tagged by the caller's table");
+        ok(m->u.call.state && pk_is_str(pk_dict_get(m->u.call.state, "version"), "1.0.0"),
+           "BUILD attached the instance dict");
+        pk_free(&doc);
+    }
+    expect_refusal("the same class without the caller's table", p, sizeof p - 1, NULL, -EPERM,
+                   "torch.distributed.checkpoint.metadata.Metadata");
+}
+
 /* ---- zip on slices ---- */
 
 static void put16(unsigned char *p, unsigned v) {
@@ -365,6 +396,7 @@ int main(void) {
     test_torch_objects();
     test_refusals();
     test_json();
+    test_user_table();
     test_zip_slices();
     return tap_done();
 }
