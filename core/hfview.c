@@ -10,6 +10,7 @@
 
 #include "catalog.h"
 #include "strbuf.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,14 +20,23 @@
 /* The reference writer's dtype order, widest first (safetensors >= 0.6). */
 static int dtype_rank(ckpt_dtype dt) {
     static const ckpt_dtype order[] = {
-        CKPT_U64,     CKPT_I64,         CKPT_F64,         CKPT_C64,     CKPT_F32,     CKPT_U32,
-        CKPT_I32,     CKPT_BF16,        CKPT_F16,         CKPT_U16,     CKPT_I16,     CKPT_F8_E5M2FNUZ,
-        CKPT_F8_E4M3FNUZ, CKPT_F8_E8M0, CKPT_F8_E4M3,     CKPT_F8_E5M2, CKPT_I8,      CKPT_U8,
-        CKPT_F6_E3M2, CKPT_F6_E2M3,     CKPT_F4,          CKPT_BOOL,
+        CKPT_U64,         CKPT_I64,     CKPT_F64,     CKPT_C64,     CKPT_F32, CKPT_U32,
+        CKPT_I32,         CKPT_BF16,    CKPT_F16,     CKPT_U16,     CKPT_I16, CKPT_F8_E5M2FNUZ,
+        CKPT_F8_E4M3FNUZ, CKPT_F8_E8M0, CKPT_F8_E4M3, CKPT_F8_E5M2, CKPT_I8,  CKPT_U8,
+        CKPT_F6_E3M2,     CKPT_F6_E2M3, CKPT_F4,      CKPT_BOOL,
     };
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (order[i] == dt) return (int)i;
     return (int)(sizeof order / sizeof *order);
+}
+
+static bool valid_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (!k) return false;
+        i += k;
+    }
+    return true;
 }
 
 static const ckpt_catalog *sort_cat;
@@ -136,8 +146,7 @@ static int build_index(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     size_t len;
     f->owned = sb_take(&sb, &len);
     if (!f->owned) return ckpt_fail(err, -ENOMEM, "out of memory");
-    return ckpt_vfile_add_mem(&f->vf, f->owned, len) ? ckpt_fail(err, -ENOMEM, "out of memory")
-                                                     : 0;
+    return ckpt_vfile_add_mem(&f->vf, f->owned, len) ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
 }
 
 int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
@@ -155,9 +164,16 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) continue; /* per-rank copies, optimizer state */
-        if (!ckpt_dtype_info_of(t->dtype)->safetensors) v->skipped_dtype++;
-        else if (t->incomplete) v->skipped_incomplete++;
-        else order[n++] = i;
+        if (!valid_utf8(t->name, t->name_len)) {
+            v->skipped_name++; /* safetensors names are JSON strings */
+            continue;
+        }
+        if (!ckpt_dtype_info_of(t->dtype)->safetensors)
+            v->skipped_dtype++;
+        else if (t->incomplete)
+            v->skipped_incomplete++;
+        else
+            order[n++] = i;
     }
     sort_cat = cat;
     if (n > 1) qsort(order, n, sizeof *order, view_order);

@@ -15,6 +15,7 @@ typedef struct ckpt_hfview {
     size_t nfiles;
     size_t skipped_dtype;      /* tensors whose dtype safetensors cannot hold */
     size_t skipped_incomplete; /* tensors with holes */
+    size_t skipped_name;       /* names that are not UTF-8 */
 } ckpt_hfview;
 
 #define CKPT_HF_MAX_SHARD_DEFAULT 5000000000ull /* huggingface_hub's "5GB" */

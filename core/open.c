@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 
 static const ckpt_format *const formats[] = {
-    &format_gguf,     &format_torch_zip, &format_gptrs,
-    &format_burnpack, &format_lwt,       &format_safetensors, &format_mlfw_tp,
+    &format_gguf, &format_torch_zip,   &format_gptrs,   &format_burnpack,
+    &format_lwt,  &format_safetensors, &format_mlfw_tp,
 };
 
 static const char *base_name(const char *path) {
@@ -37,10 +37,12 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     /* A damaged file gets its own decoder's precise complaint when its name says what it is. */
     if (!f && ends_with(path, ".safetensors")) f = &format_safetensors;
     if (!f)
-        return ckpt_fail(err, -EPROTONOSUPPORT,
-                         "%s: not a checkpoint format ckptfs knows (first "
-                         "bytes match none of safetensors, GGUF, torch zip, gpt-rs, Burnpack, LightwatchAI2)",
-                         path);
+        return ckpt_fail(
+            err, -EPROTONOSUPPORT,
+            "%s: not a checkpoint format ckptfs knows (first "
+            "bytes match none of safetensors, GGUF, torch zip, gpt-rs, Burnpack, LightwatchAI2, "
+            "MLFramework)",
+            path);
     cat->format = f->name;
     return f->load(cat, src, err);
 }
@@ -74,9 +76,12 @@ int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ck
     if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (opts) cat->opts = *opts;
     int rc;
-    if (S_ISDIR(st.st_mode)) rc = open_dir(cat, err);
-    else if (S_ISREG(st.st_mode)) rc = open_file(cat, abs, err);
-    else rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+    if (S_ISDIR(st.st_mode))
+        rc = open_dir(cat, err);
+    else if (S_ISREG(st.st_mode))
+        rc = open_file(cat, abs, err);
+    else
+        rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
     if (!rc) rc = catalog_finish(cat, err);
     if (rc) {
         ckpt_close(cat);

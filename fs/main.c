@@ -82,6 +82,7 @@ static void usage(FILE *out) {
             "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
             "                     shards + index) at the root instead of .ckptfs/hf/\n"
             "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
+            "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
             "  allow_other        let other users in (with default_permissions)\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
@@ -103,10 +104,19 @@ static int parse_size(const char *text, uint64_t *out) {
     static const struct {
         const char *unit;
         double scale;
-    } units[] = {{"", 1},     {"B", 1},          {"KB", 1e3},          {"MB", 1e6},
-                 {"GB", 1e9}, {"TB", 1e12},      {"KiB", 1024.0},      {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0},          {"TiB", 1099511627776.0}, {"K", 1e3},
-                 {"M", 1e6},  {"G", 1e9}};
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"K", 1e3},
+                 {"M", 1e6},
+                 {"G", 1e9}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
         if (strcasecmp(end, units[i].unit) == 0) {
             double bytes = v * units[i].scale;

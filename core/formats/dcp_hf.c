@@ -107,7 +107,6 @@ bool dcp_hf_probe(const char *dir) {
 typedef struct dcp_ctx {
     ckpt_catalog *cat;
     hashmap tensors; /* name -> catalog tensor index */
-    size_t sharded_tensors;
     ckpt_err *err;
 } dcp_ctx;
 
@@ -138,10 +137,10 @@ static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *in
 static int add_chunk(dcp_ctx *c, uint32_t source, const st_entry *e, const uint64_t *origin) {
     ckpt_catalog *cat = c->cat;
     const ckpt_source *src = &cat->sources[source];
-    uint64_t end[CKPT_MAX_DIMS], numel, nbytes;
+    uint64_t end[CKPT_MAX_DIMS], numel = 1;
     for (uint32_t d = 0; d < e->ndim; d++)
         if (__builtin_add_overflow(origin[d], e->shape[d], &end[d]) ||
-            !shape_nbytes(end, d + 1, e->dtype, &numel, &nbytes))
+            __builtin_mul_overflow(numel, end[d], &numel))
             return ckpt_fail(c->err, -EOVERFLOW,
                              "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets + shape overflows "
                              "the tensor size on dim %u",
@@ -222,7 +221,6 @@ static int load_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const 
         else if ((info = info_doc.root)->type != JSON_OBJECT)
             rc =
                 ckpt_fail(c->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object", src->path);
-        c->sharded_tensors += info ? info->count : 0;
     }
     hashmap index = {0};
     if (!rc && info) {
@@ -246,19 +244,24 @@ static int load_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const 
 
 /* A missing rank file can leave no hole (the shape just comes out smaller): say so. */
 static void warn_rank_gaps(ckpt_catalog *cat, char **names, size_t n) {
-    unsigned max = 0, count = 0;
+    enum { MAX_TRACKED = 65536 };
+    unsigned max = 0, distinct = 0;
+    unsigned char *seen = calloc(MAX_TRACKED, 1);
+    if (!seen) return;
     for (size_t i = 0; i < n; i++) {
         unsigned r, a, b;
-        if (sscanf(names[i], "shard-%u-model-%u-of-%u", &r, &a, &b) == 3) {
-            count++;
+        if (sscanf(names[i], "shard-%u-model-%u-of-%u", &r, &a, &b) == 3 && r < MAX_TRACKED) {
+            distinct += !seen[r];
+            seen[r] = 1;
             if (r > max) max = r;
         }
     }
-    if (count && count < max)
+    free(seen);
+    if (distinct && distinct < max)
         catalog_warn(cat,
-                     "shard files number up to rank %u but only %u are present: a missing "
-                     "rank may have shrunk some tensors",
-                     max, count);
+                     "shard files number ranks up to %u but only %u ranks are present: a "
+                     "missing rank may have shrunk some tensors",
+                     max, distinct);
 }
 
 int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
