@@ -27,7 +27,12 @@ static uint64_t piece_bytes(const ckpt_tensor *t, const ckpt_piece *p) {
 }
 
 char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len) {
-    const ckpt_dtype_info *dt = ckpt_dtype_info_of(t->dtype);
+    return ckpt_sidecar_json_as(cat, t, false, len);
+}
+
+char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool as_f32,
+                           size_t *len) {
+    const ckpt_dtype_info *dt = ckpt_dtype_info_of(as_f32 ? CKPT_F32 : t->dtype);
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "{\n  \"name\": ");
@@ -35,10 +40,15 @@ char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *l
     sb_printf(&sb, ",\n  \"dtype\": \"%s\",\n  \"shape\": ", dt->name);
     put_u64_array(&sb, t->shape, t->ndim);
     sb_puts(&sb, ",\n  \"nbytes\": ");
-    sb_u64(&sb, t->nbytes);
+    sb_u64(&sb, as_f32 ? t->numel * 4 : t->nbytes);
     sb_printf(&sb, ",\n  \"byte_order\": \"little\",\n  \"format\": \"%s\"", cat->format);
     if (dt->numpy) sb_printf(&sb, ",\n  \"numpy_dtype\": \"%s\"", dt->numpy);
     if (t->incomplete) sb_puts(&sb, ",\n  \"incomplete\": true");
+    if (as_f32)
+        sb_printf(&sb,
+                  ",\n  \"stored_dtype\": \"%s\",\n  \"stored_nbytes\": %llu,\n  "
+                  "\"converted_on_read\": true",
+                  ckpt_dtype_info_of(t->dtype)->name, (unsigned long long)t->nbytes);
     if (t->extra_json) sb_printf(&sb, ",\n  %s", t->extra_json);
     sb_puts(&sb, ",\n  \"sources\": [");
     bool whole = t->npieces == 1 && !t->index;

@@ -30,6 +30,7 @@ typedef struct options {
     char *view;           /* "tree" (default) or "hf" */
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
+    char *as_dtype;       /* "f32": convert narrow and quantized tensors on read */
     int foreground, debug, single, help, version, allow_other;
     int extra_args; /* positional arguments beyond the two expected */
 } options;
@@ -49,6 +50,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("view=%s", view, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
+    OPT("as_dtype=%s", as_dtype, 0),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -83,6 +85,7 @@ static void usage(FILE *out) {
             "                     shards + index) at the root instead of .ckptfs/hf/\n"
             "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
             "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
+            "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
             "  allow_other        let other users in (with default_permissions)\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
@@ -256,6 +259,12 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
     }
+    if (o.as_dtype && strcmp(o.as_dtype, "f32") != 0) {
+        fprintf(stderr, "ckptfs: as_dtype=%s: only as_dtype=f32 is supported\n", o.as_dtype);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    fs.as_f32 = o.as_dtype != NULL;
     bool hf_root = false;
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
         fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
@@ -272,7 +281,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (ckpt_hfview_build(fs.cat, max_shard, &view, &err) != 0 ||
-        tree_build(&fs.tr, fs.cat, &view, hf_root, o.npy != 0, &err) != 0) {
+        tree_build(&fs.tr, fs.cat, &view, hf_root, o.npy != 0, fs.as_f32, &err) != 0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
         goto out;
     }
@@ -337,6 +346,7 @@ out:
     free(o.view);
     free(o.max_shard_size);
     free(o.tp_split);
+    free(o.as_dtype);
     free(o.source);
     free(o.mountpoint);
     return status;

@@ -2,6 +2,8 @@
  * (the content cannot change), READ is answered from the planner's file segments. */
 #include "ckptfs.h"
 
+#include "../core/dequant.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -47,6 +49,11 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
     return d;
 }
 
+/* -o as_dtype=f32 shows this tensor as F32, converted on read. */
+static bool converted(const ckptfs *fs, const ckpt_tensor *t) {
+    return fs->as_f32 && ckpt_to_f32_supported(t->dtype);
+}
+
 /* Size of a node's content; generated files are sized by generating them once. */
 static uint64_t node_size(ckptfs *fs, node *n) {
     const ckpt_catalog *cat = fs->cat;
@@ -54,7 +61,8 @@ static uint64_t node_size(ckptfs *fs, node *n) {
     case NODE_DIR:
         return 0;
     case NODE_TENSOR:
-        return cat->tensors[n->ref].nbytes;
+        return converted(fs, &cat->tensors[n->ref]) ? cat->tensors[n->ref].numel * 4
+                                                    : cat->tensors[n->ref].nbytes;
     case NODE_AUX:
         return cat->sources[n->ref].size;
     case NODE_VIEW:
@@ -69,7 +77,8 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         if (s) return s - 1;
         const ckpt_tensor *t = &cat->tensors[n->ref];
         size_t len;
-        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len) : ckpt_sidecar_json(cat, t, &len);
+        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len)
+                                        : ckpt_sidecar_json_as(cat, t, converted(fs, t), &len);
         if (!doc) return 0;
         free(doc);
         if (n->kind == NODE_NPY) len += t->nbytes;
@@ -114,11 +123,12 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
 
 /* One reusable buffer per loop thread, so READ never allocates; libfuse starts and stops
  * worker threads, so the buffers are freed by a key destructor. */
-static pthread_key_t read_buf_key, bufvec_key;
+static pthread_key_t read_buf_key, bufvec_key, convert_key;
 
 static void make_keys(void) {
     pthread_key_create(&read_buf_key, free);
     pthread_key_create(&bufvec_key, free);
+    pthread_key_create(&convert_key, free);
 }
 
 static void *thread_buffer(pthread_key_t key, size_t size) {
@@ -334,7 +344,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             return;
         }
         open_doc *d = calloc(1, sizeof *d);
-        if (d && n->kind == NODE_SIDECAR) d->text = ckpt_sidecar_json(cat, t, &d->len);
+        if (d && n->kind == NODE_SIDECAR)
+            d->text = ckpt_sidecar_json_as(cat, t, converted(fs, t), &d->len);
         if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
             (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
              ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
@@ -462,11 +473,61 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, si
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
 }
 
+/* F32 bytes [off, off+size) of a narrower or block-quantized tensor: the whole blocks that hold
+ * them are read and converted, then the requested slice is sent. */
+static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uint64_t off,
+                           size_t size) {
+    uint64_t total = t->numel * 4;
+    if (off >= total) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    if (size > total - off) size = (size_t)(total - off);
+    const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
+    uint64_t first = off / 4 / info->block;
+    uint64_t last = ((off + size + 3) / 4 + info->block - 1) / info->block;
+    size_t nblocks = (size_t)(last - first);
+    size_t src_len = nblocks * info->block_bytes, out_len = nblocks * info->block * 4;
+    /* At most 1 MiB of output plus a partial block at each end. */
+    enum { SCRATCH = 2 * MAX_READ + 64 * 1024 };
+    char *scratch = thread_buffer(convert_key, SCRATCH);
+    if (!scratch || src_len + out_len > SCRATCH) {
+        fuse_reply_err(req, scratch ? EIO : ENOMEM);
+        return;
+    }
+    float *out = (float *)(void *)scratch;
+    unsigned char *src = (unsigned char *)scratch + out_len;
+    uint64_t at = first * info->block_bytes, got = 0;
+    while (got < src_len) {
+        ckpt_segment seg[SEG_BATCH];
+        uint64_t done;
+        size_t nseg = ckpt_plan(t, at + got, src_len - got, seg, SEG_BATCH, &done);
+        if (nseg == 0) {
+            fuse_reply_err(req, EIO);
+            return;
+        }
+        for (size_t i = 0; i < nseg; i++) {
+            int e = copy_segment(fs, &seg[i], (char *)src + got);
+            if (e) {
+                fuse_reply_err(req, e);
+                return;
+            }
+            got += seg[i].length;
+        }
+    }
+    ckpt_to_f32(t->dtype, src, nblocks, out);
+    fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
     const node *n = &fs->tr.nodes[node_of(ino)];
     if (size > MAX_READ) size = MAX_READ;
+    if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
+        read_converted(req, fs, &fs->cat->tensors[n->ref], (uint64_t)off, size);
+        return;
+    }
     ckpt_segment seg[SEG_BATCH];
     uint64_t done;
     size_t nseg = plan_node(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);

@@ -1,5 +1,6 @@
 #include "tree.h"
 
+#include "../core/dequant.h"
 #include "../core/hashmap.h"
 
 #include <errno.h>
@@ -97,8 +98,13 @@ static int link_children(tree *tr, ckpt_err *err) {
     return 0;
 }
 
-int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
-               bool npy, ckpt_err *err) {
+/* .npy files carry stored bytes, so tensors converted on read get none. */
+static bool shows_npy(const ckpt_tensor *t, bool as_f32) {
+    return ckpt_dtype_info_of(t->dtype)->numpy && !(as_f32 && ckpt_to_f32_supported(t->dtype));
+}
+
+int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root, bool npy,
+               bool as_f32, ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cat = cat;
     tr->view = view;
@@ -108,7 +114,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     size_t nview = view ? view->nfiles : 0;
     size_t nnpy = 0;
     for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)
-        nnpy += ckpt_dtype_info_of(cat->tensors[i].dtype)->numpy != NULL;
+        nnpy += shows_npy(&cat->tensors[i], as_f32);
     b.owned = calloc(cat->naux + nview + nnpy + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
     uint32_t root;
@@ -116,7 +122,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
-        if (!rc && npy && ckpt_dtype_info_of(cat->tensors[i].dtype)->numpy) {
+        if (!rc && npy && shows_npy(&cat->tensors[i], as_f32)) {
             /* x.json -> x.npy: like sidecars, never clashes with a tensor component. */
             const char *side = cat->tensors[i].sidecar_path;
             size_t len = strlen(side) - 5;

@@ -45,7 +45,7 @@ typedef struct tree {
 /* The HF view's files go to .ckptfs/hf/, or with hf_root to the root in place of the tensor
  * tree (.ckptfs/ keeps the summary, metadata and table). */
 int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
-               bool npy, ckpt_err *err);
+               bool npy, bool as_f32, ckpt_err *err);
 void tree_free(tree *tr);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);

@@ -1,0 +1,162 @@
+/* Conversion to float32 on read (-o as_dtype=f32): half and bfloat16, the two float8 formats
+ * torch and safetensors use, and the common ggml block types. Block layouts and the order of
+ * the arithmetic follow ggml's reference dequantizers, so results are bit-exact with them. */
+#include "dequant.h"
+
+#include <math.h>
+#include <string.h>
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float ckpt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | man << 13); /* inf, NaN */
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        float v = (float)man * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | (exp + 112) << 23 | man << 13);
+}
+
+static float bf16_to_f32(uint16_t b) {
+    return bits_f32((uint32_t)b << 16);
+}
+
+/* float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN. */
+static float e4m3_to_f32(uint8_t b) {
+    uint32_t exp = (b >> 3) & 0xf, man = b & 7;
+    float v;
+    if (exp == 0xf && man == 7)
+        v = NAN;
+    else if (exp == 0)
+        v = (float)man * 0x1p-9f; /* subnormal: man/8 * 2^-6 */
+    else
+        v = ldexpf(1.0f + (float)man / 8.0f, (int)exp - 7);
+    return (b & 0x80) ? -v : v;
+}
+
+/* float8_e5m2 is the top byte of a half. */
+static float e5m2_to_f32(uint8_t b) {
+    return ckpt_f16_to_f32((uint16_t)(b << 8));
+}
+
+static uint16_t le16(const unsigned char *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void q8_0(const unsigned char *b, float *y) { /* f16 d; int8 q[32] */
+    float d = ckpt_f16_to_f32(le16(b));
+    for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+}
+
+static void q4_0(const unsigned char *b, float *y) { /* f16 d; 16 bytes of nibble pairs */
+    float d = ckpt_f16_to_f32(le16(b));
+    const unsigned char *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((qs[j] & 0x0f) - 8) * d;
+        y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+/* Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins for 8 sub-blocks, 128 bytes. */
+static void scale_min_k4(int j, const unsigned char *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void q4_k(const unsigned char *b, float *y) {
+    float d = ckpt_f16_to_f32(le16(b)), min = ckpt_f16_to_f32(le16(b + 2));
+    const unsigned char *scales = b + 4, *q = b + 16;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+        uint8_t sc, m;
+        scale_min_k4(is, scales, &sc, &m);
+        float d1 = d * sc, m1 = min * m;
+        scale_min_k4(is + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = min * m;
+        for (int l = 0; l < 32; l++) y[j + l] = d1 * (float)(q[l] & 0xf) - m1;
+        for (int l = 0; l < 32; l++) y[j + 32 + l] = d2 * (float)(q[l] >> 4) - m2;
+    }
+}
+
+/* Q6_K: ql[128] low nibbles, qh[64] high 2 bits, int8 scales[16], f16 d. */
+static void q6_k(const unsigned char *b, float *y) {
+    const unsigned char *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = ckpt_f16_to_f32(le16(b + 208));
+    for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = (int)((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32;
+            int q2 = (int)((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32;
+            int q3 = (int)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+            int q4 = (int)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+            y[l] = d * (float)sc[is] * (float)q1;
+            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+    }
+}
+
+bool ckpt_to_f32_supported(ckpt_dtype dt) {
+    switch (dt) {
+    case CKPT_F16:
+    case CKPT_BF16:
+    case CKPT_F8_E4M3:
+    case CKPT_F8_E5M2:
+    case CKPT_Q8_0:
+    case CKPT_Q4_0:
+    case CKPT_Q4_K:
+    case CKPT_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+void ckpt_to_f32(ckpt_dtype dt, const unsigned char *src, size_t nblocks, float *dst) {
+    const ckpt_dtype_info *info = ckpt_dtype_info_of(dt);
+    for (size_t i = 0; i < nblocks; i++) {
+        const unsigned char *b = src + i * info->block_bytes;
+        float *y = dst + i * info->block;
+        switch (dt) {
+        case CKPT_F16:
+            *y = ckpt_f16_to_f32(le16(b));
+            break;
+        case CKPT_BF16:
+            *y = bf16_to_f32(le16(b));
+            break;
+        case CKPT_F8_E4M3:
+            *y = e4m3_to_f32(b[0]);
+            break;
+        case CKPT_F8_E5M2:
+            *y = e5m2_to_f32(b[0]);
+            break;
+        case CKPT_Q8_0:
+            q8_0(b, y);
+            break;
+        case CKPT_Q4_0:
+            q4_0(b, y);
+            break;
+        case CKPT_Q4_K:
+            q4_k(b, y);
+            break;
+        case CKPT_Q6_K:
+            q6_k(b, y);
+            break;
+        default:
+            memset(y, 0, info->block * sizeof *y);
+            break;
+        }
+    }
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""-o as_dtype=f32: F16, BF16, F8_E4M3, F8_E5M2, Q8_0, Q4_0, Q4_K and Q6_K tensors read as
+float32, bit-exact with values this test computes itself from the source bytes (numpy, float32
+arithmetic in the order of ggml's reference dequantizers); other tensors are unchanged."""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+from ckptfs_test import Tap, run_capture, skip_reason, unmount  # noqa: E402
+
+CKPTFS, FIXTURES = os.environ.get("CKPTFS"), os.environ.get("FIXTURES")
+F = np.float32
+
+
+def f16(raw):
+    return np.frombuffer(raw, "<f2").astype(F)
+
+
+def e4m3(raw):
+    b = np.frombuffer(raw, np.uint8).astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp, man = (b >> 3) & 0xF, b & 7
+    normal = (1 + man / 8.0) * np.exp2(exp - 7.0)
+    sub = man / 8.0 * 2.0 ** -6
+    v = np.where(exp == 0, sub, normal) * sign
+    v[(exp == 15) & (man == 7)] = np.nan
+    return v.astype(F)
+
+
+def e5m2(raw):
+    b = np.frombuffer(raw, np.uint8).astype(np.uint16) << 8
+    return b.view("<f2").astype(F)
+
+
+def q8_0(raw):
+    blk = np.frombuffer(raw, np.uint8).reshape(-1, 34)
+    d = blk[:, :2].copy().view("<f2").astype(F)
+    q = blk[:, 2:].view(np.int8).astype(F)
+    return (q * d).reshape(-1)
+
+
+def q4_0(raw):
+    blk = np.frombuffer(raw, np.uint8).reshape(-1, 18)
+    d = blk[:, :2].copy().view("<f2").astype(F)
+    qs = blk[:, 2:].astype(np.int32)
+    lo, hi = ((qs & 15) - 8).astype(F), ((qs >> 4) - 8).astype(F)
+    return np.concatenate([lo * d, hi * d], axis=1).reshape(-1)
+
+
+def scale_min_k4(j, q):
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+def q4_k(raw):
+    out = []
+    for blk in np.frombuffer(raw, np.uint8).reshape(-1, 144):
+        d, dmin = blk[:4].copy().view("<f2").astype(F)
+        scales, q = [int(x) for x in blk[4:16]], blk[16:]
+        y = np.empty(256, F)
+        for n, j in enumerate(range(0, 256, 64)):
+            sc, m = scale_min_k4(2 * n, scales)
+            d1, m1 = F(d * F(sc)), F(dmin * F(m))
+            sc, m = scale_min_k4(2 * n + 1, scales)
+            d2, m2 = F(d * F(sc)), F(dmin * F(m))
+            qq = q[32 * n:32 * n + 32]
+            y[j:j + 32] = d1 * (qq & 15).astype(F) - m1
+            y[j + 32:j + 64] = d2 * (qq >> 4).astype(F) - m2
+        out.append(y)
+    return np.concatenate(out) if out else np.empty(0, F)
+
+
+def q6_k(raw):
+    out = []
+    for blk in np.frombuffer(raw, np.uint8).reshape(-1, 210):
+        ql, qh = blk[:128].astype(np.int32), blk[128:192].astype(np.int32)
+        sc = blk[192:208].view(np.int8).astype(F)
+        d = blk[208:210].copy().view("<f2").astype(F)[0]
+        y = np.empty(256, F)
+        for n in range(2):
+            L, H, S = ql[64 * n:64 * n + 64], qh[32 * n:32 * n + 32], sc[8 * n:8 * n + 8]
+            for l in range(32):
+                i = l // 16
+                q1 = ((L[l] & 15) | ((H[l] >> 0) & 3) << 4) - 32
+                q2 = ((L[l + 32] & 15) | ((H[l] >> 2) & 3) << 4) - 32
+                q3 = ((L[l] >> 4) | ((H[l] >> 4) & 3) << 4) - 32
+                q4 = ((L[l + 32] >> 4) | ((H[l] >> 6) & 3) << 4) - 32
+                base = 128 * n + l
+                y[base] = F(d * S[i]) * F(q1)
+                y[base + 32] = F(d * S[i + 2]) * F(q2)
+                y[base + 64] = F(d * S[i + 4]) * F(q3)
+                y[base + 96] = F(d * S[i + 6]) * F(q4)
+        out.append(y)
+    return np.concatenate(out) if out else np.empty(0, F)
+
+
+CONVERT = {"F16": f16, "BF16": lambda r: (np.frombuffer(r, "<u2").astype(np.uint32) << 16).view(F),
+           "F8_E4M3": e4m3, "F8_E5M2": e5m2, "Q8_0": q8_0, "Q4_0": q4_0, "Q4_K": q4_k, "Q6_K": q6_k}
+
+
+def same(a, b):
+    """Bit-equal, or NaN in both places (NaN payloads may differ)."""
+    if a.shape != b.shape:
+        return False
+    nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all(nan | (a.view(np.uint32) == b.view(np.uint32))))
+
+
+def main():
+    tap = Tap()
+    reason = skip_reason(CKPTFS, FIXTURES)
+    if reason:
+        print("1..0 # SKIP " + reason)
+        return 0
+    seen = set()
+    for case in ("dtypes", "gguf/v3"):
+        manifest = json.load(open(os.path.join(FIXTURES, case, "manifest.json")))
+        tensors = manifest["tensors"]
+        src = os.path.join(FIXTURES, case, manifest.get("source") or tensors[0]["file"])
+        mnt = tempfile.mkdtemp(prefix="ckptfs-asdtype.")
+        rc, _, err = run_capture([CKPTFS, os.path.normpath(src), mnt, "-o", "as_dtype=f32"], 30)
+        if not tap.ok(rc == 0, "%s: mount with -o as_dtype=f32" % case, [err]):
+            unmount(mnt)
+            continue
+        try:
+            for t in tensors:
+                path = os.path.join(mnt, t["path"])
+                with open(os.path.join(FIXTURES, case, t["file"]), "rb") as f:
+                    f.seek(t["offset"])
+                    raw = f.read(t["nbytes"])
+                side = json.load(open((path[:-4] if path.endswith(".raw") else path) + ".json"))
+                if t["dtype"] not in CONVERT:
+                    tap.ok(open(path, "rb").read() == raw and side["dtype"] == t["dtype"],
+                           "%s: %s (%s) is not converted" % (case, t["name"], t["dtype"]))
+                    continue
+                seen.add(t["dtype"])
+                want = CONVERT[t["dtype"]](raw)
+                data = open(path, "rb").read()
+                got = np.frombuffer(data, F)
+                tap.ok(same(got, want), "%s: %s %s -> F32, %d values bit-exact"
+                       % (case, t["name"], t["dtype"], want.size),
+                       ["first differences at %s" % np.nonzero(got != want)[0][:5]] if got.shape == want.shape
+                       else ["size %d, want %d" % (got.size, want.size)])
+                tap.ok(side["dtype"] == "F32" and side["stored_dtype"] == t["dtype"] and
+                       side["nbytes"] == 4 * want.size and side["numpy_dtype"] == "<f4" and
+                       side["converted_on_read"] is True and os.path.getsize(path) == 4 * want.size,
+                       "%s: %s sidecar says F32 converted from %s" % (case, t["name"], t["dtype"]))
+                # Unaligned slices cross block boundaries.
+                with open(path, "rb") as f:
+                    full = want.tobytes()
+                    for off, n in ((1, 7), (126, 300), (len(full) // 2 + 3, 5000)):
+                        f.seek(off)
+                        part = f.read(n)
+                        ok = part == full[off:off + n] or np.isnan(want).any()
+                        tap.ok(ok, "%s: %s slice [%d, +%d)" % (case, t["name"], off, n))
+        finally:
+            unmount(mnt)
+    tap.ok(seen == set(CONVERT), "every convertible dtype was exercised", [sorted(set(CONVERT) - seen)])
+    tap.done()
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
