@@ -105,6 +105,30 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 fuzz: deps
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) tests/fuzz/run.sh
 
+# Installation: PREFIX for the program and docs; the mount helper goes where mount(8) looks.
+PREFIX       ?= /usr/local
+DESTDIR      ?=
+BINDIR       := $(PREFIX)/bin
+MANDIR       := $(PREFIX)/share/man
+COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+MOUNTHELPERDIR ?= /sbin
+
+install: $(B)/ckptfs
+	install -D -m 755 $(B)/ckptfs $(DESTDIR)$(BINDIR)/ckptfs
+	install -d $(DESTDIR)$(MOUNTHELPERDIR)
+	sed 's|^CKPTFS=.*|CKPTFS=$${CKPTFS:-$(BINDIR)/ckptfs}|' mount-helpers/mount.fuse.ckptfs \
+	  > $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
+	chmod 755 $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
+	install -D -m 644 man/ckptfs.1 $(DESTDIR)$(MANDIR)/man1/ckptfs.1
+	install -D -m 644 man/ckptfs.5 $(DESTDIR)$(MANDIR)/man5/ckptfs.5
+	install -D -m 644 man/mount.fuse.ckptfs.8 $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8
+	install -D -m 644 mount-helpers/ckptfs.bash-completion $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/ckptfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs \
+	  $(DESTDIR)$(MANDIR)/man1/ckptfs.1 $(DESTDIR)$(MANDIR)/man5/ckptfs.5 \
+	  $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8 $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+
 format:
 	clang-format -i $(CORE_SRC) $(FS_SRC) $(UNIT_SRC) $(wildcard core/*.h core/formats/*.h fs/*.h tests/unit/*.h)
 
