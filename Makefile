@@ -26,9 +26,11 @@ FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 CORE_LIBS   := -lcbor -lz
 
-CORE_SRC := $(wildcard core/*.c core/formats/*.c)
+CORE_SRC := $(wildcard core/*.c core/formats/*.c core/writers/*.c)
 FS_SRC   := $(wildcard fs/*.c)
-UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_SRC := $(filter-out tests/unit/%_tool.c,$(wildcard tests/unit/*.c))
+TOOL_SRC := $(wildcard tests/unit/*_tool.c)
+TOOL_BIN := $(TOOL_SRC:tests/unit/%.c=$(B)/tools/%)
 CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
 FS_OBJ   := $(FS_SRC:%.c=$(B)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
@@ -39,7 +41,7 @@ FIXTURES := $(B)/fixtures
 .PHONY: all deps check test demo bench fuzz clean format install uninstall fixtures
 all: $(B)/ckptfs
 
-$(B)/%.o: %.c $(wildcard core/*.h core/formats/*.h fs/*.h)
+$(B)/%.o: %.c $(wildcard core/*.h core/formats/*.h core/writers/*.h fs/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -MMD -c $< -o $@
 
@@ -50,6 +52,10 @@ $(B)/ckptfs: $(FS_OBJ) $(B)/libckpt.a
 	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) $(CORE_LIBS) -lpthread
 
 $(B)/unit/%.t: tests/unit/%.c tests/unit/tap.h $(B)/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a $(CORE_LIBS)
+
+$(B)/tools/%: tests/unit/%.c $(B)/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a $(CORE_LIBS)
 
@@ -84,9 +90,10 @@ $(FIXTURES)/.done: $(wildcard tests/gen/*.py)
 # Under SANITIZE=1 the daemons detach from the terminal, so sanitizer reports go to log files
 # that fail the run when any appears.
 SANLOG := $(abspath $(B))/sanitizer-logs
-test: $(B)/ckptfs $(UNIT_BIN) fixtures
+test: $(B)/ckptfs $(UNIT_BIN) $(TOOL_BIN) fixtures
 	@rm -rf $(SANLOG); mkdir -p $(SANLOG)
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
+	TOOLS=$(abspath $(B)/tools) \
 	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
 	  prove --timer $(UNIT_BIN) tests/t/*.t
 	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
