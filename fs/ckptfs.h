@@ -27,7 +27,8 @@ typedef struct ckptfs {
     bool as_f32;           /* -o as_dtype=f32: narrow and quantized tensors read as F32 */
     uid_t uid;
     gid_t gid;
-    pthread_mutex_t doc_lock; /* guards docs[] (built on first use) and open_docs */
+    pthread_mutex_t doc_lock; /* guards docs[] (built on first use), open_docs, sha256 */
+    unsigned char (*sha256)[33]; /* per tensor: [0] = known, [1..32] = digest; made on demand */
     open_doc *open_docs;
     char *docs[DOC_COUNT];
     size_t doc_len[DOC_COUNT];

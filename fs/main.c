@@ -340,6 +340,7 @@ out:
     fuse_opt_free_args(&args);
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
     ckptfs_free_open_docs(&fs);
+    free(fs.sha256);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);

@@ -3,9 +3,11 @@
 #include "ckptfs.h"
 
 #include "../core/dequant.h"
+#include "../core/sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -588,6 +590,106 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
     fuse_reply_statfs(req, &sv);
 }
 
+/* ---- extended attributes on tensor files: user.ckpt.dtype, .shape, .sha256 ---- */
+
+static const char xattr_names[] = "user.ckpt.dtype\0user.ckpt.shape\0user.ckpt.sha256";
+
+/* The digest of the bytes the file shows, computed on first request and kept. */
+static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
+    pthread_mutex_lock(&fs->doc_lock);
+    if (!fs->sha256) fs->sha256 = calloc(fs->cat->ntensors ? fs->cat->ntensors : 1, 33);
+    bool known = fs->sha256 && fs->sha256[ti][0];
+    if (known) memcpy(out, fs->sha256[ti] + 1, 32);
+    pthread_mutex_unlock(&fs->doc_lock);
+    if (known) return 0;
+    if (!fs->sha256) return ENOMEM;
+    const ckpt_tensor *t = &fs->cat->tensors[ti];
+    char *buf = malloc(MAX_READ);
+    if (!buf) return ENOMEM;
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    int e = 0;
+    for (uint64_t off = 0; off < t->nbytes && !e;) {
+        ckpt_segment seg[SEG_BATCH];
+        uint64_t done, want = t->nbytes - off < MAX_READ ? t->nbytes - off : MAX_READ;
+        size_t n = ckpt_plan(t, off, want, seg, SEG_BATCH, &done);
+        size_t filled = 0;
+        for (size_t i = 0; i < n && !e; i++) {
+            e = copy_segment(fs, &seg[i], buf + filled);
+            filled += seg[i].length;
+        }
+        if (n == 0) e = EIO;
+        sha256_update(&ctx, buf, filled);
+        off += done;
+    }
+    free(buf);
+    if (e) return e;
+    sha256_final(&ctx, out);
+    pthread_mutex_lock(&fs->doc_lock);
+    memcpy(fs->sha256[ti] + 1, out, 32);
+    fs->sha256[ti][0] = 1;
+    pthread_mutex_unlock(&fs->doc_lock);
+    return 0;
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+    ckptfs *fs = fs_of(req);
+    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    if (!n || n->kind != NODE_TENSOR) {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    const ckpt_tensor *t = &fs->cat->tensors[n->ref];
+    bool conv = converted(fs, t);
+    char value[CKPT_MAX_DIMS * 22 + 8];
+    size_t len = 0;
+    if (strcmp(name, "user.ckpt.dtype") == 0) {
+        len = (size_t)snprintf(value, sizeof value, "%s",
+                               ckpt_dtype_info_of(conv ? CKPT_F32 : t->dtype)->name);
+    } else if (strcmp(name, "user.ckpt.shape") == 0) {
+        len = 1;
+        value[0] = '[';
+        for (uint32_t d = 0; d < t->ndim; d++)
+            len += (size_t)snprintf(value + len, sizeof value - len, "%s%llu", d ? "," : "",
+                                    (unsigned long long)t->shape[d]);
+        value[len++] = ']';
+    } else if (strcmp(name, "user.ckpt.sha256") == 0 && !conv) {
+        unsigned char digest[32];
+        int e = tensor_sha256(fs, n->ref, digest);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
+        }
+        sha256_hex(digest, value);
+        len = 64;
+    } else {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, value, len);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+    ckptfs *fs = fs_of(req);
+    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    size_t len = 0;
+    if (n && n->kind == NODE_TENSOR) /* a converted tensor has no stored-bytes digest to offer */
+        len = converted(fs, &fs->cat->tensors[n->ref])
+                  ? strlen("user.ckpt.dtype") + 1 + strlen("user.ckpt.shape") + 1
+                  : sizeof xattr_names;
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, xattr_names, len);
+}
+
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
     (void)ino;
     fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
@@ -606,4 +708,6 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
     .release = op_release,
     .statfs = op_statfs,
     .access = op_access,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
 };
