@@ -24,6 +24,7 @@ typedef struct ckptfs {
     bool splice;           /* reply to READ by splicing from the source instead of one copy */
     unsigned readahead_kb; /* 0 = keep the kernel's default */
     bool npy;              /* show NAME.npy next to tensors numpy can hold */
+    bool no_opendir;       /* the kernel may skip OPENDIR/RELEASEDIR (see op_init) */
     bool as_f32;           /* -o as_dtype=f32: narrow and quantized tensors read as F32 */
     uid_t uid;
     gid_t gid;

@@ -143,6 +143,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, make_keys);
     ckptfs *fs = userdata;
+    /* Answering OPENDIR with ENOSYS makes the kernel stop sending OPENDIR and RELEASEDIR: a
+     * first `find` over a tree then costs 2 requests per directory instead of 4 (measured:
+     * 24k instead of 48k requests for 12k directories). The readdir cache it gives up only
+     * saved the same 2 requests on repeated listings. */
+    fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
     conn->max_write = MAX_READ; /* libfuse derives the kernel's max_pages (READ size) from this */
     conn->max_readahead = MAX_READ;
     if (fs->splice && (conn->capable & FUSE_CAP_SPLICE_WRITE))
@@ -197,6 +202,10 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     if (fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
         fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    if (fs->no_opendir) {
+        fuse_reply_err(req, ENOSYS);
         return;
     }
     fi->cache_readdir = 1;
