@@ -3,6 +3,7 @@
  * detaches once the mount answers and its readahead is set. */
 #include "ckptfs.h"
 #include "cli.h"
+#include "stage.h"
 #include "readahead.h"
 
 #include <errno.h>
@@ -225,6 +226,9 @@ static void *ready_thread(void *arg) {
 int main(int argc, char **argv) {
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
     if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
+    /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
+    if (argc > 1 && strcmp(argv[1], "stage") == 0) return stage_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "commit") == 0) return commit_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
