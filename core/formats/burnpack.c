@@ -363,8 +363,11 @@ static bool text_is(const char *s, size_t n, const char *want) {
     return strlen(want) == n && memcmp(s, want, n) == 0;
 }
 
-/* Shortest decimal that reads back as the same value at the item's width. */
+/* Shortest decimal that reads back as the same double: a half or single widens exactly to a
+ * double, so printing the double keeps the exact value and a writer can re-encode the same
+ * CBOR float (printing at float precision would turn 0.1f into 0.1, another number). */
 static void put_float(strbuf *out, double f, unsigned bits) {
+    (void)bits;
     if (isnan(f)) {
         sb_puts(out, "\"NaN\"");
         return;
@@ -376,7 +379,7 @@ static void put_float(strbuf *out, double f, unsigned bits) {
     char buf[40];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, f);
-        if (bits < 64 ? strtof(buf, NULL) == (float)f : strtod(buf, NULL) == f) break;
+        if (strtod(buf, NULL) == f) break;
     }
     sb_puts(out, buf);
     /* JSON readers that tell integers from floats should see a float. */
