@@ -46,6 +46,7 @@ $(B)/%.o: %.c $(wildcard core/*.h core/formats/*.h core/writers/*.h fs/*.h)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -MMD -c $< -o $@
 
 $(B)/libckpt.a: $(CORE_OBJ)
+	@rm -f $@ # a fresh archive: objects of removed sources must not linger in it
 	ar rcs $@ $^
 
 $(B)/ckptfs: $(FS_OBJ) $(B)/libckpt.a
