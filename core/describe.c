@@ -44,6 +44,7 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
     sb_printf(&sb, ",\n  \"byte_order\": \"little\",\n  \"format\": \"%s\"", cat->format);
     if (dt->numpy) sb_printf(&sb, ",\n  \"numpy_dtype\": \"%s\"", dt->numpy);
     if (t->incomplete) sb_puts(&sb, ",\n  \"incomplete\": true");
+    if (t->aside) sb_puts(&sb, ",\n  \"aside\": true");
     if (as_f32)
         sb_printf(&sb,
                   ",\n  \"stored_dtype\": \"%s\",\n  \"stored_nbytes\": %llu,\n  "

@@ -47,14 +47,20 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     return f->load(cat, src, err);
 }
 
+/* An HF directory first (what transformers would load); a NeMo step directory before plain DCP
+ * because its model/ may itself be DCP and it has no .metadata of its own; native DCP (its
+ * .metadata names every file) before DCP-HF, which takes whatever shard files it finds. */
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     if (hf_dir_probe(cat->root)) return hf_dir_load(cat, err);
+    if (nemo_step_probe(cat->root)) return nemo_step_load(cat, err);
+    if (dcp_probe(cat->root)) return dcp_load(cat, err);
     if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
     if (mlfw_tp_dir_probe(cat->root)) return mlfw_tp_dir_load(cat, err);
     return ckpt_fail(err, -ENOENT,
                      "%s: no checkpoint in this directory (looked for model.safetensors, "
-                     "model.safetensors.index.json, DCP shards shard-*-model-*.safetensors, "
-                     "MLFramework metadata.bin + shard_rank0.pt)",
+                     "model.safetensors.index.json, NeMo step dirs model/ + optim/, PEFT "
+                     "adapter_model.safetensors, DCP .metadata, DCP shards "
+                     "shard-*-model-*.safetensors, MLFramework metadata.bin + shard_rank0.pt)",
                      cat->root);
 }
 

@@ -1,15 +1,239 @@
+/* `ckptfs ls|info|cat|verify SOURCE ...`: reading a checkpoint without mounting it (no
+ * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
+ * holds what every subcommand shares: -o options, opening the source, messages, output. */
 #include "cli.h"
+#include "cli_internal.h"
 
-#include <stdio.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"ls", cli_ls, "list tensors (names; -l dtype, shape, size; --json)"},
+    {"info", cli_info, "summary: format, files, tensor and parameter counts, dtypes"},
+    {"cat", cli_cat, "write one tensor's raw bytes to standard output"},
+    {"verify", cli_verify, "hash every tensor; compare with or write a manifest"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof *commands };
+
+static void overview(strbuf *sb) {
+    sb_puts(sb, "Usage: ckptfs COMMAND SOURCE [ARGS...] [-o OPTION[,OPTION...]]\n"
+                "Read a checkpoint without mounting it (no /dev/fuse needed).\n\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        sb_printf(sb, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    sb_printf(sb, "  %-8s %s\n", "help", "this overview; `ckptfs help COMMAND` for one command");
+    sb_puts(sb, "\n"
+                "SOURCE is what `ckptfs SOURCE MOUNTPOINT` mounts: a checkpoint file or a model\n"
+                "directory. -o tp_split=RULES works as for the mount; other mount options are\n"
+                "accepted and ignored. COMMAND --help describes each command.\n\n"
+                "Exit status: 0 success, 1 usage error, 2 the source cannot be read or is\n"
+                "invalid, or no such tensor, 3 verify found mismatches, 4 output error.\n"
+                "Mounting: ckptfs SOURCE MOUNTPOINT (see ckptfs --help). See ckptfs(1).\n");
+}
+
+static int help(int argc, char **argv) {
+    if (argc < 2) {
+        cli_out o;
+        cli_out_init(&o, "help");
+        overview(&o.sb);
+        return cli_out_finish(&o);
+    }
+    if (argc > 2) {
+        cli_error("help", "expected at most one COMMAND");
+        return CLI_USAGE;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            char *args[] = {argv[1], "--help", NULL};
+            return commands[i].run(2, args);
+        }
+    }
+    cli_error("help", "no command named %.100s (commands: ls, info, cat, verify)", argv[1]);
+    return CLI_USAGE;
+}
 
 bool cli_is_command(const char *word) {
-    (void)word;
+    if (strcmp(word, "help") == 0) return true;
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(word, commands[i].name) == 0) return true;
     return false;
 }
 
 int cli_main(int argc, char **argv) {
-    (void)argc;
-    fprintf(stderr, "ckptfs: unknown command %s\n", argv[0]);
-    return 1;
+    /* A closed pipe must end the output quietly (`ckptfs cat ... | head -c 10`): writes then
+     * fail with EPIPE, which cli_write_all turns into a silent exit status 4. */
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(argv[0], "help") == 0) return help(argc, argv);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(argv[0], commands[i].name) == 0) return commands[i].run(argc, argv);
+    cli_error(argv[0], "unknown command (try: ckptfs help)");
+    return CLI_USAGE;
+}
+
+/* ---- messages ---- */
+
+void cli_error(const char *cmd, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++) /* one line, whatever a name or path holds */
+        if ((unsigned char)*p < 0x20) *p = ' ';
+    fprintf(stderr, "ckptfs %s: %s\n", cmd, msg);
+}
+
+int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool missing_arg) {
+    char shown[64];
+    bool has_value = false;
+    if (optopt_value > 0 && optopt_value < CLI_LONG) {
+        snprintf(shown, sizeof shown, "-%c", optopt_value);
+    } else {
+        const char *w = word ? word : "?";
+        size_t n = strcspn(w, "=");
+        has_value = w[n] == '=';
+        snprintf(shown, sizeof shown, "%.*s", (int)(n > 60 ? 60 : n), w);
+    }
+    if (missing_arg)
+        cli_error(cmd, "option %s needs a value (see: ckptfs %s --help)", shown, cmd);
+    else if (has_value && optopt_value >= CLI_LONG)
+        cli_error(cmd, "option %s takes no value (see: ckptfs %s --help)", shown, cmd);
+    else
+        cli_error(cmd, "unknown option %s (see: ckptfs %s --help)", shown, cmd);
+    return CLI_USAGE;
+}
+
+bool cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s) return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return false;
+        if (__builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+            return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* ---- -o options ---- */
+
+/* Mount options that mean nothing without a mount; accepted so one option string serves both. */
+static const char *const mount_only[] = {
+    "readahead_kb", "splice", "nosplice", "max_threads", "timeout", "view",  "max_shard_size",
+    "allow_other",  "npy",    "ro",       "fsname",      "subtype", "debug", "default_permissions",
+};
+
+static int apply_option(cli_common *c, const char *opt) {
+    const char *eq = strchr(opt, '=');
+    size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
+    if (klen == 8 && strncmp(opt, "tp_split", 8) == 0 && eq) {
+        char *v = strdup(eq + 1);
+        if (!v) {
+            cli_error(c->cmd, "out of memory");
+            return CLI_USAGE;
+        }
+        free(c->tp_split);
+        c->tp_split = v;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof mount_only / sizeof *mount_only; i++)
+        if (strlen(mount_only[i]) == klen && strncmp(opt, mount_only[i], klen) == 0) return 0;
+    cli_error(c->cmd, "unknown -o option %.200s (subcommands use tp_split=RULES)", opt);
+    return CLI_USAGE;
+}
+
+int cli_parse_o(cli_common *c, const char *arg) {
+    size_t n = strlen(arg);
+    char *opt = malloc(n + 1);
+    if (!opt) {
+        cli_error(c->cmd, "out of memory");
+        return CLI_USAGE;
+    }
+    int rc = 0;
+    size_t k = 0;
+    for (size_t i = 0; i <= n && !rc; i++) {
+        if (i < n && arg[i] == '\\' && i + 1 < n) { /* "\," is a comma inside a value */
+            opt[k++] = arg[++i];
+        } else if (i == n || arg[i] == ',') {
+            opt[k] = '\0';
+            if (k) rc = apply_option(c, opt);
+            k = 0;
+        } else {
+            opt[k++] = arg[i];
+        }
+    }
+    free(opt);
+    return rc;
+}
+
+void cli_common_free(cli_common *c) {
+    free(c->tp_split);
+    c->tp_split = NULL;
+}
+
+int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat) {
+    ckpt_err err = {{0}};
+    ckpt_options opts = {.tp_split = c->tp_split};
+    if (ckpt_open(source, &opts, cat, &err) != 0) {
+        cli_error(c->cmd, "%s", err.msg);
+        *cat = NULL;
+        return CLI_SOURCE;
+    }
+    return 0;
+}
+
+/* ---- output ---- */
+
+int cli_write_all(const char *cmd, int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            if (errno != EPIPE) cli_error(cmd, "writing the output: %s", strerror(errno));
+            return CLI_OUTPUT;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+void cli_out_init(cli_out *o, const char *cmd) {
+    sb_init(&o->sb);
+    o->cmd = cmd;
+    o->status = 0;
+}
+
+static int out_write(cli_out *o) {
+    if (o->status == 0 && o->sb.failed) {
+        cli_error(o->cmd, "out of memory");
+        o->status = CLI_OUTPUT;
+    }
+    if (o->status == 0 && o->sb.len) o->status = cli_write_all(o->cmd, 1, o->sb.data, o->sb.len);
+    sb_clear(&o->sb);
+    return o->status;
+}
+
+int cli_out_flush(cli_out *o) {
+    return out_write(o);
+}
+
+int cli_out_maybe_flush(cli_out *o) {
+    if (o->sb.len >= 65536 || o->sb.failed) return out_write(o);
+    return o->status;
+}
+
+int cli_out_finish(cli_out *o) {
+    int rc = out_write(o);
+    sb_free(&o->sb);
+    return rc;
 }

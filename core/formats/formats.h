@@ -29,7 +29,8 @@ extern const ckpt_format format_lwt;
 extern const ckpt_format format_mlfw_tp; /* no magic: probed last */
 
 /* Directory formats, tried in this order by ckpt_open: a Hugging Face model directory (single
- * file or index + shards), a DCP checkpoint with HuggingFace storage, an MLFramework
+ * file or index + shards), a NeMo Automodel step directory (or PEFT adapter directory), a native
+ * DCP checkpoint (.metadata), a DCP checkpoint with HuggingFace storage, an MLFramework
  * tensor-parallel directory. */
 bool hf_dir_probe(const char *dir);
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
@@ -37,6 +38,24 @@ bool dcp_hf_probe(const char *dir);
 int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err);
 bool mlfw_tp_dir_probe(const char *dir);
 int mlfw_tp_dir_load(ckpt_catalog *cat, ckpt_err *err);
+
+/* Native PyTorch DCP: .metadata + __R_N.distcp (dcp.c). dcp_load_dir reads the checkpoint in
+ * `dir` into a catalog rooted elsewhere (a NeMo step directory): sources are shown as
+ * rel_prefix + name, the format document goes under doc_key, `how` says where tensors go (NULL:
+ * model tensors at the root, optimizer state under optim/). */
+typedef struct dcp_layout {
+    const char *model_prefix; /* NULL = the root, or e.g. "model/" (still the model's) */
+    bool all_optim;           /* every key is optimizer state (a NeMo optim/ directory) */
+} dcp_layout;
+bool dcp_probe(const char *dir);
+int dcp_load(ckpt_catalog *cat, ckpt_err *err);
+int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, const char *doc_key,
+                 const dcp_layout *how, ckpt_err *err);
+
+/* NeMo Automodel step directories (model/, optim/, model/consolidated/, model/.hf_metadata/,
+ * PEFT adapters) and bare PEFT adapter directories (nemo_step.c). */
+bool nemo_step_probe(const char *dir);
+int nemo_step_load(ckpt_catalog *cat, ckpt_err *err);
 
 /* pread of exactly len bytes, or an error naming the file, what was read and where. */
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,

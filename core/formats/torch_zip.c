@@ -10,6 +10,8 @@
  * imported or run), turns each rebuild call into a tensor whose bytes are served straight from
  * the storage record — one piece at storage_offset, strided when the view is not row-major —
  * and shows the other values (epoch, hyper-parameters ...) in metadata.json under "pickle".
+ * The same reader serves the torch.save archives embedded in DCP .distcp files (torch_zip.h):
+ * there it hands tensors and values back to the caller instead of the catalog.
  *
  * Names: nested dicts and lists become dotted paths ({"model": {"w": t}} -> "model.w", list
  * items by index); a tensor saved on its own takes the archive's name (legacy files: the file
@@ -20,7 +22,7 @@
  * pickles — magic number, protocol version, sys_info, the object, the list of storage keys —
  * followed by each storage as an 8-byte element count and its bytes, in key-list order. It is
  * read the same way once the storages' offsets are known. */
-#include "formats.h"
+#include "torch_zip.h"
 
 #include "../hashmap.h"
 #include "../pickle.h"
@@ -76,8 +78,11 @@ typedef struct tensor_ref {
 typedef struct loader {
     ckpt_catalog *cat;
     uint32_t source;
-    const char *path;
+    const char *path; /* names the file (or the embedded archive) in messages */
     ckpt_err *err;
+    uint64_t base, length;    /* the zip's range of the source */
+    torch_embedded *embedded; /* non-NULL: tensors go here, not into the catalog */
+    size_t cap_embedded;
     zip_archive zip;
     bool legacy;
     hashmap legacy_by_key; /* storage key -> legacy_storages index */
@@ -456,6 +461,36 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
     return 0;
 }
 
+/* An embedded archive's tensor, handed back to the caller (torch_zip_read_embedded). */
+static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckpt_dtype dtype,
+                        uint64_t file_offset, const char *name) {
+    torch_embedded *e = l->embedded;
+    if (e->ntensors == l->cap_embedded) {
+        size_t cap = l->cap_embedded ? 2 * l->cap_embedded : 4;
+        torch_embedded_tensor *p = realloc(e->tensors, cap * sizeof *p);
+        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        e->tensors = p;
+        l->cap_embedded = cap;
+    }
+    torch_embedded_tensor *t = &e->tensors[e->ntensors];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = malloc(l->name.len + 1))) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    memcpy(t->name, name, l->name.len);
+    t->name[l->name.len] = '\0';
+    t->name_len = l->name.len;
+    t->dtype = dtype;
+    t->ndim = td->ndim;
+    memcpy(t->shape, td->shape, sizeof t->shape);
+    memcpy(t->stride, td->stride, sizeof t->stride);
+    t->row_major = row_major(td);
+    t->storage_offset = td->storage_offset;
+    t->file_offset = file_offset;
+    t->requires_grad = td->requires_grad;
+    t->pos = v->pos;
+    e->ntensors++;
+    return 0;
+}
+
 static int add_tensor(loader *l, const pk_value *v) {
     tensor_desc td;
     ckpt_dtype dtype = CKPT_U8;
@@ -464,6 +499,7 @@ static int add_tensor(loader *l, const pk_value *v) {
     int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si);
     if (rc) return rc;
     const char *name = shown_name(l);
+    if (l->embedded) return add_embedded(l, v, &td, dtype, file_offset, name);
     rc = catalog_add_tensor(l->cat, name, l->name.len, dtype, td.ndim, td.shape, &index, l->err);
     if (!rc)
         rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
@@ -544,7 +580,10 @@ static int has_structure(loader *l, const pk_value *v, int depth, bool *out) {
 }
 
 static int add_meta(loader *l, const pk_value *v) {
-    sb_puts(&l->meta, l->nmeta++ ? ",\n    " : "\n    ");
+    if (l->embedded)
+        sb_puts(&l->meta, l->nmeta++ ? ", " : "");
+    else
+        sb_puts(&l->meta, l->nmeta++ ? ",\n    " : "\n    ");
     sb_json_str(&l->meta, l->name.data ? l->name.data : "", l->name.len);
     sb_puts(&l->meta, ": ");
     if (!pk_to_json(&l->meta, v, &l->budget))
@@ -588,7 +627,7 @@ static int walk(loader *l, const pk_value *v, int depth) {
                          "levels",
                          l->label, SHOWN(l->name.len), shown_name(l), POS(v), MAX_DEPTH);
     if (is_tensor(v)) {
-        if (l->name.len == 0) { /* a tensor saved on its own */
+        if (l->name.len == 0 && !l->embedded) { /* a tensor saved on its own */
             if (l->legacy) {
                 const char *base = l->cat->sources[l->source].relpath;
                 const char *slash = strrchr(base, '/'), *dot;
@@ -782,7 +821,8 @@ static int finish(loader *l, const pk_doc *pd, strbuf *doc) {
     /* Shared values (tied weights) are visited once per reference: allow a few passes. */
     l->budget = 4 * pd->values + 1024;
     int rc = walk(l, pd->root, 0);
-    if (!rc) rc = set_extras(l);
+    if (rc || l->embedded) return rc;
+    rc = set_extras(l);
     if (!rc) {
         sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->ntensors);
         rc = doc->failed ? ckpt_fail(l->err, -ENOMEM, "out of memory")
@@ -797,8 +837,7 @@ static int finish(loader *l, const pk_doc *pd, strbuf *doc) {
 }
 
 static int load_zip(loader *l, strbuf *doc) {
-    int rc =
-        zip_open(&l->zip, l->cat, l->source, 0, l->cat->sources[l->source].size, l->path, l->err);
+    int rc = zip_open(&l->zip, l->cat, l->source, l->base, l->length, l->path, l->err);
     if (rc) return rc;
     const zip_entry *pkl;
     if ((rc = find_archive(l, &pkl))) return rc;
@@ -990,6 +1029,25 @@ static int load_legacy(loader *l, strbuf *doc) {
     return rc;
 }
 
+/* Reads the file (or the embedded zip) l describes; l->name holds the root's name. */
+static int run(loader *l, bool legacy) {
+    strbuf doc;
+    sb_init(&doc);
+    if (!l->embedded) sb_putc(&l->meta, '{');
+    if (!hm_init(&l->storage_by_key, 64)) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    int rc = legacy ? load_legacy(l, &doc) : load_zip(l, &doc);
+    hm_free(&l->storage_by_key);
+    hm_free(&l->legacy_by_key);
+    zip_close(&l->zip);
+    free(l->storages);
+    free(l->tensors);
+    free(l->strides);
+    free(l->legacy_storages);
+    sb_free(&doc);
+    sb_free(&l->name);
+    return rc;
+}
+
 static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     loader l;
     memset(&l, 0, sizeof l);
@@ -997,6 +1055,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     l.source = source;
     l.path = cat->sources[source].path;
     l.err = err;
+    l.length = cat->sources[source].size;
     snprintf(l.label, sizeof l.label, "%s", l.path);
     unsigned char head[sizeof legacy_magic];
     uint64_t size = cat->sources[source].size;
@@ -1004,24 +1063,63 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     int rc = source_read(cat, source, 0, head, n, "magic", err);
     if (rc) return rc;
     bool legacy = n == sizeof head && memcmp(head, legacy_magic, sizeof head) == 0;
-    strbuf doc;
-    sb_init(&doc);
     sb_init(&l.name);
     sb_init(&l.meta);
-    sb_putc(&l.meta, '{');
-    if (!hm_init(&l.storage_by_key, 64)) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = legacy ? load_legacy(&l, &doc) : load_zip(&l, &doc);
-    hm_free(&l.storage_by_key);
-    hm_free(&l.legacy_by_key);
-    zip_close(&l.zip);
-    free(l.storages);
-    free(l.tensors);
-    free(l.strides);
-    free(l.legacy_storages);
-    sb_free(&doc);
-    sb_free(&l.name);
+    rc = run(&l, legacy);
     sb_free(&l.meta);
     return rc;
+}
+
+void torch_embedded_free(torch_embedded *e) {
+    for (size_t i = 0; i < e->ntensors; i++) free(e->tensors[i].name);
+    free(e->tensors);
+    free(e->values);
+    memset(e, 0, sizeof *e);
+}
+
+int torch_zip_read_embedded(ckpt_catalog *cat, uint32_t source, uint64_t offset, uint64_t length,
+                            const char *label, const char *root_name, size_t root_len,
+                            torch_embedded *out, ckpt_err *err) {
+    memset(out, 0, sizeof *out);
+    unsigned char head[4];
+    int rc = length < 4 ? 0 : source_read(cat, source, offset, head, 4, "zip magic", err);
+    if (rc) return rc;
+    if (length < 4 || memcmp(head, "PK\3\4", 4) != 0)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: the %llu bytes at offset %llu do not start with a zip local header "
+                         "(PK\\3\\4): not a torch.save archive",
+                         label, (unsigned long long)length, (unsigned long long)offset);
+    loader l;
+    memset(&l, 0, sizeof l);
+    l.cat = cat;
+    l.source = source;
+    l.path = label;
+    l.err = err;
+    l.base = offset;
+    l.length = length;
+    l.embedded = out;
+    snprintf(l.label, sizeof l.label, "%s", label);
+    sb_init(&l.name);
+    sb_init(&l.meta);
+    sb_put(&l.name, root_name, root_len);
+    rc = l.name.failed ? ckpt_fail(err, -ENOMEM, "out of memory") : run(&l, false);
+    sb_free(&l.name); /* run() freed it already, unless it never ran */
+    if (!rc && l.meta.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc) {
+        sb_free(&l.meta);
+        torch_embedded_free(out);
+        return rc;
+    }
+    out->nvalues = l.nmeta;
+    out->values = sb_take(&l.meta, &out->values_len);
+    if (!out->values) {
+        out->values_len = 0;
+        if (!(out->values = calloc(1, 1))) {
+            torch_embedded_free(out);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+    }
+    return 0;
 }
 
 const ckpt_format format_torch_zip = {"torch-zip", probe, load};

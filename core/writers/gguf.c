@@ -1,9 +1,472 @@
-/* gguf writer: not written yet, refuses clearly. */
+/* gguf writer: version 3, little-endian, laid out the way ggml's own reader insists on, so that
+ * llama.cpp, gguf-py and ckptfs all read the result.
+ *
+ *   "GGUF", u32 version 3, u64 tensor_count, u64 kv_count, the KVs, the tensor infos (name,
+ *   u32 n_dims, n_dims x u64 ne with ne[0] the fastest dimension, u32 ggml type, u64 offset),
+ *   zero padding to the alignment, then the tensors in info order, each padded with zeros to a
+ *   multiple of the alignment (the last one too: ggml reads the padded total).
+ *
+ * Decisions:
+ * - Alignment 32, written as general.alignment (UINT32) so no reader has to assume it.
+ * - "ckptfs.source_format" (STRING) names the format the tensors came from.
+ * - From a GGUF source the KVs of its first part are copied byte for byte, in their order and
+ *   with their types (metadata.json shows them only as JSON, which loses the types), except
+ *   general.alignment, the split.* keys and ckptfs.source_format, which this file restates.
+ *   Other sources have no GGUF metadata: general.architecture and the like are not invented.
+ * - Refused, naming the tensor: dtypes ggml has no type for (BOOL, unsigned, complex, F8, F4,
+ *   F6), more than 4 dims, names of 64 bytes or more (ggml's GGML_MAX_NAME counts the NUL),
+ *   names that are not UTF-8 or hold a NUL, a block type whose last dim is not a whole number
+ *   of blocks, incomplete tensors, and two model tensors with one name.
+ * - A scalar is written with n_dims 0 (ggml and ckptfs read it back as a scalar; a [1] would
+ *   change its shape). */
 #include "../writer.h"
 
+#include "../catalog.h"
+#include "../formats/formats.h"
+#include "../hashmap.h"
+#include "../json.h"
+#include "../utf8.h"
+
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    ALIGNMENT = 32,
+    NAME_LIMIT = 63, /* GGML_MAX_NAME is 64 with the terminating NUL */
+    GGML_MAX_DIMS = 4,
+    KEY_LIMIT = 65536,    /* as the reader; copied keys never come near it */
+    NESTING_LIMIT = 16,   /* as the reader */
+    COPY_CHUNK = 1 << 16, /* bytes copied at a time from the source's KV section */
+};
+
+/* gguf_type ids of KV values */
+enum { V_U32 = 4, V_STRING = 8, V_ARRAY = 9, V_COUNT = 13 };
+static const unsigned value_size[V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+
+/* ggml_type id of each dtype ggml has a type for; -1 for the rest. */
+static int ggml_type_of(ckpt_dtype dt) {
+    switch (dt) {
+    case CKPT_F32:
+        return 0;
+    case CKPT_F16:
+        return 1;
+    case CKPT_Q4_0:
+        return 2;
+    case CKPT_Q4_1:
+        return 3;
+    case CKPT_Q5_0:
+        return 6;
+    case CKPT_Q5_1:
+        return 7;
+    case CKPT_Q8_0:
+        return 8;
+    case CKPT_Q8_1:
+        return 9;
+    case CKPT_Q2_K:
+        return 10;
+    case CKPT_Q3_K:
+        return 11;
+    case CKPT_Q4_K:
+        return 12;
+    case CKPT_Q5_K:
+        return 13;
+    case CKPT_Q6_K:
+        return 14;
+    case CKPT_Q8_K:
+        return 15;
+    case CKPT_IQ2_XXS:
+        return 16;
+    case CKPT_IQ2_XS:
+        return 17;
+    case CKPT_IQ3_XXS:
+        return 18;
+    case CKPT_IQ1_S:
+        return 19;
+    case CKPT_IQ4_NL:
+        return 20;
+    case CKPT_IQ3_S:
+        return 21;
+    case CKPT_IQ2_S:
+        return 22;
+    case CKPT_IQ4_XS:
+        return 23;
+    case CKPT_I8:
+        return 24;
+    case CKPT_I16:
+        return 25;
+    case CKPT_I32:
+        return 26;
+    case CKPT_I64:
+        return 27;
+    case CKPT_F64:
+        return 28;
+    case CKPT_IQ1_M:
+        return 29;
+    case CKPT_BF16:
+        return 30;
+    case CKPT_TQ1_0:
+        return 34;
+    case CKPT_TQ2_0:
+        return 35;
+    case CKPT_MXFP4:
+        return 39;
+    case CKPT_NVFP4:
+        return 40;
+    case CKPT_Q1_0:
+        return 41;
+    case CKPT_Q2_0:
+        return 42;
+    default:
+        return -1;
+    }
+}
+
+static uint64_t pad_to(uint64_t x) {
+    return (ALIGNMENT - x % ALIGNMENT) % ALIGNMENT;
+}
+
+static void put_u32(out_file *f, uint32_t v) {
+    unsigned char b[4];
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+    out_bytes(f, b, 4);
+}
+
+static void put_u64(out_file *f, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    out_bytes(f, b, 8);
+}
+
+static void put_str(out_file *f, const char *s, size_t n) {
+    put_u64(f, n);
+    out_bytes(f, s, n);
+}
+
+static bool valid_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (!k) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* ---- what may be written ---- */
+
+static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) {
+    const char *out = f->final_path;
+    int n = SHOWN(t->name_len);
+    const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
+    if (t->incomplete)
+        return ckpt_fail(err, -EIO,
+                         "%s: tensor \"%.*s\" is incomplete (part of it is stored "
+                         "nowhere)",
+                         out, n, t->name);
+    if (ggml_type_of(t->dtype) < 0)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: tensor \"%.*s\" is %s, which GGUF cannot hold (ggml has F32, F16, "
+                         "BF16, F64, I8, I16, I32, I64 and its block types)",
+                         out, n, t->name, info->name);
+    if (t->ndim > GGML_MAX_DIMS)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: tensor \"%.*s\" has %u dims, more than the %d GGUF (ggml) can hold",
+                         out, n, t->name, t->ndim, GGML_MAX_DIMS);
+    if (t->name_len > NAME_LIMIT)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: tensor \"%.*s\": the name has %zu bytes, more than the %d GGUF "
+                         "(ggml) allows",
+                         out, n, t->name, t->name_len, NAME_LIMIT);
+    if (memchr(t->name, 0, t->name_len) || !valid_utf8(t->name, t->name_len))
+        return ckpt_fail(err, -EINVAL,
+                         "%s: tensor \"%.*s\": the name is not UTF-8 without NUL bytes, as GGUF "
+                         "strings must be",
+                         out, n, t->name);
+    if (info->block > 1 && (t->ndim == 0 || t->shape[t->ndim - 1] % info->block))
+        return ckpt_fail(err, -EINVAL,
+                         "%s: tensor \"%.*s\": its last dim is not a whole number of %s blocks "
+                         "of %u, as ggml's ne[0] must be",
+                         out, n, t->name, info->name, info->block);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (t->shape[d] > INT64_MAX)
+            return ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\": dim %u exceeds ggml's int64", out,
+                             n, t->name, d);
+    return 0;
+}
+
+/* The model's tensors (not those aside), checked; *out lists their catalog indexes. */
+static int select_tensors(const out_file *f, const ckpt_catalog *cat, size_t **out, size_t *count,
+                          ckpt_err *err) {
+    size_t *sel = malloc((cat->ntensors ? cat->ntensors : 1) * sizeof *sel);
+    hashmap names;
+    if (!sel || !hm_init(&names, cat->ntensors)) {
+        free(sel);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < cat->ntensors && !rc; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (t->aside) continue;
+        if ((rc = check_tensor(f, t, err))) break;
+        bool added;
+        if (!hm_put(&names, t->name, t->name_len, i, &added))
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        else if (!added)
+            rc = ckpt_fail(err, -EINVAL,
+                           "%s: tensor \"%.*s\": two tensors of the model have this name (under "
+                           "different directories); a GGUF file holds one",
+                           f->final_path, SHOWN(t->name_len), t->name);
+        else
+            sel[n++] = i;
+    }
+    hm_free(&names);
+    if (rc) {
+        free(sel);
+        return rc;
+    }
+    *out = sel;
+    *count = n;
+    return 0;
+}
+
+/* ---- KVs of a GGUF source, copied as they are ---- */
+
+typedef struct kv_span {
+    uint64_t at, len;
+} kv_span;
+
+/* Buffered reads of the source file; every read is bounds-checked because the file is read a
+ * second time here, after the decoder checked it. */
+typedef struct src {
+    const ckpt_catalog *cat;
+    uint32_t source;
+    const char *path;
+    uint64_t size, pos;
+    unsigned char buf[COPY_CHUNK];
+    uint64_t buf_at;
+    size_t buf_len;
+    ckpt_err *err;
+} src;
+
+static int src_bad(src *s, const char *what) {
+    return ckpt_fail(s->err, -EINVAL,
+                     "%s: %s at offset %llu runs past the end of the file (size %llu) while "
+                     "copying its KVs; did the file change?",
+                     s->path, what, (unsigned long long)s->pos, (unsigned long long)s->size);
+}
+
+/* Copies n (<= 64) bytes at pos into out and moves past them. */
+static int src_take(src *s, void *out, size_t n, const char *what) {
+    if (s->pos > s->size || n > s->size - s->pos) return src_bad(s, what);
+    if (s->pos < s->buf_at || s->pos + n > s->buf_at + s->buf_len) {
+        uint64_t len = s->size - s->pos < COPY_CHUNK ? s->size - s->pos : COPY_CHUNK;
+        s->buf_len = 0;
+        int rc = source_read(s->cat, s->source, s->pos, s->buf, (size_t)len, what, s->err);
+        if (rc) return rc;
+        s->buf_at = s->pos;
+        s->buf_len = (size_t)len;
+    }
+    memcpy(out, s->buf + (s->pos - s->buf_at), n);
+    s->pos += n;
+    return 0;
+}
+
+static int src_u32(src *s, uint32_t *v, const char *what) {
+    unsigned char b[4];
+    int rc = src_take(s, b, 4, what);
+    *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return rc;
+}
+
+static int src_u64(src *s, uint64_t *v, const char *what) {
+    uint32_t lo = 0, hi = 0;
+    int rc = src_u32(s, &lo, what);
+    if (!rc) rc = src_u32(s, &hi, what);
+    *v = (uint64_t)hi << 32 | lo;
+    return rc;
+}
+
+static int src_skip(src *s, uint64_t n, const char *what) {
+    if (s->pos > s->size || n > s->size - s->pos) return src_bad(s, what);
+    s->pos += n;
+    return 0;
+}
+
+static int skip_value(src *s, uint32_t type, unsigned depth) {
+    if (type >= V_COUNT)
+        return ckpt_fail(s->err, -EINVAL, "%s: value type %u at offset %llu is not a GGUF type",
+                         s->path, type, (unsigned long long)(s->pos - 4));
+    if (value_size[type]) return src_skip(s, value_size[type], "value");
+    uint64_t len;
+    int rc;
+    if (type == V_STRING) {
+        if ((rc = src_u64(s, &len, "string length"))) return rc;
+        return src_skip(s, len, "string");
+    }
+    uint32_t elem;
+    if ((rc = src_u32(s, &elem, "array element type")) || (rc = src_u64(s, &len, "array length")))
+        return rc;
+    if (elem >= V_COUNT || (elem == V_ARRAY && depth + 1 >= NESTING_LIMIT))
+        return ckpt_fail(s->err, -EINVAL,
+                         "%s: array element type %u at offset %llu cannot be copied", s->path, elem,
+                         (unsigned long long)(s->pos - 12));
+    if (value_size[elem]) {
+        if (len > (s->size - s->pos) / value_size[elem]) return src_bad(s, "array");
+        return src_skip(s, len * value_size[elem], "array");
+    }
+    if (len > (s->size - s->pos) / 8) return src_bad(s, "array");
+    for (uint64_t i = 0; i < len; i++)
+        if ((rc = skip_value(s, elem, depth + 1))) return rc;
+    return 0;
+}
+
+/* Keys this file states itself. */
+static bool restated(const char *key, size_t len) {
+    static const char *const exact[] = {"general.alignment", "ckptfs.source_format"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (len == strlen(exact[i]) && memcmp(key, exact[i], len) == 0) return true;
+    return len >= 6 && memcmp(key, "split.", 6) == 0;
+}
+
+/* The source file whose KVs are the model's: the first part named in the gguf_files doc. */
+static int find_gguf_source(const ckpt_catalog *cat, int64_t *source, ckpt_err *err) {
+    *source = -1;
+    const ckpt_doc *doc = NULL;
+    for (size_t i = 0; i < cat->ndocs; i++)
+        if (strcmp(cat->docs[i].key, "gguf_files") == 0) doc = &cat->docs[i];
+    if (!doc) return 0;
+    json_doc jd;
+    json_error jerr;
+    if (json_parse(&jd, doc->json, doc->len, &jerr))
+        return ckpt_fail(err, -EINVAL, "gguf_files document: %s", jerr.msg);
+    const json_value *first = jd.root->type == JSON_ARRAY ? jd.root->head : NULL;
+    const json_value *file = first ? json_member(first, "file") : NULL;
+    for (uint32_t i = 0; file && file->type == JSON_STRING && i < cat->nsources; i++) {
+        const char *rel = cat->sources[i].relpath;
+        if (strlen(rel) == file->len && memcmp(rel, file->str, file->len) == 0) *source = i;
+    }
+    json_doc_free(&jd);
+    return 0;
+}
+
+/* Spans of the KVs to copy, in file order. */
+static int scan_kvs(src *s, kv_span **spans, size_t *nspans) {
+    unsigned char head[24];
+    int rc = src_take(s, head, 24, "header");
+    if (rc) return rc;
+    uint64_t count = 0;
+    for (int i = 7; i >= 0; i--) count = count << 8 | head[16 + i];
+    if (memcmp(head, "GGUF", 4) != 0 || count > (s->size - s->pos) / 13)
+        return ckpt_fail(s->err, -EINVAL, "%s: not the GGUF file it was when opened", s->path);
+    kv_span *sp = malloc((count ? count : 1) * sizeof *sp);
+    if (!sp) return ckpt_fail(s->err, -ENOMEM, "out of memory");
+    size_t n = 0;
+    for (uint64_t i = 0; i < count && !rc; i++) {
+        uint64_t at = s->pos, len;
+        char key[24];
+        uint32_t type;
+        if ((rc = src_u64(s, &len, "key length"))) break;
+        if (len > KEY_LIMIT) {
+            rc = ckpt_fail(s->err, -EINVAL, "%s: key length %llu at offset %llu is too long",
+                           s->path, (unsigned long long)len, (unsigned long long)at);
+            break;
+        }
+        size_t shown = len < sizeof key ? (size_t)len : sizeof key;
+        if ((rc = src_take(s, key, shown, "key")) || (rc = src_skip(s, len - shown, "key")) ||
+            (rc = src_u32(s, &type, "value type")) || (rc = skip_value(s, type, 0)))
+            break;
+        if (!restated(key, (size_t)len)) sp[n++] = (kv_span){at, s->pos - at};
+    }
+    if (rc) {
+        free(sp);
+        return rc;
+    }
+    *spans = sp;
+    *nspans = n;
+    return 0;
+}
+
+static int copy_span(out_file *f, src *s, kv_span sp) {
+    for (uint64_t done = 0; done < sp.len && !f->failed;) {
+        size_t n = sp.len - done < COPY_CHUNK ? (size_t)(sp.len - done) : COPY_CHUNK;
+        int rc = source_read(s->cat, s->source, sp.at + done, s->buf, n, "KV", s->err);
+        if (rc) return rc;
+        out_bytes(f, s->buf, n);
+        done += n;
+    }
+    return 0;
+}
+
+/* ---- the file ---- */
+
+static void put_kv_u32(out_file *f, const char *key, uint32_t v) {
+    put_str(f, key, strlen(key));
+    put_u32(f, V_U32);
+    put_u32(f, v);
+}
+
+static void put_kv_str(out_file *f, const char *key, const char *v) {
+    put_str(f, key, strlen(key));
+    put_u32(f, V_STRING);
+    put_str(f, v, strlen(v));
+}
+
+static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
+    put_str(f, t->name, t->name_len);
+    put_u32(f, t->ndim);
+    for (uint32_t d = t->ndim; d-- > 0;) put_u64(f, t->shape[d]); /* ne[0] is the last dim */
+    put_u32(f, (uint32_t)ggml_type_of(t->dtype));
+    put_u64(f, offset);
+}
 
 int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
-    (void)cat;
-    return ckpt_fail(err, -ENOSYS, "%s: writing gguf is not supported yet", f->final_path);
+    size_t *sel = NULL, n = 0;
+    int rc = select_tensors(f, cat, &sel, &n, err);
+    if (rc) return rc;
+    int64_t source;
+    kv_span *spans = NULL;
+    size_t nspans = 0;
+    src *s = NULL;
+    if ((rc = find_gguf_source(cat, &source, err))) goto out;
+    if (source >= 0) {
+        if (!(s = calloc(1, sizeof *s))) {
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            goto out;
+        }
+        *s = (src){.cat = cat,
+                   .source = (uint32_t)source,
+                   .path = cat->sources[source].path,
+                   .size = cat->sources[source].size,
+                   .err = err};
+        if ((rc = scan_kvs(s, &spans, &nspans))) goto out;
+    }
+
+    out_bytes(f, "GGUF", 4);
+    put_u32(f, 3);
+    put_u64(f, n);
+    put_u64(f, nspans + 2);
+    for (size_t i = 0; i < nspans && !rc; i++) rc = copy_span(f, s, spans[i]);
+    if (rc) goto out;
+    put_kv_u32(f, "general.alignment", ALIGNMENT);
+    put_kv_str(f, "ckptfs.source_format", cat->format ? cat->format : "unknown");
+    uint64_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor *t = &cat->tensors[sel[i]];
+        put_info(f, t, offset);
+        offset += t->nbytes + pad_to(t->nbytes);
+    }
+    out_zeros(f, pad_to(f->written));
+    for (size_t i = 0; i < n && !f->failed; i++) {
+        const ckpt_tensor *t = &cat->tensors[sel[i]];
+        out_tensor(f, cat, t);
+        out_zeros(f, pad_to(t->nbytes));
+    }
+    rc = f->failed;
+out:
+    free(spans);
+    free(s);
+    free(sel);
+    return rc;
 }

@@ -702,7 +702,8 @@ def run_other_format_cases(ctx, top_cases):
                 continue
             want = {}
             for name, (sc, raw) in tree.items():
-                if sc.get("dtype") in DTYPE_BITS and not sc.get("incomplete"):
+                if (sc.get("dtype") in DTYPE_BITS and not sc.get("incomplete")
+                        and not sc.get("aside")):
                     want[name] = (sc, raw)
                 else:
                     left_out.append(name)

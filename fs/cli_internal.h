@@ -1,0 +1,114 @@
+/* What the subcommands (fs/cli_*.c) share: exit codes, option parsing for opening a source,
+ * tensor lookup and display names, streaming a tensor through the planner, output checks. */
+#ifndef CKPTFS_CLI_INTERNAL_H
+#define CKPTFS_CLI_INTERNAL_H
+
+#include "../core/ckpt.h"
+#include "../core/strbuf.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses, documented in ckptfs(1) SUBCOMMANDS. */
+enum cli_exit {
+    CLI_OK = 0,
+    CLI_USAGE = 1,    /* bad arguments or options */
+    CLI_SOURCE = 2,   /* the source (or a manifest) cannot be read or is invalid; no such tensor */
+    CLI_MISMATCH = 3, /* verify: the checkpoint does not match the manifest */
+    CLI_OUTPUT = 4,   /* writing the output failed (a closed pipe, a full disk) */
+};
+
+/* Options every subcommand takes. */
+typedef struct cli_common {
+    const char *cmd; /* "ls", "info", ... for messages */
+    char *tp_split;  /* -o tp_split=RULES */
+} cli_common;
+
+/* Handles one -o argument (comma-separated, "\," for a literal comma). Returns 0 or CLI_USAGE
+ * after printing why. */
+int cli_parse_o(cli_common *c, const char *arg);
+void cli_common_free(cli_common *c);
+/* Opens the source with the -o options; prints the one-line error and returns CLI_SOURCE. */
+int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat);
+
+/* "ckptfs CMD: " + message on stderr, one line. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* getopt_long values of long options: CLI_LONG + a letter, so an error about a long option
+ * (optopt 0 or >= CLI_LONG) can be told from one about a short option. */
+enum { CLI_LONG = 256 };
+/* For getopt's '?' / ':' answers: names the option and points at --help. Returns CLI_USAGE. */
+int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool missing_arg);
+/* Strict decimal u64 (no sign, no spaces); false on anything else or overflow. */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* How a tensor is named on a line of text: its prefix (the directory a catalog shows it under:
+ * "optim/", ".ckptfs/ranks/0/"; names are unique only within one) and its name, with bytes
+ * 0x00-0x1F, 0x7F and '%' as %XX as in .ckptfs/tensors.tsv, so every name is one line and the
+ * form can be looked up again. */
+void cli_put_display_name(strbuf *sb, const ckpt_tensor *t);
+void cli_put_escaped(strbuf *sb, const char *s, size_t n);
+/* Under a directory whose name starts with '.' (per-rank copies in .ckptfs/ranks/): listed
+ * only on request, as ls -a shows dot files. */
+bool cli_hidden(const ckpt_tensor *t);
+/* The tensor a user named: its exact name (the unprefixed tensor first, then one in the
+ * model), its prefix + name, its tree path, or the %XX form printed by `ckptfs ls`. NULL when
+ * none matches. */
+const ckpt_tensor *cli_find_tensor(const ckpt_catalog *cat, const char *name);
+
+/* Humanized numbers: 1536 -> "1.5 KiB", 6738415616 -> "6.7B", 124439808 -> "124M". */
+void cli_human_size(uint64_t bytes, char *out, size_t cap);
+void cli_human_count(uint64_t n, char *out, size_t cap);
+/* 6738415616 -> "6,738,415,616" */
+void cli_grouped(uint64_t n, char *out, size_t cap);
+
+/* Streams bytes [off, off+len) of a tensor, in logical row-major order, to `sink` in pieces of
+ * at most bufsize bytes (buf is the caller's). A hole (bytes no file holds) or a read error
+ * stops it with CLI_SOURCE and a message in err; a non-zero sink result stops it and is
+ * returned as is. */
+typedef int (*cli_sink)(void *ctx, const void *data, size_t len);
+int cli_stream_tensor(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, uint64_t len,
+                      void *buf, size_t bufsize, cli_sink sink, void *ctx, ckpt_err *err);
+/* The first byte range of [off, off+len) that no piece holds; false when there is none. */
+bool cli_find_hole(const ckpt_tensor *t, uint64_t off, uint64_t len, uint64_t *hole_off,
+                   uint64_t *hole_len);
+
+/* Writes all of buf to fd. 0, or CLI_OUTPUT: a closed pipe silently (the reader has what it
+ * wanted, as with `| head`), any other failure with a message. */
+int cli_write_all(const char *cmd, int fd, const void *buf, size_t len);
+
+/* Text output on stdout, built in a buffer and written in large pieces by cli_write_all, so a
+ * closed pipe is seen at once and ends the command quietly. */
+typedef struct cli_out {
+    strbuf sb;
+    const char *cmd;
+    int status; /* 0, or CLI_OUTPUT once a write failed (the buffer is then dropped) */
+} cli_out;
+void cli_out_init(cli_out *o, const char *cmd);
+/* Writes the buffer now; returns o->status. */
+int cli_out_flush(cli_out *o);
+/* Writes the buffer once it holds 64 KiB; returns o->status. */
+int cli_out_maybe_flush(cli_out *o);
+/* Writes what is left and frees the buffer; returns o->status (CLI_OUTPUT also when the
+ * buffer could not grow). */
+int cli_out_finish(cli_out *o);
+
+/* Progress on stderr for long jobs: only when stderr is a terminal and the job has run for a
+ * second, at most ten updates a second, erased at the end. */
+typedef struct cli_progress {
+    bool enabled, shown;
+    const char *label;
+    uint64_t total, done;
+    double start, last;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
+void cli_progress_add(cli_progress *p, uint64_t bytes);
+void cli_progress_end(cli_progress *p);
+
+/* The subcommands. argv[0] is the subcommand's name. */
+int cli_ls(int argc, char **argv);
+int cli_info(int argc, char **argv);
+int cli_cat(int argc, char **argv);
+int cli_verify(int argc, char **argv);
+
+#endif

@@ -1,0 +1,116 @@
+/* Tensor names on the command line: how they are printed one per line, and how a name typed
+ * by the user (exact, qualified, tree path, or the printed form) finds its tensor.
+ *
+ * A catalog may show tensors under a directory (t->prefix: "optim/", ".ckptfs/ranks/0/"), and
+ * names are unique only within one prefix, so a line names a tensor as prefix + name: the
+ * "qualified" name, e.g. "optim/state.lm_head.weight.exp_avg". */
+#include "cli_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_put_escaped(strbuf *sb, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '%') {
+            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+            sb_put(sb, e, 3);
+        } else {
+            sb_putc(sb, (char)c);
+        }
+    }
+}
+
+void cli_put_display_name(strbuf *sb, const ckpt_tensor *t) {
+    if (t->prefix) cli_put_escaped(sb, t->prefix, strlen(t->prefix));
+    cli_put_escaped(sb, t->name, t->name_len);
+}
+
+bool cli_hidden(const ckpt_tensor *t) {
+    return t->prefix && t->prefix[0] == '.';
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Undoes cli_put_escaped in place; false when a '%' is not followed by two hex digits. */
+static bool unescape(char *s, size_t *len) {
+    size_t k = 0, n = strlen(s);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            int hi = hex_value(s[i + 1]); /* s[n] is the NUL: never a digit */
+            int lo = hi >= 0 ? hex_value(s[i + 2]) : -1;
+            if (lo < 0) return false;
+            s[k++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            s[k++] = s[i];
+        }
+    }
+    *len = k;
+    return true;
+}
+
+/* Preference among tensors of one name: the unprefixed one, then one in the model, then the
+ * first (per-rank copies and optimizer state are reached by their qualified names). */
+static int rank(const ckpt_tensor *t) {
+    return t->prefix ? (t->aside ? 2 : 1) : 0;
+}
+
+static const ckpt_tensor *by_name(const ckpt_catalog *cat, const char *name, size_t len) {
+    const ckpt_tensor *best = NULL;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (t->name_len != len || memcmp(t->name, name, len) != 0) continue;
+        if (!best || rank(t) < rank(best)) best = t;
+    }
+    return best;
+}
+
+static const ckpt_tensor *by_qualified_name(const ckpt_catalog *cat, const char *s, size_t len) {
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (!t->prefix) continue;
+        size_t plen = strlen(t->prefix);
+        if (plen + t->name_len == len && memcmp(s, t->prefix, plen) == 0 &&
+            memcmp(s + plen, t->name, t->name_len) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+static const ckpt_tensor *by_path(const ckpt_catalog *cat, const char *name) {
+    /* With or without a leading '/' or the ".raw" of a tensor that is also a directory. */
+    const char *path = name[0] == '/' ? name + 1 : name;
+    size_t plen = strlen(path);
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const char *p = cat->tensors[i].path;
+        size_t n = strlen(p);
+        if ((n == plen && memcmp(p, path, n) == 0) ||
+            (n == plen + 4 && memcmp(p, path, plen) == 0 && strcmp(p + plen, ".raw") == 0))
+            return &cat->tensors[i];
+    }
+    return NULL;
+}
+
+const ckpt_tensor *cli_find_tensor(const ckpt_catalog *cat, const char *name) {
+    size_t len = strlen(name);
+    const ckpt_tensor *t = by_name(cat, name, len);
+    if (!t) t = by_qualified_name(cat, name, len);
+    if (!t) t = by_path(cat, name);
+    if (t || !strchr(name, '%')) return t;
+
+    char *buf = strdup(name);
+    size_t ulen;
+    if (buf && unescape(buf, &ulen)) {
+        t = by_name(cat, buf, ulen);
+        if (!t) t = by_qualified_name(cat, buf, ulen);
+    }
+    free(buf);
+    return t;
+}

@@ -1,0 +1,309 @@
+"""What the writer tests (60-convert-gguf.t, 61-convert-lwt.t, 62-convert-gptrs.t)
+share: running convert_tool, reading a checkpoint's model tensors through a
+ckptfs mount, and the checks every conversion and every refusal must pass.
+
+Environment: CKPTFS (the binary), FIXTURES (generated fixtures), TOOLS (the
+directory of convert_tool). The committed torch and DCP fixtures are found
+next to this file (tests/fixtures).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from ckptfs_test import Tap, Watchdog, run_capture, skip_reason, unmount  # noqa: E402,F401
+
+COMMITTED = os.path.join(HERE, "..", "..", "fixtures")
+MOUNT_TIMEOUT = 30
+CONVERT_TIMEOUT = 60
+CHECK_TIMEOUT = 120
+# Paths of tensors that are not the model's in the fixtures used: per-rank copies, optimizer
+# state. summary.json's tensor_count double-checks the split.
+ASIDE = (".ckptfs/", "optim/")
+
+
+def env():
+    ckptfs, fixtures = os.environ.get("CKPTFS"), os.environ.get("FIXTURES")
+    tools = os.environ.get("TOOLS")
+    why = skip_reason(ckptfs, fixtures)
+    tool = os.path.join(tools or "", "convert_tool")
+    if not why and not os.access(tool, os.X_OK):
+        why = "TOOLS (%r) holds no convert_tool" % tools
+    return ckptfs, fixtures, tool, why
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def leftovers(directory):
+    """Temporary files the writer framework might have left: .NAME.partial-XXXXXX."""
+    return sorted(n for n in os.listdir(directory) if ".partial-" in n)
+
+
+# ---------------------------------------------------------------------------
+# Reading a checkpoint through the mount
+
+class Mounted:
+    def __init__(self, ckptfs, source):
+        self.ckptfs, self.source, self.mnt = ckptfs, source, None
+
+    def __enter__(self):
+        self.mnt = tempfile.mkdtemp(prefix="ckptfs-conv-")
+        rc, _, err = run_capture([self.ckptfs, self.source, self.mnt], MOUNT_TIMEOUT)
+        if rc != 0:
+            os.rmdir(self.mnt)
+            raise RuntimeError("mounting %s failed (%r): %s"
+                               % (self.source, rc, err.decode(errors="replace").strip()))
+        return self.mnt
+
+    def __exit__(self, *exc):
+        unmount(self.mnt)
+        return False
+
+
+def _unescape(field):
+    return re.sub(rb"%([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]),
+                  field.encode("utf-8")).decode("utf-8", "surrogateescape")
+
+
+def sidecar_of(path):
+    return (path[:-4] if path.endswith(".raw") else path) + ".json"
+
+
+def mount_model(ckptfs, source, aside=ASIDE):
+    """{name: {dtype, shape, nbytes, sha256, sidecar}} of the model's tensors, read through
+    the mount, and the tensor_count summary.json gives. Tensors under a path in `aside`
+    (per-rank copies, optimizer state) are not the model's."""
+    with Mounted(ckptfs, source) as mnt, Watchdog(mnt, CHECK_TIMEOUT):
+        with open(os.path.join(mnt, ".ckptfs", "summary.json")) as f:
+            summary = json.load(f)
+        with open(os.path.join(mnt, ".ckptfs", "tensors.tsv"), encoding="utf-8") as f:
+            rows = f.read().split("\n")[1:]
+        tensors, dup = {}, []
+        for row in rows:
+            if not row:
+                continue
+            name, dtype, shape, nbytes, path = row.split("\t")
+            if path.startswith(aside):
+                continue
+            name = _unescape(name)
+            if name in tensors:
+                dup.append(name)
+            with open(os.path.join(mnt, path), "rb") as f:
+                data = f.read()
+            with open(os.path.join(mnt, sidecar_of(path)), "rb") as f:
+                sidecar = json.load(f)
+            tensors[name] = {"dtype": dtype, "shape": json.loads(shape), "nbytes": int(nbytes),
+                             "sha256": sha(data), "size": len(data), "sidecar": sidecar}
+        if dup:
+            raise RuntimeError("%s: names shown twice: %r" % (source, dup[:5]))
+        return tensors, summary
+
+
+def manifest_shas(path):
+    """{name: sha256} of a fixture manifest's model tensors, where it lists them plainly."""
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for t in m.get("tensors", []) if isinstance(m, dict) else []:
+        if isinstance(t, dict) and "name" in t and "sha256" in t and \
+                not str(t.get("path", "")).startswith(".ckptfs/"):
+            out[t["name"]] = t["sha256"]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Small safetensors sources made on the spot (names, ranks and sizes no fixture has)
+
+def write_safetensors(path, tensors, raw_header=None):
+    """tensors: [(name, dtype, shape, bytes)]."""
+    header, data = {}, b""
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def f32(n, seed=1):
+    """n float32 values, a pattern that repeats every 97."""
+    cycle = struct.pack("<97f", *[(seed * 7 + i * 13) % 97 / 8.0 - 6 for i in range(97)])
+    return (cycle * (n // 97 + 1))[:4 * n]
+
+
+# ---------------------------------------------------------------------------
+# The checks
+
+class Checker:
+    """tensors_of(path) -> (parsed file, [(name, dtype, shape, bytes)]) is the strict reader
+    of the output format; ext its file name ending."""
+
+    def __init__(self, tap, ckptfs, tool, ext, tensors_of, out_format):
+        self.tap, self.ckptfs, self.tool, self.ext = tap, ckptfs, tool, ext
+        self.tensors_of, self.out_format = tensors_of, out_format
+        self.work = tempfile.mkdtemp(prefix="ckptfs-convert-")
+        self.cache = {}
+
+    def close(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def convert(self, source, out, *extra):
+        return run_capture([self.tool, source, out] + list(extra), CONVERT_TIMEOUT)
+
+    def source_model(self, source, aside):
+        key = (source, aside)
+        if key not in self.cache:
+            self.cache[key] = mount_model(self.ckptfs, source, aside)
+        return self.cache[key]
+
+    def converts(self, label, source, aside=ASIDE, manifest=None, ext=None):
+        """Converts source; checks the output with the strict reader, against the source's
+        tensors through the mount (and the manifest's sha256), and through a mount of the
+        output. Returns the parsed output, or None."""
+        tap = self.tap
+        out = os.path.join(self.work, re.sub(r"\W", "_", label) + (ext or self.ext))
+        rc, _, err = self.convert(source, out)
+        err = err.decode(errors="replace").strip()
+        if not tap.ok(rc == 0 and not err, "%s: converts (exit 0, nothing on stderr)" % label,
+                      ["exit %r: %s" % (rc, err)]):
+            return None
+        tap.ok(not leftovers(self.work), "%s: no temporary file left" % label,
+               leftovers(self.work))
+        try:
+            parsed, written = self.tensors_of(out)
+        except Exception as e:  # the reader's own error classes, struct and JSON errors
+            tap.ok(False, "%s: the strict reader accepts the output" % label,
+                   ["%s: %s" % (type(e).__name__, e)])
+            return None
+        tap.ok(True, "%s: the strict reader accepts the output" % label)
+
+        try:
+            model, summary = self.source_model(source, aside)
+        except (OSError, RuntimeError, ValueError) as e:
+            tap.ok(False, "%s: source read through the mount" % label, [str(e)])
+            return parsed
+        problems = []
+        if len(model) != summary.get("tensor_count"):
+            problems.append("test setup: %d model tensors in the tree, summary says %r"
+                            % (len(model), summary.get("tensor_count")))
+        names = [w[0] for w in written]
+        if sorted(names) != sorted(model) or len(set(names)) != len(names):
+            problems.append("names differ: missing %r, extra %r"
+                            % (sorted(set(model) - set(names))[:5],
+                               sorted(set(names) - set(model))[:5]))
+        mshas = manifest_shas(manifest) if manifest else {}
+        for name, dtype, shape, data in written:
+            src = model.get(name)
+            if src is None:
+                continue
+            if (dtype, shape) != (src["dtype"], src["shape"]):
+                problems.append("%r: %s %r, source %s %r" % (name, dtype, shape, src["dtype"],
+                                                            src["shape"]))
+            if sha(data) != src["sha256"]:
+                problems.append("%r: bytes differ from the source's" % name)
+            if name in mshas and sha(data) != mshas[name]:
+                problems.append("%r: bytes differ from the manifest's sha256" % name)
+        tap.ok(not problems, "%s: %d tensors, each with the source's dtype, shape and bytes%s"
+               % (label, len(written), " (and the manifest's sha256)" if mshas else ""),
+               problems[:20])
+
+        try:
+            back, back_summary = mount_model(self.ckptfs, out)
+        except (OSError, RuntimeError, ValueError) as e:
+            tap.ok(False, "%s: output mounts" % label, [str(e)])
+            return parsed
+        problems = []
+        if back_summary.get("format") != self.out_format:
+            problems.append("format %r" % back_summary.get("format"))
+        if sorted(back) != sorted(names):
+            problems.append("the mount shows %d tensors, the file has %d" % (len(back),
+                                                                            len(names)))
+        for name, dtype, shape, data in written:
+            got = back.get(name)
+            if got is None:
+                continue
+            sc = got["sidecar"]
+            if (got["dtype"], got["shape"], got["sha256"]) != (dtype, shape, sha(data)):
+                problems.append("%r: mount shows %s %r, sha256 %s" % (name, got["dtype"],
+                                                                      got["shape"],
+                                                                      got["sha256"][:12]))
+            if (sc.get("name"), sc.get("dtype"), sc.get("shape")) != (name, dtype, shape):
+                problems.append("%r: sidecar %r" % (name, sc))
+        tap.ok(not problems, "%s: the output mounts as %s with every tensor's bytes, dtype and "
+               "shape" % (label, self.out_format), problems[:20])
+        return parsed
+
+    def refuses(self, label, source, words, tensors=None, ext=None):
+        """Refused with exit 2 and one stderr line holding `words`, naming one tensor (in
+        `tensors` when given), leaving neither OUT nor a temporary file."""
+        tap = self.tap
+        out = os.path.join(self.work, "refused" + (ext or self.ext))
+        rc, _, err = self.convert(source, out)
+        lines = err.decode(errors="replace").strip().splitlines()
+        named = re.search(r'tensor "([^"]*)"', lines[0]) if len(lines) == 1 else None
+        good = rc == 2 and len(lines) == 1 and all(w in lines[0] for w in words) and named
+        if good and tensors is not None:
+            good = named.group(1) in tensors
+        tap.ok(good, "%s: refused (exit 2, one line naming the tensor, %s)"
+               % (label, ", ".join(repr(w) for w in words)), ["exit %r: %r" % (rc, lines)])
+        tap.ok(not os.path.exists(out) and not leftovers(self.work),
+               "%s: neither OUT nor a temporary file is left" % label,
+               [os.listdir(self.work)])
+        return lines[0] if lines else ""
+
+    def write_failures(self, label, source):
+        """A read-only output directory and a full file system: clear error, nothing left."""
+        tap = self.tap
+        d = tempfile.mkdtemp(prefix="ckptfs-ro-")
+        try:
+            ro = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", d],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+            if ro != 0:  # not root: the mode bits are enough
+                os.chmod(d, 0o555)
+            out = os.path.join(d, "out" + self.ext)
+            rc, _, err = self.convert(source, out)
+            lines = err.decode(errors="replace").strip().splitlines()
+            tap.ok(rc == 2 and len(lines) == 1 and out in lines[0] and
+                   ("Read-only file system" in lines[0] or "Permission denied" in lines[0]),
+                   "%s: a read-only output directory is a clear one-line error" % label,
+                   ["exit %r: %r" % (rc, lines)])
+            tap.ok(os.listdir(d) == [], "%s: nothing is left in the read-only directory" % label,
+                   [os.listdir(d)])
+        finally:
+            if subprocess.run(["umount", d], stderr=subprocess.DEVNULL).returncode != 0:
+                os.chmod(d, 0o755)
+            os.rmdir(d)
+
+        d = tempfile.mkdtemp(prefix="ckptfs-full-")
+        try:
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+                self.tap.diag("%s: no tmpfs (not root?): the full file system case is not run"
+                              % label)
+                return
+            out = os.path.join(d, "out" + self.ext)
+            rc, _, err = self.convert(source, out)
+            lines = err.decode(errors="replace").strip().splitlines()
+            tap.ok(rc == 2 and len(lines) == 1 and "No space left on device" in lines[0],
+                   "%s: a full file system is a clear one-line error" % label,
+                   ["exit %r: %r" % (rc, lines)])
+            tap.ok(os.listdir(d) == [], "%s: nothing is left on the full file system" % label,
+                   [os.listdir(d)])
+        finally:
+            subprocess.run(["umount", d], stderr=subprocess.DEVNULL)
+            os.rmdir(d)
