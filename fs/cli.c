@@ -20,6 +20,7 @@ static const struct command {
     {"info", cli_info, "summary: format, files, tensor and parameter counts, dtypes"},
     {"cat", cli_cat, "write one tensor's raw bytes to standard output"},
     {"verify", cli_verify, "hash every tensor; compare with or write a manifest"},
+    {"convert", cli_convert, "write the tensors into a new archive (format from OUT's name)"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof *commands };
 

@@ -110,5 +110,6 @@ int cli_ls(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_cat(int argc, char **argv);
 int cli_verify(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "stage.h"
 #include "readahead.h"
+#include "size.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -93,43 +94,6 @@ static void usage(FILE *out) {
             "Unmount with: fusermount3 -u MOUNTPOINT\n"
             "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
             "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
-}
-
-/* Sizes as huggingface_hub writes them: "5GB" = 5 * 10^9, "2GiB" = 2 * 2^30; NULL keeps *out.
- * Plain decimal numbers only (no sign, hex, exponent, NaN), and not zero. */
-static int parse_size(const char *text, uint64_t *out) {
-    if (!text) return 0;
-    const char *p = text;
-    while ((*p >= '0' && *p <= '9') || *p == '.') p++;
-    if (p == text || !(text[0] >= '0' && text[0] <= '9')) return -1;
-    char *end;
-    double v = strtod(text, &end);
-    if (end != p || !(v > 0)) return -1;
-    static const struct {
-        const char *unit;
-        double scale;
-    } units[] = {{"", 1},
-                 {"B", 1},
-                 {"KB", 1e3},
-                 {"MB", 1e6},
-                 {"GB", 1e9},
-                 {"TB", 1e12},
-                 {"KiB", 1024.0},
-                 {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0},
-                 {"K", 1e3},
-                 {"M", 1e6},
-                 {"G", 1e9}};
-    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
-        if (strcasecmp(end, units[i].unit) == 0) {
-            double bytes = v * units[i].scale;
-            if (!(bytes >= 1) || bytes >= 18446744073709551615.0) return -1;
-            *out = (uint64_t)bytes;
-            return 0;
-        }
-    }
-    return -1;
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -257,7 +221,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
         goto out;
     }
-    if (parse_size(o.max_shard_size, &max_shard) != 0) {
+    if (parse_size_option(o.max_shard_size, &max_shard) != 0) {
         fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
                 o.max_shard_size);
         status = EXIT_USAGE;
