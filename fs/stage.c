@@ -1,16 +1,424 @@
-/* Staging mount: not written yet. */
+/* `ckptfs stage OUT MOUNTPOINT [--from SOURCE]`: mounts a writable staging tree whose content
+ * becomes OUT on commit, and commits what is left on unmount. `ckptfs commit MOUNTPOINT`
+ * (stage_client.c) asks a running stage to commit.
+ *
+ * Like the read-only mount, the command checks everything it can in the foreground (OUT's
+ * name, the spool, the source) and returns only once the mount answers. */
 #include "stage.h"
+#include "stage_fs.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-int stage_main(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "ckptfs stage: not available yet\n");
-    return 1;
+typedef struct stage_options {
+    char *out, *mountpoint, *from, *spool;
+    unsigned max_threads;
+    int nocommit;
+    int foreground, debug, single, help, allow_other;
+    int extra_args;
+} stage_options;
+
+enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_ALLOW_OTHER };
+
+#define OPT(t, field, value)                                                                       \
+    { t, offsetof(stage_options, field), value }
+static const struct fuse_opt stage_spec[] = {
+    OPT("spool=%s", spool, 0),
+    OPT("max_threads=%u", max_threads, 0),
+    OPT("nocommit", nocommit, 1),
+    FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+    FUSE_OPT_KEY("-d", KEY_DEBUG),
+    FUSE_OPT_KEY("debug", KEY_DEBUG),
+    FUSE_OPT_KEY("-s", KEY_SINGLE),
+    FUSE_OPT_KEY("-h", KEY_HELP),
+    FUSE_OPT_KEY("--help", KEY_HELP),
+    FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+    FUSE_OPT_END,
+};
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: ckptfs stage OUT MOUNTPOINT [--from SOURCE] [-f] [-d] [-s] [-o OPTION,...]\n"
+            "Mount a writable staging tree; on commit its tensors become the archive OUT.\n"
+            "A tensor is NAME (raw little-endian bytes) + NAME.json ({\"dtype\", \"shape\"}), or\n"
+            "NAME.npy. Paths give names ('/' -> '.'); a sidecar's \"name\" is kept where the\n"
+            "file sits at that name's path.\n"
+            "\n"
+            "  OUT                the archive to write: .safetensors, .gguf, .bpk, .lwt, .gptrs,\n"
+            "                     .gptrsten, or DIR/ for a Hugging Face directory\n"
+            "  --from SOURCE      start from the tensors of SOURCE (never modified)\n"
+            "  -f, -d, -s         foreground, debug, one thread\n"
+            "  -o spool=DIR       where staged bytes go (default: .OUT.stage/ next to OUT)\n"
+            "  -o max_threads=N   worker threads (default 8)\n"
+            "  -o nocommit        no commit on unmount: the spool stays until a commit\n"
+            "\n"
+            "Commit with `ckptfs commit MOUNTPOINT` (or a write to MOUNTPOINT/.ckptfs/commit),\n"
+            "and on unmount (fusermount3 -u MOUNTPOINT). Progress and the last report are in\n"
+            "MOUNTPOINT/.ckptfs/status. A stage whose daemon was killed is taken up again by\n"
+            "running the same `ckptfs stage OUT MOUNTPOINT`.\n"
+            "Exit status: 0 mounted, 1 usage, 2 the source or the spool cannot be used, 3 the\n"
+            "mount failed. See ckptfs(1), STAGING.\n");
 }
 
-int commit_main(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "ckptfs commit: not available yet\n");
-    return 1;
+static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
+    (void)outargs;
+    stage_options *o = data;
+    switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+        if (!o->out)
+            o->out = strdup(arg);
+        else if (!o->mountpoint)
+            o->mountpoint = strdup(arg);
+        else
+            o->extra_args++;
+        return 0;
+    case KEY_FOREGROUND:
+        o->foreground = 1;
+        return 0;
+    case KEY_DEBUG:
+        o->debug = o->foreground = 1;
+        return 1;
+    case KEY_SINGLE:
+        o->single = 1;
+        return 0;
+    case KEY_HELP:
+        o->help = 1;
+        return 0;
+    case KEY_ALLOW_OTHER:
+        o->allow_other = 1;
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+/* --from takes the next argument (or =VALUE); fuse_opt would also match "--from=X" against a
+ * "--from %s" template, so it is taken out here first. */
+static int take_from(int *argc, char **argv, char **from) {
+    int w = 0;
+    for (int r = 0; r < *argc; r++) {
+        if (strcmp(argv[r], "--from") == 0) {
+            if (r + 1 >= *argc) {
+                fprintf(stderr, "ckptfs stage: --from needs a SOURCE\n");
+                return -1;
+            }
+            free(*from);
+            *from = strdup(argv[++r]);
+        } else if (strncmp(argv[r], "--from=", 7) == 0) {
+            free(*from);
+            *from = strdup(argv[r] + 7);
+        } else {
+            argv[w++] = argv[r];
+        }
+    }
+    *argc = w;
+    argv[w] = NULL;
+    return 0;
+}
+
+static bool has_suffix(const char *s, size_t n, const char *suffix) {
+    size_t m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* OUT made absolute (its directory must exist), keeping a trailing '/' that asks for an HF
+ * directory. The names ckpt_write understands are checked now, not at the first commit. */
+static char *absolute_out(const char *out) {
+    size_t n = strlen(out);
+    bool dir_form = n && out[n - 1] == '/';
+    char *trimmed = strdup(out);
+    if (!trimmed) return NULL;
+    while (n > 1 && trimmed[n - 1] == '/') trimmed[--n] = '\0';
+    char *d = strdup(trimmed), *b = strdup(trimmed);
+    char dir[PATH_MAX];
+    char *result = NULL;
+    struct stat s;
+    if (!d || !b) {
+        fprintf(stderr, "ckptfs stage: out of memory\n");
+    } else if (!realpath(dirname(d), dir)) {
+        fprintf(stderr, "ckptfs stage: OUT %s: its directory cannot be used: %s\n", out,
+                strerror(errno));
+    } else {
+        const char *base = basename(b);
+        bool is_dir = dir_form || (stat(trimmed, &s) == 0 && S_ISDIR(s.st_mode));
+        static const char *const suffixes[] = {".safetensors", ".gguf",  ".bpk",
+                                               ".lwt",         ".gptrs", ".gptrsten"};
+        bool known = is_dir;
+        for (size_t i = 0; !known && i < sizeof suffixes / sizeof *suffixes; i++)
+            known = has_suffix(base, strlen(base), suffixes[i]);
+        if (!known || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+            fprintf(stderr,
+                    "ckptfs stage: OUT %s: cannot tell the format from the name (use "
+                    ".safetensors, .gguf, .bpk, .lwt, .gptrs, .gptrsten, or DIR/ for a Hugging "
+                    "Face directory)\n",
+                    out);
+        } else if ((result = malloc(strlen(dir) + strlen(base) + 3))) {
+            sprintf(result, "%s%s%s%s", dir, strcmp(dir, "/") ? "/" : "", base, is_dir ? "/" : "");
+        }
+    }
+    free(d);
+    free(b);
+    free(trimmed);
+    return result;
+}
+
+/* The spool: -o spool=DIR (its parent must exist), or .NAME.stage next to OUT. */
+static char *spool_path(const char *out_abs, const char *opt) {
+    char *copy = strdup(opt ? opt : out_abs), *copy2 = strdup(opt ? opt : out_abs);
+    char *result = NULL;
+    if (copy && copy2) {
+        size_t n = strlen(copy);
+        while (n > 1 && copy[n - 1] == '/') {
+            n--;
+            copy[n] = copy2[n] = '\0';
+        }
+        char dir[PATH_MAX];
+        const char *base = basename(copy2);
+        if (!realpath(dirname(copy), dir)) {
+            fprintf(stderr, "ckptfs stage: spool %s: its directory cannot be used: %s\n",
+                    opt ? opt : out_abs, strerror(errno));
+        } else if ((result = malloc(strlen(dir) + strlen(base) + 16))) {
+            sprintf(result, "%s/%s%s%s", strcmp(dir, "/") ? dir : "", opt ? "" : ".", base,
+                    opt ? "" : ".stage");
+        }
+    }
+    free(copy);
+    free(copy2);
+    return result;
+}
+
+/* True when path is dir or lies below it (both absolute, without "." or ".."). */
+static bool is_under(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    if (strcmp(dir, "/") == 0) return true;
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* One staged file per source descriptor at commit: allow as many as the system lets us. */
+static void raise_file_limit(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+/* ---- detaching: the parent returns once the mount answers (the pattern of fs/main.c) ---- */
+
+static int ready_fd = -1;
+
+static int detach(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return -errno;
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid > 0) {
+        close(fds[1]);
+        unsigned char status = STAGE_WRITE_FAILED;
+        ssize_t r;
+        do r = read(fds[0], &status, 1);
+        while (r < 0 && errno == EINTR);
+        _exit(r == 1 ? status : 3);
+    }
+    close(fds[0]);
+    ready_fd = fds[1];
+    setsid();
+    return chdir("/") == 0 ? 0 : -errno;
+}
+
+static void report_ready(unsigned char status) {
+    if (ready_fd < 0) return;
+    ssize_t r;
+    do r = write(ready_fd, &status, 1);
+    while (r < 0 && errno == EINTR);
+    close(ready_fd);
+    ready_fd = -1;
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 2) close(null);
+    }
+}
+
+static void *ready_thread(void *arg) {
+    struct stat s;
+    stat((const char *)arg, &s); /* answered once the kernel has our INIT reply */
+    report_ready(0);
+    return NULL;
+}
+
+static void stage_free(stage *st) {
+    snode_free_tree(st->root);
+    ckpt_close(st->lower);
+    spool_close(st);
+    free(st->control.name);
+    free(st->commit_node.name);
+    free(st->status_node.name);
+    free(st->last_report);
+    free(st->out);
+    free(st->from);
+    free(st->spool);
+    free(st->mountpoint);
+    pthread_mutex_destroy(&st->lock);
+    pthread_mutex_destroy(&st->commit_lock);
+    pthread_rwlock_destroy(&st->gate);
+}
+
+static void init_control(snode *n, sn_kind kind, const char *name) {
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->name = strdup(name);
+    n->name_len = strlen(name);
+    n->fd = -1;
+    clock_gettime(CLOCK_REALTIME, &n->mtime);
+}
+
+static void stage_init(stage *st) {
+    memset(st, 0, sizeof *st);
+    st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = -1;
+    st->uid = getuid();
+    st->gid = getgid();
+    st->timeout = 1.0;
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_mutex_init(&st->commit_lock, NULL);
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    /* A waiting commit makes new changes fail at once instead of starving it. */
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&st->gate, &ra);
+    pthread_rwlockattr_destroy(&ra);
+    init_control(&st->control, SN_CONTROL_DIR, ".ckptfs");
+    init_control(&st->commit_node, SN_COMMIT, "commit");
+    init_control(&st->status_node, SN_STATUS, "status");
+}
+
+/* After the loop: whatever was staged and not yet written goes to OUT; a stage that is fully
+ * in OUT leaves no spool behind. */
+static int commit_on_unmount(stage *st, bool commit) {
+    int status = 0;
+    if (st->dirty && commit) {
+        char *report = NULL;
+        status = stage_commit(st, &report);
+        if (report) {
+            const char *body = strchr(report, '\n');
+            fprintf(stderr, "%s", body ? body + 1 : report);
+        }
+        free(report);
+    }
+    if (!st->dirty) spool_remove(st);
+    return status;
+}
+
+int stage_main(int argc, char **argv) {
+    stage_options o = {.max_threads = 8};
+    stage st;
+    stage_init(&st);
+    int status = STAGE_USAGE;
+    struct fuse_session *se = NULL;
+    if (take_from(&argc, argv, &o.from) != 0) {
+        stage_free(&st);
+        return STAGE_USAGE;
+    }
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    if (fuse_opt_parse(&args, &o, stage_spec, on_option) != 0) goto out;
+    if (o.help) {
+        usage(stdout);
+        status = 0;
+        goto out;
+    }
+    if (!o.out || !o.mountpoint || o.extra_args) {
+        fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
+        goto out;
+    }
+    char mnt[PATH_MAX], from[PATH_MAX];
+    if (!realpath(o.mountpoint, mnt)) {
+        fprintf(stderr, "ckptfs stage: mount point %s: %s\n", o.mountpoint, strerror(errno));
+        goto out;
+    }
+    if (!(st.out = absolute_out(o.out)) || !(st.spool = spool_path(st.out, o.spool))) goto out;
+    st.mountpoint = strdup(mnt);
+    /* Inside the mount they would be reached through the mount itself. */
+    if (is_under(st.out, mnt) || is_under(st.spool, mnt)) {
+        fprintf(stderr, "ckptfs stage: %s %s is inside the mount point %s (put it elsewhere%s)\n",
+                is_under(st.out, mnt) ? "OUT" : "the spool",
+                is_under(st.out, mnt) ? st.out : st.spool, mnt,
+                is_under(st.out, mnt) ? "" : ", or choose one with -o spool=DIR");
+        goto out;
+    }
+    status = STAGE_INVALID;
+    if (o.from && !realpath(o.from, from)) {
+        fprintf(stderr, "ckptfs stage: --from %s: %s\n", o.from, strerror(errno));
+        goto out;
+    }
+    if (o.from) st.from = strdup(from);
+    raise_file_limit();
+    bool resumed;
+    if ((status = spool_setup(&st, o.from, &resumed)) != 0) goto out;
+    struct stat os;
+    if (resumed)
+        fprintf(stderr, "ckptfs stage: continuing the stage of %s kept in %s\n", st.out, st.spool);
+    else if (!st.from && stat(st.out, &os) == 0)
+        fprintf(stderr,
+                "ckptfs stage: note: %s exists; this stage starts empty and a commit "
+                "replaces it (stage with --from %s to start from its tensors)\n",
+                st.out, st.out);
+
+    fuse_opt_add_arg(&args, "-osubtype=ckptfs");
+    fuse_opt_add_arg(&args, "-ofsname=ckptfs-stage");
+    fuse_opt_add_arg(&args, "-odefault_permissions");
+    status = STAGE_USAGE;
+    se = fuse_session_new(&args, &stage_ops, sizeof stage_ops, &st);
+    if (!se) goto out;
+    status = STAGE_WRITE_FAILED;
+    if (fuse_set_signal_handlers(se) != 0) goto out_session;
+    if (fuse_session_mount(se, mnt) != 0) {
+        if (!resumed) spool_remove(&st); /* nothing was staged in it */
+        goto out_handlers;
+    }
+    if (!o.foreground && detach() != 0) {
+        fprintf(stderr, "ckptfs stage: cannot detach: %s\n", strerror(errno));
+        goto out_unmount;
+    }
+    spool_note_pid(&st);
+    pthread_t ready;
+    bool have_ready = pthread_create(&ready, NULL, ready_thread, mnt) == 0;
+    if (!have_ready) report_ready(0);
+    if (o.single) {
+        fuse_session_loop(se);
+    } else {
+        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+        fuse_loop_cfg_set_clone_fd(cfg, 1);
+        fuse_loop_cfg_set_max_threads(cfg, o.max_threads ? o.max_threads : 1);
+        fuse_session_loop_mt(se, cfg);
+        fuse_loop_cfg_destroy(cfg);
+    }
+    if (have_ready) pthread_join(ready, NULL);
+out_unmount:
+    fuse_session_unmount(se);
+    status = commit_on_unmount(&st, !o.nocommit);
+out_handlers:
+    fuse_remove_signal_handlers(se);
+out_session:
+    fuse_session_destroy(se);
+out:
+    report_ready(status ? (unsigned char)status : 3);
+    fuse_opt_free_args(&args);
+    stage_free(&st);
+    free(o.out);
+    free(o.mountpoint);
+    free(o.from);
+    free(o.spool);
+    return status;
 }

@@ -1,0 +1,168 @@
+/* The staging mount: a writable tree held in memory, whose file bytes live in a spool directory
+ * on disk and whose every change is appended to a journal there, so a killed daemon loses
+ * nothing: `ckptfs stage` over the same OUT replays the journal.
+ *
+ *   stage_tree.c    the in-memory tree (nodes, directory tables, paths)
+ *   stage_spool.c   the spool: lock, state, data files, the source's tree, clean-up
+ *   stage_journal.c the journal: records, replay, snapshot
+ *   stage_ops.c     the FUSE operations
+ *   stage_commit.c  commit (validate + ckpt_write) and the .ckptfs/status document
+ *   stage.c         `ckptfs stage` (options, mount, commit on unmount), `ckptfs commit` */
+#ifndef CKPTFS_STAGE_FS_H
+#define CKPTFS_STAGE_FS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "../core/ckpt.h"
+#include "../core/hashmap.h"
+#include "../core/strbuf.h"
+
+typedef enum {
+    SN_DIR,
+    SN_FILE,
+    SN_CONTROL_DIR, /* .ckptfs/ at the root: not part of the staged tree */
+    SN_COMMIT,      /* .ckptfs/commit: a write commits, a read gives that commit's report */
+    SN_STATUS,      /* .ckptfs/status: JSON about the stage and the last commit */
+} sn_kind;
+
+typedef enum {
+    SRC_SPOOL,         /* bytes in spool/data/<data_id> */
+    SRC_LOWER_RAW,     /* raw bytes of source tensor `lower`, not copied */
+    SRC_LOWER_SIDECAR, /* the sidecar of source tensor `lower`, generated */
+} sn_src;
+
+typedef struct snode snode;
+struct snode {
+    snode *parent; /* NULL for the root and for nodes taken out of the tree */
+    char *name;    /* NUL-terminated: FUSE names never hold a NUL */
+    size_t name_len;
+    snode *hash_next; /* next in the parent's bucket */
+    sn_kind kind;
+    mode_t mode; /* permission bits */
+    struct timespec mtime;
+    /* SN_DIR: children in a chained hash table */
+    snode **buckets;
+    size_t nbuckets, nchildren;
+    /* SN_FILE */
+    sn_src src;
+    uint64_t data_id; /* SRC_SPOOL */
+    size_t lower;     /* SRC_LOWER_*: tensor index in the source catalog */
+    uint64_t lower_size;
+    int fd;         /* SRC_SPOOL: open while nopen > 0, else -1 */
+    unsigned nopen; /* open file handles */
+    uint64_t nlookup;
+    bool removed; /* unlinked: freed once the kernel forgets it and no handle is open */
+};
+
+typedef struct stage {
+    char *out;        /* absolute; as ckpt_write takes it */
+    char *from;       /* absolute path of the source checkpoint, or NULL */
+    char *spool;      /* absolute path of the spool directory */
+    char *mountpoint; /* absolute */
+    ckpt_catalog *lower;
+    uid_t uid;
+    gid_t gid;
+    double timeout;
+    uint64_t max_shard_size;
+
+    int spool_fd, data_fd, lock_fd, journal_fd;
+    uint64_t next_id;
+
+    pthread_mutex_t lock; /* the tree, the journal, dirty, last report */
+    snode *root;
+    snode control, commit_node, status_node;
+    atomic_bool dirty; /* changes not yet in OUT (written under lock) */
+
+    /* Changes hold the gate for reading (trylock: EBUSY during a commit); a commit holds it
+     * for writing, so it packs a tree nobody changes under it. */
+    pthread_rwlock_t gate;
+    pthread_mutex_t commit_lock; /* one commit at a time */
+    atomic_bool committing;
+    _Atomic uint64_t progress_done, progress_total;
+    char *last_report; /* "exit N\n..." of the last commit, or NULL */
+} stage;
+
+enum { STAGE_OK = 0, STAGE_USAGE = 1, STAGE_INVALID = 2, STAGE_WRITE_FAILED = 3 };
+
+/* ---- stage_tree.c (callers hold st->lock) ---- */
+snode *snode_new(sn_kind kind, const char *name, size_t len, mode_t mode);
+void snode_free(snode *n);
+/* Frees n and everything under it; nodes the kernel may still know must not be passed. */
+void snode_free_tree(snode *n);
+snode *tree_child(const snode *dir, const char *name, size_t len);
+int tree_attach(snode *dir, snode *child);
+void tree_detach(snode *child);
+/* The directory `name` in parent, made (mode 0755) if missing; NULL if a file is in the way
+ * or out of memory. */
+snode *tree_ensure_dir(snode *parent, const char *name, size_t len);
+/* Moves n under new_parent as `name` (the caller removed whatever had that name). */
+int tree_rename(snode *n, snode *new_parent, const char *name, size_t len);
+/* "a/b/c" relative to the root ("" for the root). */
+void tree_path(const snode *n, strbuf *sb);
+/* The node at a relative path, or NULL. */
+snode *tree_resolve(snode *root, const char *path, size_t len);
+bool tree_is_ancestor(const snode *ancestor, const snode *n);
+/* A removed node nobody refers to any more is freed. */
+void tree_release_if_unused(snode *n);
+
+/* ---- stage_spool.c ---- */
+/* Creates or takes over the spool (lock, state), opens the source, loads the tree. *resumed
+ * says whether an earlier stage's data was found. Messages go to stderr; returns 0 or an exit
+ * status. */
+int spool_setup(stage *st, const char *from_arg, bool *resumed);
+void spool_close(stage *st);
+/* Writes the daemon's pid into SPOOL/lock (for messages, and for tests that must find it). */
+void spool_note_pid(stage *st);
+/* After a final successful commit: the spool's files and directory go away. */
+void spool_remove(stage *st);
+/* Replaces SPOOL/name with text (temporary file, fsync, rename). */
+int spool_write_file(stage *st, const char *name, const char *text, size_t len);
+void spool_data_name(uint64_t id, char out[17]);
+int spool_data_path(const stage *st, uint64_t id, strbuf *sb);
+/* A new empty data file: returns an fd (O_RDWR), or a negative errno. */
+int spool_data_create(stage *st, uint64_t *id);
+int spool_data_open(const stage *st, uint64_t id);
+int spool_data_stat(const stage *st, uint64_t id, struct stat *s);
+void spool_data_unlink(const stage *st, uint64_t id);
+bool spool_parse_id(const char *s, uint64_t *id);
+
+/* ---- stage_journal.c ---- */
+/* Path encoding shared with the state file: bytes <= 0x20, 0x7F and '%' as %XX. */
+void stage_put_encoded(strbuf *sb, const char *s, size_t n);
+size_t stage_decode(char *s); /* in place; returns the new length */
+int stage_hexval(char c);
+/* Applies SPOOL/journal to the tree; lower_paths maps a source path to 2 * tensor (+1 for a
+ * sidecar). Returns 0 or a negative errno (a journal that is not ours). */
+int journal_replay(stage *st, const hashmap *lower_paths);
+/* Rewrites the journal as a snapshot of the tree and reopens it for appending. */
+int journal_snapshot(stage *st);
+/* Records (under st->lock). Each returns 0 or a negative errno. */
+int journal_dir(stage *st, const snode *n);
+int journal_file(stage *st, const snode *n);
+int journal_remove(stage *st, const snode *n);
+int journal_rename(stage *st, const snode *n, const snode *new_parent, const char *new_name);
+int journal_mode(stage *st, const snode *n);
+int journal_mark(stage *st, char mark); /* 'C' committed, 'w' changed */
+int journal_sync(stage *st);
+
+/* ---- stage_ops.c ---- */
+extern const struct fuse_lowlevel_ops stage_ops;
+/* Reads bytes of a source tensor's raw file: 0, or a positive errno. */
+int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, char *buf,
+                     size_t *got);
+
+/* ---- stage_commit.c ---- */
+/* Validates the staged tree and writes OUT. Returns STAGE_OK / STAGE_INVALID /
+ * STAGE_WRITE_FAILED; *report (malloc'd) is "exit N\n" + a summary line + one line per
+ * problem. */
+int stage_commit(stage *st, char **report);
+/* The .ckptfs/status document (malloc'd JSON). */
+char *stage_status_json(stage *st, size_t *len);
+
+#endif

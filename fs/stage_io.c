@@ -1,0 +1,350 @@
+/* File contents in the staging mount: reads and writes go to the spool's data files with
+ * pread/pwrite outside the tree lock; the source's files are read through the planner. A file
+ * of the source is copied into the spool only when it is opened for writing or truncated
+ * ("copy-up"), and then only as much of it as is kept. The control files answer from text
+ * made at open (status) or by the commit run through the handle. */
+#include "stage_ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, char *buf,
+                     size_t *got) {
+    const ckpt_tensor *t = &st->lower->tensors[tensor];
+    *got = 0;
+    if (off >= t->nbytes) return 0;
+    if (len > t->nbytes - off) len = (size_t)(t->nbytes - off);
+    while (*got < len) {
+        ckpt_segment seg[64];
+        uint64_t done;
+        size_t n = ckpt_plan(t, off + *got, len - *got, seg, 64, &done);
+        if (n == 0) return EIO;
+        for (size_t i = 0; i < n; i++) {
+            if (seg[i].kind == CKPT_SEG_HOLE) return EIO;
+            if (seg[i].kind == CKPT_SEG_MEM) {
+                memcpy(buf + *got, seg[i].mem, seg[i].length);
+                *got += seg[i].length;
+                continue;
+            }
+            int fd = st->lower->sources[seg[i].source].fd;
+            for (uint64_t at = 0; at < seg[i].length;) {
+                ssize_t r = pread(fd, buf + *got, seg[i].length - at, (off_t)(seg[i].offset + at));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) return EIO; /* the source shrank: never other bytes */
+                at += (uint64_t)r;
+                *got += (size_t)r;
+            }
+        }
+    }
+    return 0;
+}
+
+static int write_full(int fd, const char *p, size_t n, uint64_t off) {
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Copies the first `keep` bytes of a source file into a new data file, which the node then
+ * refers to (n->fd stays open for the caller). Under st->lock and the gate. Positive errno. */
+static int copy_up(stage *st, snode *n, uint64_t keep) {
+    uint64_t id;
+    int fd = spool_data_create(st, &id);
+    if (fd < 0) return -fd;
+    int e = 0;
+    if (keep && n->src == SRC_LOWER_SIDECAR) {
+        size_t len;
+        char *text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &len);
+        e = text ? write_full(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
+        free(text);
+    } else if (keep) {
+        char *buf = malloc(MAX_IO);
+        uint64_t size = n->lower_size < keep ? n->lower_size : keep;
+        e = buf ? 0 : ENOMEM;
+        for (uint64_t off = 0; !e && off < size;) {
+            size_t got, want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
+            e = stage_read_lower(st, n->lower, off, want, buf, &got);
+            if (!e && got != want) e = EIO;
+            if (!e) e = write_full(fd, buf, got, off);
+            off += got;
+        }
+        free(buf);
+    }
+    sn_src was = n->src;
+    n->src = SRC_SPOOL;
+    n->data_id = id;
+    if (!e) e = -journal_file(st, n);
+    if (e) {
+        n->src = was;
+        close(fd);
+        spool_data_unlink(st, id);
+        return e;
+    }
+    n->fd = fd;
+    mark_changed(st);
+    return 0;
+}
+
+/* Closes a data file nobody has open any more. */
+static void settle_fd(snode *n) {
+    if (n->nopen == 0 && n->fd >= 0) {
+        close(n->fd);
+        n->fd = -1;
+    }
+}
+
+int stage_set_size(stage *st, snode *n, uint64_t size) {
+    if (n->kind != SN_FILE) return EISDIR;
+    int e = n->src != SRC_SPOOL ? copy_up(st, n, size) : 0;
+    if (e) return e;
+    int fd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
+    if (fd < 0) return -fd;
+    if (ftruncate(fd, (off_t)size) != 0) e = errno;
+    if (fd != n->fd) close(fd);
+    settle_fd(n);
+    if (!e) mark_changed(st);
+    return e;
+}
+
+void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    stage *st = st_of(req);
+    snode *n = node_of(st, ino);
+    bool writing = (fi->flags & O_ACCMODE) != O_RDONLY, trunc = (fi->flags & O_TRUNC) != 0;
+    handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    h->node = n;
+    fi->fh = (uintptr_t)h;
+    if (n->kind == SN_STATUS || n->kind == SN_COMMIT) {
+        if (n->kind == SN_STATUS && writing) {
+            free(h);
+            fuse_reply_err(req, EACCES);
+            return;
+        }
+        if (n->kind == SN_STATUS) h->text = stage_status_json(st, &h->len);
+        fi->direct_io = 1; /* made on each open: the kernel must not cache or size it */
+        fuse_reply_open(req, fi);
+        return;
+    }
+    if (n->kind != SN_FILE) {
+        free(h);
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    bool changes = writing || trunc;
+    if (changes && !gate_enter(st)) {
+        free(h);
+        fuse_reply_err(req, EBUSY);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    int e = 0;
+    if (changes && n->src != SRC_SPOOL)
+        e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+    else if (trunc)
+        e = stage_set_size(st, n, 0);
+    if (!e && n->src == SRC_SPOOL && n->fd < 0) {
+        n->fd = spool_data_open(st, n->data_id);
+        if (n->fd < 0) {
+            e = -n->fd;
+            n->fd = -1;
+        }
+    }
+    if (!e && n->src == SRC_LOWER_SIDECAR) {
+        h->text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &h->len);
+        if (!h->text) e = ENOMEM;
+    }
+    if (!e)
+        n->nopen++;
+    else
+        settle_fd(n); /* a copy-up may have opened it */
+    pthread_mutex_unlock(&st->lock);
+    if (changes) gate_leave(st);
+    if (e) {
+        free(h->text);
+        free(h);
+        fuse_reply_err(req, e);
+        return;
+    }
+    fi->keep_cache = 0;
+    fuse_reply_open(req, fi);
+}
+
+static void reply_text(fuse_req_t req, const char *text, size_t len, size_t size, off_t off) {
+    if (!text || (uint64_t)off >= len) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    size_t n = len - (size_t)off < size ? len - (size_t)off : size;
+    /* From a copy: once the reply is in, the reader may close the file, and its RELEASE (on
+     * another thread) frees the handle's text while fuse_reply_buf is still returning. */
+    char *copy = malloc(n);
+    if (!copy) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    memcpy(copy, text + off, n);
+    fuse_reply_buf(req, copy, n);
+    free(copy);
+}
+
+void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info *fi) {
+    (void)ino;
+    stage *st = st_of(req);
+    handle *h = handle_of(fi);
+    snode *n = h->node;
+    if (size > MAX_IO) size = MAX_IO;
+    if (n->kind == SN_COMMIT && !h->text) {
+        /* no commit through this handle: the last one's report */
+        pthread_mutex_lock(&st->lock);
+        if (st->last_report) {
+            h->text = strdup(st->last_report);
+            h->len = h->text ? strlen(h->text) : 0;
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    if (n->kind != SN_FILE) {
+        reply_text(req, h->text, h->len, size, off);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    sn_src src = n->src;
+    int fd = n->fd;
+    size_t lower = n->lower;
+    pthread_mutex_unlock(&st->lock);
+    if (src == SRC_SPOOL && fd < 0) {
+        fuse_reply_err(req, EIO); /* cannot happen: an open handle keeps the data file open */
+    } else if (src == SRC_SPOOL) {
+        struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+        buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        buf.buf[0].fd = fd;
+        buf.buf[0].pos = off;
+        fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+    } else if (src == SRC_LOWER_SIDECAR) {
+        reply_text(req, h->text, h->len, size, off);
+    } else {
+        char *buf = malloc(size ? size : 1);
+        size_t got;
+        int e = buf ? stage_read_lower(st, lower, (uint64_t)off, size, buf, &got) : ENOMEM;
+        if (e)
+            fuse_reply_err(req, e);
+        else
+            fuse_reply_buf(req, buf, got);
+        free(buf);
+    }
+}
+
+void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                    struct fuse_file_info *fi) {
+    (void)ino;
+    stage *st = st_of(req);
+    handle *h = handle_of(fi);
+    snode *n = h->node;
+    if (n->kind == SN_COMMIT) {
+        char *report = NULL;
+        int status = stage_commit(st, &report);
+        free(h->text);
+        h->text = report;
+        h->len = report ? strlen(report) : 0;
+        if (status == STAGE_OK)
+            fuse_reply_write(req, size);
+        else
+            fuse_reply_err(req, status == STAGE_INVALID ? EINVAL : EIO);
+        return;
+    }
+    if (n->kind != SN_FILE) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    if (!gate_enter(st)) {
+        fuse_reply_err(req, EBUSY);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    int fd = n->src == SRC_SPOOL ? n->fd : -1;
+    pthread_mutex_unlock(&st->lock);
+    int e = fd >= 0 ? write_full(fd, buf, size, (uint64_t)off) : EBADF;
+    if (!e && !st->dirty) {
+        pthread_mutex_lock(&st->lock);
+        mark_changed(st);
+        pthread_mutex_unlock(&st->lock);
+    }
+    gate_leave(st);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_write(req, size);
+}
+
+void stage_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)ino, (void)fi;
+    fuse_reply_err(req, 0);
+}
+
+void stage_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)ino;
+    stage *st = st_of(req);
+    handle *h = handle_of(fi);
+    snode *n = h->node;
+    if (n->kind == SN_FILE) {
+        pthread_mutex_lock(&st->lock);
+        if (n->nopen) n->nopen--;
+        settle_fd(n);
+        tree_release_if_unused(n);
+        pthread_mutex_unlock(&st->lock);
+    }
+    free(h->text);
+    free(h);
+    fuse_reply_err(req, 0);
+}
+
+void stage_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+    (void)ino;
+    stage *st = st_of(req);
+    snode *n = handle_of(fi)->node;
+    pthread_mutex_lock(&st->lock);
+    int fd = n->kind == SN_FILE && n->src == SRC_SPOOL ? n->fd : -1;
+    pthread_mutex_unlock(&st->lock);
+    /* The handle keeps fd open; the journal only ever grows under appends. */
+    int e = fd >= 0 && (datasync ? fdatasync(fd) : fsync(fd)) != 0 ? errno : 0;
+    if (!e) e = -journal_sync(st);
+    fuse_reply_err(req, e);
+}
+
+void stage_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                        struct fuse_file_info *fi) {
+    (void)ino;
+    stage *st = st_of(req);
+    snode *n = handle_of(fi)->node;
+    if (n->kind != SN_FILE) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    if (!gate_enter(st)) {
+        fuse_reply_err(req, EBUSY);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    int fd = n->src == SRC_SPOOL ? n->fd : -1;
+    pthread_mutex_unlock(&st->lock);
+    int e = fd < 0 ? EBADF : fallocate(fd, mode, offset, length) == 0 ? 0 : errno;
+    if (!e) {
+        pthread_mutex_lock(&st->lock);
+        mark_changed(st);
+        pthread_mutex_unlock(&st->lock);
+    }
+    gate_leave(st);
+    fuse_reply_err(req, e);
+}

@@ -1,0 +1,65 @@
+/* What the FUSE operations of the staging mount share (stage_ops.c, stage_io.c). */
+#ifndef CKPTFS_STAGE_OPS_H
+#define CKPTFS_STAGE_OPS_H
+
+#include "stage_fs.h"
+
+enum { MAX_IO = 1 << 20, NAME_MAX_BYTES = 255 };
+
+#define CONTROL_NAME ".ckptfs"
+
+typedef struct handle {
+    snode *node;
+    char *text; /* generated content: a source sidecar, the status, a commit report */
+    size_t len;
+} handle;
+
+static inline stage *st_of(fuse_req_t req) {
+    return fuse_req_userdata(req);
+}
+
+static inline snode *node_of(stage *st, fuse_ino_t ino) {
+    return ino == FUSE_ROOT_ID ? st->root : (snode *)(uintptr_t)ino;
+}
+
+static inline fuse_ino_t ino_of(const stage *st, const snode *n) {
+    return n == st->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+}
+
+static inline bool is_control(const snode *n) {
+    return n->kind == SN_CONTROL_DIR || n->kind == SN_COMMIT || n->kind == SN_STATUS;
+}
+
+static inline handle *handle_of(struct fuse_file_info *fi) {
+    return (handle *)(uintptr_t)fi->fh;
+}
+
+/* ---- the gate: changes wait for no commit, they are refused during one ---- */
+
+static inline bool gate_enter(stage *st) {
+    return pthread_rwlock_tryrdlock(&st->gate) == 0;
+}
+
+static inline void gate_leave(stage *st) {
+    pthread_rwlock_unlock(&st->gate);
+}
+
+/* The first change after a commit is journaled, so a replay knows OUT is behind. */
+static inline void mark_changed(stage *st) {
+    if (!st->dirty && journal_mark(st, 'w') == 0) st->dirty = true;
+}
+
+/* stage_io.c */
+int stage_set_size(stage *st, snode *n, uint64_t size); /* under st->lock and the gate */
+void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info *fi);
+void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                    struct fuse_file_info *fi);
+void stage_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void stage_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void stage_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void stage_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                        struct fuse_file_info *fi);
+
+#endif
