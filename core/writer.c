@@ -267,8 +267,14 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
         return rc;
     }
     /* A directory appears whole or not at all: build it under a temporary name. */
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", out) >= (int)sizeof tmp || !mkdtemp(tmp)) {
+    /* ".OUT.partial-XXXXXX" beside OUT, like the file temporaries: hidden and plainly unfinished */
+    char tmp[PATH_MAX], *copy_dir = strdup(out), *copy_base = strdup(out);
+    int w = copy_dir && copy_base ? snprintf(tmp, sizeof tmp, "%s/.%s.partial-XXXXXX",
+                                             dirname(copy_dir), basename(copy_base))
+                                  : -1;
+    free(copy_dir);
+    free(copy_base);
+    if (w < 0 || w >= (int)sizeof tmp || !mkdtemp(tmp)) {
         ckpt_hfview_free(&view);
         return ckpt_fail(err, -errno, "%s: cannot create a temporary directory: %s", out,
                          strerror(errno));

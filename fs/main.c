@@ -91,6 +91,8 @@ static void usage(FILE *out) {
             "  allow_other        let other users in (with default_permissions)\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
+            "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
+            "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
             "Unmount with: fusermount3 -u MOUNTPOINT\n"
             "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
             "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
