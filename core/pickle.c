@@ -459,7 +459,7 @@ static int top(parser *p, pk_value **out) {
 static int pop_mark(parser *p, pk_value ***items, size_t *count) {
     if (!p->nmarks) return fail(p, -EINVAL, "no MARK on the stack");
     size_t base = p->marks[--p->nmarks];
-    *items = p->stack + base;
+    *items = p->sp > base ? p->stack + base : NULL; /* the stack may never have been allocated */
     *count = p->sp - base;
     p->sp = base;
     return 0;

@@ -3,7 +3,7 @@
  * A name splits on '.' and '/' into directories. Each component is escaped so that every name
  * maps to a distinct, valid path and the mapping can be undone:
  *   '%' -> %25, bytes 0x00-0x1F and 0x7F -> %XX (uppercase hex), an empty component -> %_ ,
- *   a component longer than 255 bytes -> its first 200 bytes + %# + 16 hex digits of a hash.
+ *   a component longer than 224 bytes -> its first 200 bytes + %# + 16 hex digits of a hash.
  * Components never contain '.', so names with a '.' (sidecars "x.json", "x.raw") are ours.
  * Two names with the same path (a.b and a/b): in name order, the 2nd gets "%~2", the 3rd "%~3".
  * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw".
@@ -18,7 +18,9 @@
 #include "hashmap.h"
 #include "strbuf.h"
 
-enum { NAME_MAX_BYTES = 255, LONG_KEEP = 200 };
+/* A component is shortened past LONG_NAME bytes, so that with what may follow it — "%~N" for a
+ * repeated path (up to 22 bytes) and ".json" — a file name stays within NAME_MAX (255). */
+enum { LONG_NAME = 224, LONG_KEEP = 200 };
 
 static void escape_component(strbuf *sb, const char *p, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
@@ -36,7 +38,7 @@ static void escape_component(strbuf *sb, const char *p, size_t n) {
             sb_putc(sb, (char)c);
         }
     }
-    if (!sb->failed && sb->len - start > NAME_MAX_BYTES) {
+    if (!sb->failed && sb->len - start > LONG_NAME) {
         sb->len = start + LONG_KEEP;
         /* Do not cut an escape in half. */
         for (size_t k = 1; k <= 2; k++)

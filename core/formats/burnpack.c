@@ -399,6 +399,7 @@ static void put_hex(strbuf *out, const char *s, size_t n) {
  * JSON. CBOR without a JSON equivalent: byte strings become lowercase hex strings, tags are
  * dropped (the tagged value stays), undefined becomes null, NaN and infinities become the
  * strings "NaN", "Infinity", "-Infinity", non-text map keys become their JSON text. */
+static int key_text(reader *r, const item *it, int depth, strbuf *out);
 static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
     if (depth > MAX_DEPTH)
         return bad(r, "metadata: CBOR nesting deeper than %d levels at offset %llu", MAX_DEPTH,
@@ -476,10 +477,12 @@ static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
             }
             if (out && !first) sb_puts(out, ", ");
             if (map && out && el.kind != K_TEXT) {
-                /* A JSON key must be a string: use the key's own JSON text. */
+                /* A JSON key must be a string: use the key's own JSON text, rendered under a
+                 * small budget: nested keys are escaped once per level, which must not grow
+                 * exponentially with the nesting. */
                 strbuf key;
                 sb_init(&key);
-                rc = value(r, &el, depth + 1, &key);
+                rc = key_text(r, &el, depth + 1, &key);
                 if (!rc) sb_json_str(out, key.data ? key.data : "", key.len);
                 sb_free(&key);
             } else {
@@ -500,6 +503,24 @@ static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
         break;
     }
     return bad(r, "unexpected CBOR break (0xff) at offset %llu", it->at);
+}
+
+/* A non-text map key as JSON text, at most KEY_JSON_LIMIT bytes ("<long key>" beyond). */
+enum { KEY_JSON_LIMIT = 1024 };
+static int key_text(reader *r, const item *it, int depth, strbuf *out) {
+    size_t saved_limit = r->json_limit;
+    bool saved_overflow = r->overflow;
+    if (r->json_limit > KEY_JSON_LIMIT) r->json_limit = KEY_JSON_LIMIT;
+    r->overflow = false;
+    int rc = value(r, it, depth, out);
+    bool long_key = r->overflow || out->len > KEY_JSON_LIMIT;
+    r->json_limit = saved_limit;
+    r->overflow = saved_overflow;
+    if (!rc && long_key) {
+        sb_clear(out);
+        sb_puts(out, "<long key>");
+    }
+    return rc;
 }
 
 /* Renders the value that starts at buffer position pos into out, then returns to where the
@@ -903,7 +924,7 @@ static int parse_top(loader *L) {
             } else {
                 strbuf kj;
                 sb_init(&kj);
-                rc = value(r, &key, 1, &kj);
+                rc = key_text(r, &key, 1, &kj);
                 sb_json_str(u, kj.data ? kj.data : "", kj.len);
                 sb_free(&kj);
                 if (rc) break;

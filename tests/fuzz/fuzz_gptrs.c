@@ -1,0 +1,8 @@
+/* libFuzzer harness: gpt-rs GPTRSCHK / GPTRSTEN files.
+ * The input is the file (named model.bin), or a pack of files whose first one is opened
+ * (fuzz_common.h); everything the mount would show is then read and checked. */
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    return fz_file_harness(data, size, "model.bin", &format_gptrs);
+}

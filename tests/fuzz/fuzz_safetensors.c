@@ -1,0 +1,9 @@
+/* libFuzzer harness: the safetensors decoder (the .safetensors name makes ckpt_open use it even
+ * when the header is damaged). The input is the file (named model.safetensors), or a pack of files
+ * whose first one is opened (fuzz_common.h); everything the mount would show is then read and
+ * checked. */
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    return fz_file_harness(data, size, "model.safetensors", NULL);
+}
