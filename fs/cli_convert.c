@@ -3,6 +3,7 @@
 #include "cli_internal.h"
 #include "size.h"
 
+#include "../core/profile.h"
 #include "../core/writer.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs convert SOURCE OUT [--max-shard-size SIZE] [-o OPTIONS]\n"
+    "Usage: ckptfs convert SOURCE OUT [--max-shard-size SIZE] [--profile P] [-o OPTIONS]\n"
     "Write every tensor of SOURCE into a new archive whose format follows OUT's name:\n"
     "  .safetensors   one safetensors file ({\"format\":\"pt\"} metadata)\n"
     "  DIR/           Hugging Face shards + model.safetensors.index.json + config files\n"
@@ -20,6 +21,8 @@ static const char usage[] =
     "Tensors a format cannot hold are refused by name; nothing is dropped silently.\n"
     "\n"
     "      --max-shard-size SIZE  shard size of an HF directory (5GB, 500MB, 2GiB)\n"
+    "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names, Conv1D weights\n"
+    "                    transposed to [out, in], no tied lm_head (OUT should be .lwt)\n"
     "  -o OPTIONS    decoding options as for the mount: tp_split=GLOB:DIM[;...]\n"
     "  -h, --help    this help\n";
 
@@ -32,11 +35,13 @@ static void report(void *ctx, uint64_t done, uint64_t total) {
 int cli_convert(int argc, char **argv) {
     static const struct option longopts[] = {
         {"max-shard-size", required_argument, NULL, CLI_LONG + 's'},
+        {"profile", required_argument, NULL, CLI_LONG + 'p'},
         {"help", no_argument, NULL, CLI_LONG + 'h'},
         {NULL, 0, NULL, 0},
     };
     cli_common c = {.cmd = "convert"};
     ckpt_write_opts wo = {0};
+    bool lightwatch = false;
     int rc = 0, opt;
     opterr = 0;
     optind = 0;
@@ -49,6 +54,13 @@ int cli_convert(int argc, char **argv) {
                           optarg);
                 rc = CLI_USAGE;
             }
+            break;
+        case 'p':
+            if (strcmp(optarg, "lightwatch-gpt2") != 0) {
+                cli_error(c.cmd, "--profile %s: the only profile is lightwatch-gpt2", optarg);
+                rc = CLI_USAGE;
+            }
+            lightwatch = true;
             break;
         case 'o':
             rc = cli_parse_o(&c, optarg);
@@ -70,6 +82,17 @@ int cli_convert(int argc, char **argv) {
     }
     ckpt_catalog *cat = NULL;
     if (rc == 0) rc = cli_open(&c, argv[optind], &cat);
+    if (rc == 0 && lightwatch) {
+        ckpt_catalog *mapped;
+        ckpt_err err;
+        if (ckpt_profile_lightwatch_gpt2(cat, &mapped, &err)) {
+            cli_error(c.cmd, "%s", err.msg);
+            rc = CLI_SOURCE;
+        } else {
+            ckpt_close(cat);
+            cat = mapped;
+        }
+    }
     if (rc == 0) {
         uint64_t total = 0;
         for (size_t i = 0; i < cat->ntensors; i++)
