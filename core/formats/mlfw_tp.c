@@ -333,11 +333,14 @@ static int same_bytes(const ckpt_catalog *cat, const entry *const *e, size_t n, 
             *same = false;
             return 0;
         }
+    if (n < 2 || e[0]->nbytes == 0) return 0;
     enum { BLOCK = 1 << 20 };
-    unsigned char *a = malloc(BLOCK), *b = malloc(BLOCK);
+    /* sized to the tensor: most tensors are small, and this runs once per tensor */
+    size_t block = e[0]->nbytes < BLOCK ? (size_t)e[0]->nbytes : BLOCK;
+    unsigned char *a = malloc(block), *b = malloc(block);
     int rc = a && b ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
-    for (uint64_t off = 0; !rc && *same && off < e[0]->nbytes; off += BLOCK) {
-        size_t len = e[0]->nbytes - off < BLOCK ? (size_t)(e[0]->nbytes - off) : BLOCK;
+    for (uint64_t off = 0; !rc && *same && off < e[0]->nbytes; off += block) {
+        size_t len = e[0]->nbytes - off < block ? (size_t)(e[0]->nbytes - off) : block;
         rc = source_read(cat, e[0]->source, e[0]->offset + off, a, len, "tensor data", err);
         for (size_t r = 1; !rc && *same && r < n; r++) {
             rc = source_read(cat, e[r]->source, e[r]->offset + off, b, len, "tensor data", err);
