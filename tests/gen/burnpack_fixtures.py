@@ -25,11 +25,13 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import fresh_dir, write_cases, write_json  # noqa: E402
 
 ALIGN = 256
 METADATA_LIMIT = 100 * 1024 * 1024  # Burn's MAX_METADATA_SIZE
@@ -347,9 +349,7 @@ def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note)
             row["burn_shape"] = t.shape
         rows.append(row)
     manifest = {"source": "model.bpk", "note": note, "tensors": rows, "doc": doc}
-    with open(os.path.join(d, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_json(os.path.join(d, "manifest.json"), manifest, ensure_ascii=False)
 
 
 def doc_of(blob, data_start, layout, ntensors, metadata=None, scalars=None, unknown=None,
@@ -580,9 +580,7 @@ def mnist_case(outdir, repo_root):
         manifest["tensors"] = rows
         manifest["doc"] = {"version": version, "metadata_size": msize, "layout": "aligned",
                            "data_start": data_start, "tensor_count": len(rows)}
-    with open(os.path.join(d, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    write_json(os.path.join(d, "manifest.json"), manifest)
 
 
 # ---------------------------------------------------------------------------
@@ -607,12 +605,8 @@ class Hostile:
         self.add(fname, data, "refuse", needle, desc)
 
     def finish(self):
-        with open(os.path.join(self.dir, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.dir, "mount-names.json"), "w", encoding="utf-8") as f:
-            json.dump(self.names, f, indent=1)
+        write_cases(self.dir, self.rows)
+        write_json(os.path.join(self.dir, "mount-names.json"), self.names, newline=False)
 
 
 def header(msize, version=1, magic=b"NRUB"):
@@ -853,8 +847,7 @@ def main():
     outdir = sys.argv[1]
     repo_root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                               ".."))
-    if os.path.exists(outdir):
-        shutil.rmtree(outdir)
+    fresh_dir(outdir)
     os.makedirs(os.path.join(outdir, "good"))
     rng = np.random.RandomState(20260321)
     good_cases(outdir, rng)

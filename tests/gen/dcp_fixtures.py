@@ -61,10 +61,12 @@ import shutil
 import struct
 import sys
 import types
-import zipfile
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "dcp"))
+sys.path.insert(0, HERE)
+from fixture_lib import (committed_out, fresh_dir, torch_save_zip, write_cases,  # noqa: E402
+                         write_json)
 CANARY_DIR = "/tmp"
 PAGE = 4096
 
@@ -331,9 +333,7 @@ def tensor_entry(torch, fqn, t, chunks, byte_io=None, incomplete=False, strided=
 
 def write_manifest(out, man):
     man["tensors"].sort(key=lambda t: t["path"])
-    with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(man, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(os.path.join(out, "manifest.json"), man, sort_keys=True)
 
 
 # ---------------------------------------------------------------------------
@@ -788,16 +788,6 @@ def evil_call(module, name, arg):
     return Asm().glob(module, name).str(arg).raw(b"\x85R").done()
 
 
-def torch_save_zip(pkl):
-    """A torch.save-style archive (archive/data.pkl, archive/version) around any pickle."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        for name, data in (("archive/data.pkl", pkl), ("archive/version", b"3\n")):
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            z.writestr(info, data)
-    return buf.getvalue()
-
-
 class Hostile:
     def __init__(self, out):
         self.root = os.path.join(out, "hostile")
@@ -836,20 +826,13 @@ class Hostile:
         return path, "touch " + path
 
     def write(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.root, "canaries.json"), "w", encoding="utf-8") as f:
-            json.dump(self.canaries, f, indent=1, sort_keys=True)
-            f.write("\n")
+        write_cases(self.root, self.rows)
+        write_json(os.path.join(self.root, "canaries.json"), self.canaries, sort_keys=True)
 
 
 def build_hostile(out):
     h = Hostile(out)
-    if os.path.isdir(h.root):
-        shutil.rmtree(h.root)
-    os.makedirs(h.root)
+    fresh_dir(h.root)
     good = pickle.dumps(build_metadata(h.S, h.spec), protocol=4)
     W = "model.embed.weight"
 
@@ -999,16 +982,10 @@ def main(argv):
               "python3-torch); wrote %d hostile cases into %s/hostile"
               % (COMMITTED, argv[0], n, argv[1]))
         return 0
-    if len(argv) == 3 and argv[1] == "--out":
-        out = argv[2]
-    elif len(argv) == 1:
-        out = COMMITTED
-    else:
-        print(__doc__, file=sys.stderr)
+    out = committed_out(argv, COMMITTED, __doc__)
+    if out is None:
         return 2
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    fresh_dir(out)
     build_committed(out)
     total = sum(os.path.getsize(os.path.join(dp, f))
                 for dp, _, fs in os.walk(out) for f in fs)

@@ -47,11 +47,13 @@ manifest.json:
 import hashlib
 import json
 import os
-import shutil
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import fresh_out, write_cases  # noqa: E402
 
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
             "I8": 1, "U8": 1, "BOOL": 1}
@@ -548,22 +550,15 @@ def write_hostile(out):
         "%d tensors in one file, the last with a negative offset (refused in time)" % many,
         [(shard_name(0), ents, dcp_metadata(info))])
 
-    with open(os.path.join(root, "cases.tsv"), "w", encoding="utf-8") as f:
-        f.write("path\tneedle\tdescription\n")
-        for path, needle, desc in rows:
-            f.write("%s\t%s\t%s\n" % (path, needle, desc))
+    write_cases(root, rows, ("path", "needle", "description"))
 
 
 # ---------------------------------------------------------------------------
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: dcphf_fixtures.py OUTDIR\n")
+    out = fresh_out(argv, "usage: dcphf_fixtures.py OUTDIR")
+    if out is None:
         return 2
-    out = argv[1]
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
     rng = np.random.default_rng(SEED)
     for case in (case_dim1x4, case_grid, case_mixed, case_hole, case_nemo, case_sharded_sub,
                  case_sharded_with_consolidated, case_sharded_with_index, case_big_dim1):

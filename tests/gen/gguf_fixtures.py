@@ -30,17 +30,16 @@ manifest.json:
 """
 
 import hashlib
-import json
 import math
 import os
-import shutil
 import struct
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-from safetensors_fixtures import assign_paths  # noqa: E402  (the tree rules)
+import fixture_lib  # noqa: E402
+from fixture_lib import generate, numel, tree_paths, u32, u64, write_json  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Format constants
@@ -75,14 +74,6 @@ STRING_SHOW_LIMIT = 1 << 20   # longer strings are elided in metadata.json
 # ---------------------------------------------------------------------------
 # Encoding.  Every encoder returns a list of fields (bytes), so hostile cases
 # can cut a file at every field boundary.
-
-def u32(v):
-    return struct.pack("<I", v)
-
-
-def u64(v):
-    return struct.pack("<Q", v)
-
 
 def as_bytes(s):
     return s.encode("utf-8") if isinstance(s, str) else bytes(s)
@@ -129,13 +120,6 @@ class Tensor:
     @property
     def type_id(self):
         return GGML_ID[self.type] if isinstance(self.type, str) else self.type
-
-
-def numel(ne):
-    n = 1
-    for d in ne:
-        n *= d
-    return n
 
 
 def nbytes_of(type_name, ne):
@@ -287,13 +271,11 @@ def kv_records(kvs):
 
 
 def write_manifest(case_dir, sources, records, kvs, files):
-    paths = assign_paths([r["name"] for r in records])
+    paths = tree_paths([r["name"] for r in records])
     for r in records:
-        r["path"] = paths[r["name"]][0]
+        r["path"] = paths[r["name"]]
     doc = {"sources": sources, "tensors": records, "kv": kv_records(kvs), "files": files}
-    with open(os.path.join(case_dir, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, ensure_ascii=True)
-        f.write("\n")
+    write_json(os.path.join(case_dir, "manifest.json"), doc)
 
 
 def file_entry(name, version, kvs, tensors, alignment=32):
@@ -470,32 +452,16 @@ def gen_split_empty_first(out):
 # ---------------------------------------------------------------------------
 # Hostile cases
 
-class Hostile:
-    def __init__(self, root):
-        self.root = root
-        self.rows = []
-        self.names = {}
-        os.makedirs(root)
-
+class Hostile(fixture_lib.Hostile):
     def add(self, path, expect, needle, desc):
-        assert "\t" not in desc and "\n" not in desc
         assert (expect == "mount") == (needle == "")
-        self.rows.append((path, expect, needle, desc))
+        self.row(path, expect, needle, desc)
 
     def fields(self, name, fields, needle, desc, expect="refuse"):
         path = os.path.join(self.root, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_fields(path, fields)
         self.add(name, expect, needle, desc)
-
-    def finish(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.root, "mount-names.json"), "w", encoding="utf-8") as f:
-            json.dump(self.names, f, indent=1, ensure_ascii=True, sort_keys=True)
-            f.write("\n")
 
 
 def small_file(rng):
@@ -765,21 +731,8 @@ CASES = ["v3", "v2", "align64", "split", "split-empty-first", "hostile"]
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTDIR\n" % argv[0])
-        return 2
-    out = argv[1]
-    for case in CASES:
-        if os.path.isdir(os.path.join(out, case)):
-            shutil.rmtree(os.path.join(out, case))
-    os.makedirs(out, exist_ok=True)
-    gen_v3(out)
-    gen_v2(out)
-    gen_align64(out)
-    gen_split(out)
-    gen_split_empty_first(out)
-    gen_hostile(out)
-    return 0
+    return generate(argv, CASES, gen_v3, gen_v2, gen_align64, gen_split, gen_split_empty_first,
+                    gen_hostile)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,14 @@ Layout of OUTDIR (each good case directory holds model.bin + manifest.json):
 import hashlib
 import json
 import os
-import re
-import shutil
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import (FileHostile, Out, field_at, generate, numel, patched,  # noqa: E402
+                         tree_paths, u32, u64, write_json)
 
 # ---------------------------------------------------------------------------
 # BLAKE3, default hash mode, written from the specification.  Only short names
@@ -140,13 +142,6 @@ class T:
         return self.stored_id
 
 
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def payload(rng, dtype, shape):
     n = numel(shape)
     if dtype == "F32":
@@ -170,20 +165,15 @@ def compact(obj, ensure_ascii=False):
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=ensure_ascii).encode("utf-8")
 
 
-class Out:
-    def __init__(self):
-        self.buf = bytearray()
-        self.fields = []
-
-    def put(self, label, data):
-        self.fields.append((label, len(self.buf), len(data)))
-        self.buf += data
-
-    def u32(self, label, v):
-        self.put(label, struct.pack("<I", v))
-
-    def u64(self, label, v):
-        self.put(label, struct.pack("<Q", v))
+def head_fields(version, checkpoint, config):
+    """The start of every gpt-rs file: magic, version, and a checkpoint's config."""
+    out = Out()
+    out.put("magic", b"GPTRSCHK" if checkpoint else b"GPTRSTEN")
+    out.u32("version", version)
+    if checkpoint:
+        out.u32("config_len", len(config))
+        out.put("config_json", config)
+    return out
 
 
 def entry_fields(out, i, t, checkpoint, offset):
@@ -215,12 +205,7 @@ def write_v2(tensors, checkpoint=True, config=b"", sort=True, data_order=None, a
         pos += -pos % align
         offsets[k] = pos
         pos += len(tensors[k].data) + gap
-    out = Out()
-    out.put("magic", b"GPTRSCHK" if checkpoint else b"GPTRSTEN")
-    out.u32("version", 2)
-    if checkpoint:
-        out.u32("config_len", len(config))
-        out.put("config_json", config)
+    out = head_fields(2, checkpoint, config)
     out.u32("index_len", index_len)
     out.u32("tensor_count", len(tensors))
     for i, t in enumerate(tensors):
@@ -234,12 +219,7 @@ def write_v2(tensors, checkpoint=True, config=b"", sort=True, data_order=None, a
 
 
 def write_v1(tensors, checkpoint=True, config=b""):
-    out = Out()
-    out.put("magic", b"GPTRSCHK" if checkpoint else b"GPTRSTEN")
-    out.u32("version", 1)
-    if checkpoint:
-        out.u32("config_len", len(config))
-        out.put("config_json", config)
+    out = head_fields(1, checkpoint, config)
     out.u32("tensor_count", len(tensors))
     offsets = {}
     for i, t in enumerate(tensors):
@@ -257,31 +237,6 @@ def write_v1(tensors, checkpoint=True, config=b""):
 
 
 # ---------------------------------------------------------------------------
-# The ckptfs tree rules (ckptfs(5)), restated independently of the C code
-
-def escape_component(comp):
-    if not comp:
-        return "%_"
-    out = bytearray()
-    for b in comp:
-        out += b"%%%02X" % b if b == 0x25 or b < 0x20 or b == 0x7F else bytes([b])
-    return out.decode("utf-8")
-
-
-def assign_paths(names):
-    comps_of, seen = {}, {}
-    for name in sorted(names, key=lambda n: n.encode("utf-8")):
-        comps = [escape_component(c) for c in re.split(rb"[./]", name.encode("utf-8"))]
-        key = tuple(comps)
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > 1:
-            comps[-1] += "%%~%d" % seen[key]
-        comps_of[name] = tuple(comps)
-    dirs = {comps[:i] for comps in comps_of.values() for i in range(1, len(comps))}
-    return {name: "/".join(c) + (".raw" if c in dirs else "") for name, c in comps_of.items()}
-
-
-# ---------------------------------------------------------------------------
 # Good cases
 
 GPT_CONFIG = {"vocab_size": 50257, "context_length": 1024, "embed_dim": 768,
@@ -294,7 +249,7 @@ def write_case(out, case, data, offsets, tensors, metadata, version=2, checkpoin
     os.makedirs(d)
     with open(os.path.join(d, "model.bin"), "wb") as f:
         f.write(data)
-    paths = assign_paths([t.name for t in tensors])
+    paths = tree_paths([t.name for t in tensors])
     recs = []
     for t in tensors:
         extra = {"dtype_tag": TAGS[t.dtype]}
@@ -311,9 +266,7 @@ def write_case(out, case, data, offsets, tensors, metadata, version=2, checkpoin
                      "file": "model.bin", "offset": offsets[t.name], "extra": extra})
     doc = {"source": "model.bin", "metadata": {"gpt-rs": metadata},
            "warnings": list(warnings), "tensors": recs}
-    with open(os.path.join(d, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_json(os.path.join(d, "manifest.json"), doc, ensure_ascii=False)
 
 
 def chk_meta(config_obj, tensors, version=2, kind=None, legacy=False):
@@ -472,46 +425,6 @@ def gen_doc_examples(out):
 U32_MAX, U64_MAX = 2 ** 32 - 1, 2 ** 64 - 1
 
 
-class Hostile:
-    def __init__(self, root):
-        self.root = root
-        self.rows = []
-        self.names = {}
-        os.makedirs(root)
-
-    def add(self, name, data, needle, desc, mount_names=None):
-        assert "\t" not in desc and "\n" not in desc
-        with open(os.path.join(self.root, name), "wb") as f:
-            f.write(data)
-        if mount_names is not None:
-            self.names[name] = mount_names
-        self.rows.append((name, "mount" if mount_names is not None else "refuse",
-                          needle, desc))
-
-    def finish(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.root, "mount-names.json"), "w", encoding="utf-8") as f:
-            json.dump(self.names, f, indent=1, sort_keys=True)
-            f.write("\n")
-
-
-def field_at(fields, label):
-    for lab, off, size in fields:
-        if lab == label:
-            return off, size
-    raise KeyError(label)
-
-
-def patched(data, fields, label, new):
-    """data with the start of field `label` overwritten by `new`."""
-    off, size = field_at(fields, label)
-    assert len(new) <= size, label
-    return data[:off] + new + data[off + len(new):]
-
-
 def region_needle(label):
     """The field word a truncated file's message must name: the length field of
     the region the cut falls in (the region is read as a whole)."""
@@ -580,7 +493,7 @@ def gen_v1_cuts(h, tensors, config):
 
 
 def gen_hostile(out):
-    h = Hostile(os.path.join(out, "hostile"))
+    h = FileHostile(os.path.join(out, "hostile"))
     rng = np.random.default_rng(4202)
     cfg = compact({"kind": "gpt", "config": GPT_CONFIG})
     two = [rand_t(rng, "a.weight", "F32", [2, 3]), rand_t(rng, "b", "I32", [4])]
@@ -595,7 +508,6 @@ def gen_hostile(out):
     def p(label, new):
         return patched(data, fields, label, new)
 
-    u32, u64 = (lambda v: struct.pack("<I", v)), (lambda v: struct.pack("<Q", v))
     h.add("bad-magic", b"GPTRSCHX" + data[8:], "format", "magic GPTRSCHX")
     for v in (0, 3, U32_MAX):
         h.add("version-%d" % v, p("version", u32(v)), "version", "version %d" % v)
@@ -712,18 +624,7 @@ CASES = ["chk-dtypes", "chk-odd", "chk-python", "chk-layout", "chk-legacy-config
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTDIR\n" % argv[0])
-        return 2
-    out = argv[1]
-    blake3_self_test()
-    for case in CASES:
-        if os.path.isdir(os.path.join(out, case)):
-            shutil.rmtree(os.path.join(out, case))
-    os.makedirs(out, exist_ok=True)
-    gen_good(out)
-    gen_hostile(out)
-    return 0
+    return generate(argv, CASES, gen_good, gen_hostile, self_test=blake3_self_test)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,15 @@ Layout of OUTDIR (each good case directory holds model.lwt + manifest.json):
 import hashlib
 import json
 import os
-import re
-import shutil
 import struct
 import sys
 import zlib
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import (FileHostile, Out, field_at, generate, numel, patched,  # noqa: E402
+                         tree_paths, u32, u64, write_json)
 
 MAGIC = b"LWATCHV1"
 
@@ -41,25 +43,8 @@ class T:
         self.name, self.shape, self.data = name, list(shape), data
 
 
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def rand_t(rng, name, shape):
     return T(name, shape, rng.standard_normal(numel(shape)).astype("<f4").tobytes())
-
-
-class Out:
-    def __init__(self):
-        self.buf = bytearray()
-        self.fields = []
-
-    def put(self, label, data):
-        self.fields.append((label, len(self.buf), len(data)))
-        self.buf += data
 
 
 def entry_bytes(t, stride, pad=b"\0\0\0\0", offset=0, size=None, ndim=None, name=None,
@@ -174,31 +159,6 @@ def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=Fa
 
 
 # ---------------------------------------------------------------------------
-# The ckptfs tree rules (ckptfs(5)), restated independently of the C code
-
-def escape_component(comp):
-    if not comp:
-        return "%_"
-    out = bytearray()
-    for b in comp:
-        out += b"%%%02X" % b if b == 0x25 or b < 0x20 or b == 0x7F else bytes([b])
-    return out.decode("utf-8")
-
-
-def assign_paths(names):
-    comps_of, seen = {}, {}
-    for name in sorted(names, key=lambda n: n.encode("utf-8")):
-        comps = [escape_component(c) for c in re.split(rb"[./]", name.encode("utf-8"))]
-        key = tuple(comps)
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > 1:
-            comps[-1] += "%%~%d" % seen[key]
-        comps_of[name] = tuple(comps)
-    dirs = {comps[:i] for comps in comps_of.values() for i in range(1, len(comps))}
-    return {name: "/".join(c) + (".raw" if c in dirs else "") for name, c in comps_of.items()}
-
-
-# ---------------------------------------------------------------------------
 # Good cases
 
 def gpt2_tensors(rng, layers=1, embd=6, vocab=10, block=5):
@@ -233,16 +193,14 @@ def write_case(out, case, tensors, warnings=(), **kw):
     os.makedirs(d)
     with open(os.path.join(d, "model.lwt"), "wb") as f:
         f.write(data)
-    paths = assign_paths([t.name for t in tensors])
+    paths = tree_paths([t.name for t in tensors])
     recs = [{"name": t.name, "dtype": "F32", "shape": t.shape, "nbytes": len(t.data),
              "sha256": hashlib.sha256(t.data).hexdigest(), "numpy_dtype": "<f4",
              "path": paths[t.name], "file": "model.lwt", "offset": offs[t.name], "extra": {}}
             for t in tensors]
     doc = {"source": "model.lwt", "metadata": {"lightwatch-lwt": meta},
            "warnings": list(warnings), "tensors": recs}
-    with open(os.path.join(d, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_json(os.path.join(d, "manifest.json"), doc, ensure_ascii=False)
 
 
 def gen_good(out):
@@ -277,39 +235,6 @@ def gen_good(out):
 
 # ---------------------------------------------------------------------------
 # Hostile cases
-
-class Hostile:
-    def __init__(self, root):
-        self.root = root
-        self.rows = []
-        self.names = {}
-        os.makedirs(root)
-
-    def add(self, name, data, needle, desc, mount_names=None):
-        assert "\t" not in desc and "\n" not in desc
-        with open(os.path.join(self.root, name), "wb") as f:
-            f.write(data)
-        if mount_names is not None:
-            self.names[name] = mount_names
-        self.rows.append((name, "mount" if mount_names is not None else "refuse",
-                          needle, desc))
-
-    def finish(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.root, "mount-names.json"), "w", encoding="utf-8") as f:
-            json.dump(self.names, f, indent=1, sort_keys=True)
-            f.write("\n")
-
-
-def field_at(fields, label):
-    for lab, off, size in fields:
-        if lab == label:
-            return off, size
-    raise KeyError(label)
-
 
 def gen_truncations(h, tensors):
     """Cut a natural file (CRC in the header and the trailer) where each field
@@ -348,19 +273,16 @@ def edit(index, label, value):
 
 
 def gen_hostile(out):
-    h = Hostile(os.path.join(out, "hostile"))
+    h = FileHostile(os.path.join(out, "hostile"))
     rng = np.random.default_rng(4302)
     ts = [rand_t(rng, "transformer.wte.weight", [5, 6]),
           rand_t(rng, "transformer.ln_f.weight", [20]),
           rand_t(rng, "transformer.ln_f.bias", [17])]
     gen_truncations(h, ts)
     good, offs, fields, _ = write_lwt(ts)
-    u32, u64 = (lambda v: struct.pack("<I", v)), (lambda v: struct.pack("<Q", v))
 
-    def p(label, new, base=(good, fields)):
-        off, size = field_at(base[1], label)
-        assert len(new) <= size
-        return base[0][:off] + new + base[0][off + len(new):]
+    def p(label, new):
+        return patched(good, fields, label, new)
 
     def w(desc, needle, name, **kw):
         h.add(name, write_lwt(ts, **kw)[0], needle, desc)
@@ -470,17 +392,7 @@ CASES = ["natural", "no-crc", "crc-header-hex", "crc-trailer", "u64-length", "co
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTDIR\n" % argv[0])
-        return 2
-    out = argv[1]
-    for case in CASES:
-        if os.path.isdir(os.path.join(out, case)):
-            shutil.rmtree(os.path.join(out, case))
-    os.makedirs(out, exist_ok=True)
-    gen_good(out)
-    gen_hostile(out)
-    return 0
+    return generate(argv, CASES, gen_good, gen_hostile)
 
 
 if __name__ == "__main__":

@@ -71,11 +71,13 @@ import fnmatch
 import hashlib
 import json
 import os
-import shutil
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import generate, write_cases  # noqa: E402
 
 SEED = 20250101
 
@@ -658,11 +660,7 @@ class Hostile:
         self.rows.append((rel, needle, desc, ""))
 
     def finish(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\tneedle\tdescription\toptions\n")
-            for row in self.rows:
-                assert not any("\t" in x or "\n" in x for x in row), row
-                f.write("\t".join(row) + "\n")
+        write_cases(self.root, self.rows, ("path", "needle", "description", "options"))
 
 
 def entry(name, shape, tag, length=None, data=None, raw_name=None, ndim=None):
@@ -839,25 +837,9 @@ def gen_hostile(out):
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTDIR\n" % argv[0])
-        return 2
-    out = argv[1]
-    self_test()
-    for case in CASES:
-        if os.path.isdir(os.path.join(out, case)):
-            shutil.rmtree(os.path.join(out, case))
-    os.makedirs(out, exist_ok=True)
-    gen_dir2(out)
-    gen_dir4_override(out)
-    gen_dtype_quirk(out)
-    gen_reader_order(out)
-    gen_trailing(out)
-    gen_stray_files(out)
-    gen_saved_at_default(out)
-    gen_centralized(out)
-    gen_hostile(out)
-    return 0
+    return generate(argv, CASES, gen_dir2, gen_dir4_override, gen_dtype_quirk, gen_reader_order,
+                    gen_trailing, gen_stray_files, gen_saved_at_default, gen_centralized,
+                    gen_hostile, self_test=self_test)
 
 
 if __name__ == "__main__":

@@ -37,19 +37,19 @@ file .ckptfs/hf/ shows as it is}}
 """
 
 import hashlib
-import io
 import json
 import os
 import pickle
 import shutil
 import sys
-import zipfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, HERE)
 import dcphf_fixtures as hf  # noqa: E402
+import fixture_lib  # noqa: E402
+from fixture_lib import fresh_out, write_cases  # noqa: E402
 
 COMMITTED_DCP = os.path.normpath(os.path.join(HERE, "..", "fixtures", "dcp"))
 STEP = "epoch_0_step_20"
@@ -81,12 +81,7 @@ def sha(data):
 
 def torch_save_zip(obj):
     """What torch.save writes for an object without tensors: archive/data.pkl + version."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        for name, data in (("archive/data.pkl", pickle.dumps(obj, protocol=2)),
-                           ("archive/version", b"3\n")):
-            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
-    return buf.getvalue()
+    return fixture_lib.torch_save_zip(pickle.dumps(obj, protocol=2))
 
 
 class Case:
@@ -329,20 +324,13 @@ def write_hostile(out, rng):
     write(c.path(m, ".hf_metadata", "config.json"), jdump(CONFIG))
     rows.append(("shard_bad_info/" + STEP, "DCP_SHARDING_INFO&model/",
                  "a shard whose DCP_SHARDING_INFO is not JSON"))
-    with open(os.path.join(root, "cases.tsv"), "w", encoding="utf-8") as f:
-        f.write("path\tneedle\tdescription\n")
-        for row in rows:
-            f.write("\t".join(row) + "\n")
+    write_cases(root, rows, ("path", "needle", "description"))
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
+    out = fresh_out(argv, __doc__)
+    if out is None:
         return 2
-    out = argv[1]
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
     rng = np.random.default_rng(SEED)
     step_case(out, "step_dcphf", rng)
     step_case(out, "step_consolidated", rng, consolidated="same")

@@ -4,7 +4,8 @@
 usage: safetensors_fixtures.py OUTDIR
 
 This generator deliberately has its own tiny safetensors writer (struct + json)
-and its own implementation of the ckptfs tree rules, so that the integration
+and its own implementation of the ckptfs tree rules (in fixture_lib.py, which
+the generators share), so that the integration
 tests compare the C code against an independent reading of the specs rather
 than against itself.  Everything is deterministic: the same OUTDIR contents
 come out on every run.
@@ -20,12 +21,14 @@ Layout of OUTDIR:
 import hashlib
 import json
 import os
-import re
-import shutil
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import fixture_lib  # noqa: E402
+from fixture_lib import generate, numel, tree_paths, write_json  # noqa: E402
 
 # Bits per element.  F4/F6 are packed sub-byte types; their byte size is only
 # defined when numel * bits is a whole number of bytes.
@@ -56,13 +59,6 @@ NUMPY_DTYPE = {
 
 # ---------------------------------------------------------------------------
 # Tensor payloads
-
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
 
 def nbytes_of(dtype, shape):
     bits = numel(shape) * DTYPE_BITS[dtype]
@@ -178,69 +174,17 @@ def raw_safetensors(path, header_bytes, data=b"", declared_len=None):
 
 
 # ---------------------------------------------------------------------------
-# The ckptfs tree rules, restated independently of the C code
-
-def escape_component(comp):
-    """Escape one name component (bytes) into a path component (str)."""
-    if not comp:
-        return "%_"
-    out = bytearray()
-    for b in comp:
-        if b == 0x25 or b < 0x20 or b == 0x7F:
-            out += b"%%%02X" % b
-        else:
-            out.append(b)
-    # Only ASCII bytes were replaced, so valid UTF-8 stays valid UTF-8.
-    return out.decode("utf-8")
-
-
-def name_components(name):
-    return [escape_component(c) for c in re.split(rb"[./]", name.encode("utf-8"))]
-
-
-def assign_paths(names):
-    """Map each tensor name to (raw path, sidecar path), both relative."""
-    comps_of, seen = {}, {}
-    # Collisions are resolved in bytewise name order, so the result does not
-    # depend on header key order.
-    for name in sorted(names, key=lambda n: n.encode("utf-8")):
-        comps = name_components(name)
-        key = tuple(comps)
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > 1:
-            comps[-1] += "%%~%d" % seen[key]
-        comps_of[name] = tuple(comps)
-
-    dirs = set()
-    for comps in comps_of.values():
-        for i in range(1, len(comps)):
-            dirs.add(comps[:i])
-
-    result = {}
-    for name, comps in comps_of.items():
-        p = "/".join(comps)
-        # A tensor that is also a directory keeps its directory; its bytes
-        # move next to it as .raw.  The sidecar never clashes (no '.' in comps).
-        result[name] = (p + ".raw" if comps in dirs else p, p + ".json")
-    return result
-
+# Manifests (paths by the ckptfs tree rules, restated in fixture_lib.py)
 
 def write_manifest(case_dir, source, records):
-    paths = assign_paths([r["name"] for r in records])
+    paths = tree_paths([r["name"] for r in records])
     for r in records:
-        r["path"] = paths[r["name"]][0]
+        r["path"] = paths[r["name"]]
     keys = ["name", "dtype", "shape", "nbytes", "sha256", "numpy_dtype",
             "path", "file", "offset"]
     doc = {"source": source,
            "tensors": [{k: r[k] for k in keys} for r in records]}
-    with open(os.path.join(case_dir, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-
-
-def write_json(path, obj, **kw):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, **kw) + "\n")
+    write_json(os.path.join(case_dir, "manifest.json"), doc, ensure_ascii=False)
 
 
 def write_hf_index(dirpath, shards):
@@ -437,17 +381,10 @@ def f32_entry(begin=0, end=4, shape=(1,)):
     return {"dtype": "F32", "shape": list(shape), "data_offsets": [begin, end]}
 
 
-class Hostile:
-    def __init__(self, root):
-        self.root = root
-        self.rows = []
-        self.names = {}   # mount case -> tensor names, for reachability checks
-        os.makedirs(root)
-
+class Hostile(fixture_lib.Hostile):
     def add(self, path, expect, needle, desc):
-        assert "\t" not in desc and "\n" not in desc
         assert (expect == "mount") == (needle == "")
-        self.rows.append((path, expect, needle, desc))
+        self.row(path, expect, needle, desc)
 
     def file(self, name, header, data=b"", declared_len=None, expect="refuse",
              needle="", desc=""):
@@ -465,20 +402,20 @@ class Hostile:
         self.names[name] = list(names)
         self.add(name, "mount", "", desc)
 
-    def finish(self):
-        with open(os.path.join(self.root, "cases.tsv"), "w", encoding="utf-8") as f:
-            f.write("path\texpect\tneedle\tdescription\n")
-            for row in self.rows:
-                f.write("\t".join(row) + "\n")
-        with open(os.path.join(self.root, "mount-names.json"), "w", encoding="utf-8") as f:
-            json.dump(self.names, f, indent=1, ensure_ascii=True, sort_keys=True)
-            f.write("\n")
-
 
 def gen_hostile(out):
     h = Hostile(os.path.join(out, "hostile"))
     rng = np.random.default_rng(1005)
     four = b"\0\0\x80\x3f"  # 1.0f
+
+    def w(name, needle, desc, data=four, dtype='"F32"', shape="[1]", offsets="[0,4]"):
+        """NAME.safetensors whose one tensor, w, has these JSON texts (None: left out) as its
+        dtype, shape and data_offsets."""
+        fields = [(k, v) for k, v in (("dtype", dtype), ("shape", shape),
+                                      ("data_offsets", offsets)) if v is not None]
+        h.text(name + ".safetensors",
+               '{"w":{%s}}' % ",".join('"%s":%s' % f for f in fields), data,
+               needle=needle, desc=desc)
 
     # --- header length -----------------------------------------------------
     with open(os.path.join(h.root, "empty.safetensors"), "wb"):
@@ -518,84 +455,50 @@ def gen_hostile(out):
            needle="data_offsets", desc="first tensor starts at 4, bytes 0-3 uncovered")
     h.file("offsets-end-before-begin.safetensors", hdr({"w": f32_entry(16, 0, [4])}),
            b"\1" * 16, needle="data_offsets", desc="data_offsets [16,0]: end < begin")
-    h.text("offsets-three.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}', four * 2,
-           needle="data_offsets", desc="data_offsets with 3 entries")
-    h.text("offsets-one.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[4]}}', four,
-           needle="data_offsets", desc="data_offsets with 1 entry")
-    h.text("offsets-negative.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}', four,
-           needle="data_offsets", desc="negative data_offsets")
-    h.text("offsets-missing.safetensors", '{"w":{"dtype":"F32","shape":[1]}}', four,
-           needle="data_offsets", desc="tensor entry without data_offsets")
-    h.text("offsets-string.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":["0","4"]}}', four,
-           needle="data_offsets", desc="data_offsets given as strings")
+    w("offsets-three", "data_offsets", "data_offsets with 3 entries", four * 2, offsets="[0,4,8]")
+    w("offsets-one", "data_offsets", "data_offsets with 1 entry", offsets="[4]")
+    w("offsets-negative", "data_offsets", "negative data_offsets", offsets="[-4,0]")
+    w("offsets-missing", "data_offsets", "tensor entry without data_offsets", offsets=None)
+    w("offsets-string", "data_offsets", "data_offsets given as strings", offsets='["0","4"]')
 
     # --- number syntax: only exact non-negative integers are sizes -------------
-    h.text("float-offset.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', four,
-           needle="integer", desc="data_offsets end written as 4.0")
-    h.text("float-shape.safetensors",
-           '{"w":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}}', four,
-           needle="integer", desc="shape dim written as 1.0")
-    h.text("exponent-shape.safetensors",
-           '{"w":{"dtype":"U8","shape":[1e2],"data_offsets":[0,100]}}', b"\1" * 100,
-           needle="integer", desc="shape dim written as 1e2")
-    h.text("bigint-offset.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551620]}}',
-           four, needle="integer", desc="data_offsets end 2^64+4 does not fit u64")
-    h.text("bigint-shape.safetensors",
-           '{"w":{"dtype":"U8","shape":[36893488147419103232],"data_offsets":[0,4]}}',
-           four, needle="integer", desc="shape dim 2^65 does not fit u64")
+    w("float-offset", "integer", "data_offsets end written as 4.0", offsets="[0,4.0]")
+    w("float-shape", "integer", "shape dim written as 1.0", shape="[1.0]")
+    w("exponent-shape", "integer", "shape dim written as 1e2", b"\1" * 100, dtype='"U8"',
+      shape="[1e2]", offsets="[0,100]")
+    w("bigint-offset", "integer", "data_offsets end 2^64+4 does not fit u64",
+      offsets="[0,18446744073709551620]")
+    w("bigint-shape", "integer", "shape dim 2^65 does not fit u64", dtype='"U8"',
+      shape="[36893488147419103232]")
     # Through a double, 2^53+1 rounds to 2^53, which would make shape and
     # data_offsets agree; an exact reader sees the end run past EOF (or
     # rejects integers beyond 2^53 outright).
-    h.text("int-2p53plus1.safetensors",
-           '{"w":{"dtype":"U8","shape":[9007199254740993],'
-           '"data_offsets":[0,9007199254740993]}}',
-           four, needle="integer|data_offsets",
-           desc="2^53+1 as shape and size: must not be rounded through a double")
+    w("int-2p53plus1", "integer|data_offsets",
+      "2^53+1 as shape and size: must not be rounded through a double", dtype='"U8"',
+      shape="[9007199254740993]", offsets="[0,9007199254740993]")
 
     # --- shape ---------------------------------------------------------------
-    h.text("shape-overflow.safetensors",
-           '{"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,4]}}',
-           four, needle="shape", desc="shape product 2^65 overflows u64")
-    h.text("shape-bits-overflow.safetensors",
-           '{"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}}',
-           four * 2, needle="shape",
-           desc="numel 2^62 fits u64 but numel*64 bits does not")
-    h.text("shape-negative.safetensors",
-           '{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}', four,
-           needle="shape", desc="negative shape dim")
-    h.text("shape-not-array.safetensors",
-           '{"w":{"dtype":"F32","shape":1,"data_offsets":[0,4]}}', four,
-           needle="shape", desc="shape is a number, not an array")
-    h.text("shape-missing.safetensors", '{"w":{"dtype":"F32","data_offsets":[0,4]}}',
-           four, needle="shape", desc="tensor entry without shape")
+    w("shape-overflow", "shape", "shape product 2^65 overflows u64",
+      shape="[4294967296,4294967296,2]")
+    w("shape-bits-overflow", "shape", "numel 2^62 fits u64 but numel*64 bits does not", four * 2,
+      dtype='"F64"', shape="[4611686018427387904]", offsets="[0,8]")
+    w("shape-negative", "shape", "negative shape dim", shape="[-1]")
+    w("shape-not-array", "shape", "shape is a number, not an array", shape="1")
+    w("shape-missing", "shape", "tensor entry without shape", shape=None)
     h.file("nbytes-mismatch.safetensors", hdr({"w": f32_entry(0, 16, [2, 3])}),
            b"\1" * 16, needle="shape|data_offsets",
            desc="shape [2,3] F32 needs 24 bytes, data_offsets span 16")
-    h.text("f4-odd-numel.safetensors",
-           '{"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}', b"\1\1",
-           needle="shape|dtype", desc="F4 with 3 elements is 12 bits, not whole bytes")
-    h.text("f6-partial-byte.safetensors",
-           '{"w":{"dtype":"F6_E2M3","shape":[5],"data_offsets":[0,4]}}', b"\1" * 4,
-           needle="shape|dtype", desc="F6 with 5 elements is 30 bits, not whole bytes")
+    w("f4-odd-numel", "shape|dtype", "F4 with 3 elements is 12 bits, not whole bytes", b"\1\1",
+      dtype='"F4"', shape="[3]", offsets="[0,2]")
+    w("f6-partial-byte", "shape|dtype", "F6 with 5 elements is 30 bits, not whole bytes",
+      b"\1" * 4, dtype='"F6_E2M3"', shape="[5]")
 
     # --- dtype ---------------------------------------------------------------
-    h.text("dtype-unknown.safetensors",
-           '{"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}}', b"\1" * 16,
-           needle="dtype", desc="unknown dtype string F128")
-    h.text("dtype-lowercase.safetensors",
-           '{"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}}', four,
-           needle="dtype", desc="dtype spelled lowercase f32")
-    h.text("dtype-not-string.safetensors",
-           '{"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}', four,
-           needle="dtype", desc="dtype is a number")
-    h.text("dtype-missing.safetensors", '{"w":{"shape":[1],"data_offsets":[0,4]}}',
-           four, needle="dtype", desc="tensor entry without dtype")
+    w("dtype-unknown", "dtype", "unknown dtype string F128", b"\1" * 16, dtype='"F128"',
+      offsets="[0,16]")
+    w("dtype-lowercase", "dtype", "dtype spelled lowercase f32", dtype='"f32"')
+    w("dtype-not-string", "dtype", "dtype is a number", dtype="7")
+    w("dtype-missing", "dtype", "tensor entry without dtype", dtype=None)
 
     # --- encoding and JSON syntax ---------------------------------------------
     h.file("utf8-invalid.safetensors",
@@ -631,13 +534,10 @@ def gen_hostile(out):
            b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":'
            + b"[" * depth + b"]" * depth + b"}}", four,
            needle="depth", desc="100000-deep array nesting in an ignored field")
-    h.text("duplicate-tensor.safetensors",
-           '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
-           '"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', four,
-           needle="duplicate", desc="same tensor key twice (identical entries)")
-    h.text("duplicate-field.safetensors",
-           '{"w":{"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]}}', four,
-           needle="duplicate", desc="dtype key twice inside one tensor entry")
+    w("duplicate-tensor", "duplicate", "same tensor key twice (identical entries)",
+      offsets='[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]')
+    w("duplicate-field", "duplicate", "dtype key twice inside one tensor entry",
+      dtype='"F32","dtype":"I32"')
     h.text("duplicate-metadata-key.safetensors",
            '{"__metadata__":{"format":"pt","format":"np"},'
            '"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', four,
@@ -808,22 +708,7 @@ CASES = ["dtypes", "odd", "sharded", "both", "hostile"]
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTDIR\n" % argv[0])
-        return 2
-    out = argv[1]
-    # Regenerate from scratch so stale files from an older generator never
-    # linger; only our own case directories are removed, never OUTDIR itself.
-    for case in CASES:
-        if os.path.isdir(os.path.join(out, case)):
-            shutil.rmtree(os.path.join(out, case))
-    os.makedirs(out, exist_ok=True)
-    gen_dtypes(out)
-    gen_odd(out)
-    gen_sharded(out)
-    gen_both(out)
-    gen_hostile(out)
-    return 0
+    return generate(argv, CASES, gen_dtypes, gen_odd, gen_sharded, gen_both, gen_hostile)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "torch"))
+sys.path.insert(0, HERE)
+from fixture_lib import committed_out, fresh_dir  # noqa: E402
 
 
 def dtype_name(torch, dt):
@@ -297,17 +299,11 @@ def main(argv):
         print("torch fixtures are committed in %s (regenerate them with %s, which needs "
               "python3-torch); nothing to write into %s" % (COMMITTED, argv[0], argv[1]))
         return 0
-    if len(argv) == 3 and argv[1] == "--out":
-        out = argv[2]
-    elif len(argv) == 1:
-        out = COMMITTED
-    else:
-        print(__doc__, file=sys.stderr)
+    out = committed_out(argv, COMMITTED, __doc__)
+    if out is None:
         return 2
     import torch  # only now: the Makefile's call above must work without torch
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    fresh_dir(out)
     build(torch, out)
     total = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
     print("wrote %s (%d bytes)" % (out, total))

@@ -15,12 +15,13 @@ OUTDIR/canaries.json  for the pickles whose payload would run a command: the fil
 Deterministic: the same bytes on every run.
 """
 
-import json
 import os
-import shutil
 import struct
 import sys
 import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from fixture_lib import fresh_out, write_cases, write_json  # noqa: E402
 
 ARCHIVE = "archive"
 CANARY_DIR = "/tmp"
@@ -549,25 +550,16 @@ def legacy_cases(c):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
+    out = fresh_out(argv, __doc__)
+    if out is None:
         return 2
-    out = argv[1]
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
     c = Cases(out)
     payload_cases(c)
     pickle_cases(c)
     zip_cases(c)
     legacy_cases(c)
-    with open(os.path.join(out, "cases.tsv"), "w", encoding="utf-8") as f:
-        f.write("path\texpect\tneedle\tdescription\n")
-        for row in c.rows:
-            f.write("\t".join(row) + "\n")
-    with open(os.path.join(out, "canaries.json"), "w", encoding="utf-8") as f:
-        json.dump(c.canaries, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_cases(out, c.rows)
+    write_json(os.path.join(out, "canaries.json"), c.canaries, sort_keys=True)
     print("wrote %d torch hostile cases to %s" % (len(c.rows), out))
     return 0
 

@@ -40,6 +40,12 @@ class Tap:
         sys.stdout.flush()
         return cond
 
+    def skip(self, desc, reason):
+        # ok() would escape the '#' of the directive.
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, self._clean(desc), self._clean(reason)))
+        sys.stdout.flush()
+
     def diag(self, text):
         print("# " + self._clean(text))
 

@@ -11,35 +11,18 @@ that the (independent) Python generator recorded.
 """
 
 import errno
-import hashlib
 import json
 import os
-import stat
 import sys
-import tempfile
 
-MOUNT_TIMEOUT = 30      # seconds for `ckptfs SRC MNT` to return
 CASE_TIMEOUT = 180      # seconds for all checks of one mounted case
 
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
-                         unmount)
+from mount_checks import (bytes_problems, case_dirs, check_tree, field_problems,  # noqa: E402
+                          mounted, read_bytes, run, sidecar_path)
 
 # ---------------------------------------------------------------------------
 # Checks
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def sidecar_path(raw_path):
-    # Path components never contain '.', so a trailing ".raw" can only be the
-    # marker for a tensor that is also a directory.
-    base = raw_path[:-4] if raw_path.endswith(".raw") else raw_path
-    return base + ".json"
-
 
 def summary_tensor_count(summary):
     """The tensor count from summary.json (ckptfs(5): "tensor_count")."""
@@ -52,29 +35,14 @@ def check_tensor(tap, case, mnt, case_dir, t):
     raw = os.path.join(mnt, t["path"]).encode("utf-8")
     src = os.path.join(case_dir, t["file"])
 
-    problems = []
-    try:
-        st = os.stat(raw)
-        if not stat.S_ISREG(st.st_mode):
-            problems.append("not a regular file")
-        if st.st_size != t["nbytes"]:
-            problems.append("st_size %d != nbytes %d" % (st.st_size, t["nbytes"]))
-        data = read_bytes(raw)
-        if len(data) != t["nbytes"]:
-            problems.append("read %d bytes, want %d" % (len(data), t["nbytes"]))
-        if hashlib.sha256(data).hexdigest() != t["sha256"]:
-            problems.append("sha256 mismatch")
-    except OSError as e:
-        problems.append("%s: %s" % (t["path"], e))
+    problems = bytes_problems(raw, t["nbytes"], t["sha256"])[0]
     tap.ok(not problems, "%s raw file %s: size and sha256" % (label, t["path"]), problems)
 
     problems, sc = [], None
     side = sidecar_path(t["path"])
     try:
         sc = json.loads(read_bytes(os.path.join(mnt, side).encode("utf-8")).decode("utf-8"))
-        for key in ("name", "dtype", "shape", "nbytes"):
-            if sc.get(key) != t[key]:
-                problems.append("%s: got %r, want %r" % (key, sc.get(key), t[key]))
+        problems += field_problems(sc, {k: t[k] for k in ("name", "dtype", "shape", "nbytes")})
         if sc.get("byte_order") != "little":
             problems.append("byte_order: got %r" % (sc.get("byte_order"),))
         if not isinstance(sc.get("format"), str):
@@ -119,33 +87,6 @@ def check_tensor(tap, case, mnt, case_dir, t):
     except Exception as e:  # any failure here is a test failure, not a crash
         problems.append("%s: %s" % (type(e).__name__, e))
     tap.ok(not problems, "%s numpy.fromfile(%s) equals source" % (label, t["numpy_dtype"]),
-           problems)
-
-
-def check_tree(tap, case, mnt, tensors):
-    """Raw files and sidecars outside .ckptfs are exactly the manifest's."""
-    want = set()
-    for t in tensors:
-        want.add(t["path"])
-        want.add(sidecar_path(t["path"]))
-    got, problems = set(), []
-    for dirpath, dirnames, filenames in os.walk(mnt, onerror=problems.append):
-        rel = os.path.relpath(dirpath, mnt)
-        if rel == ".":
-            dirnames[:] = [d for d in dirnames if d != ".ckptfs"]
-            rel = ""
-        for name in filenames:
-            p = os.path.join(rel, name)
-            # Raw tensors have no '.', sidecars end in .json, tensor-dirs'
-            # bytes in .raw; anything else (e.g. an .npy view) is extra and
-            # allowed.
-            if "." not in name or name.endswith(".json") or name.endswith(".raw"):
-                got.add(p)
-    for p in sorted(want - got):
-        problems.append("missing: " + p)
-    for p in sorted(got - want):
-        problems.append("unexpected: " + p)
-    tap.ok(not problems, "%s: tree holds exactly the expected raw files and sidecars" % case,
            problems)
 
 
@@ -236,50 +177,26 @@ def run_case(tap, ckptfs, fixtures, case):
     source = os.path.normpath(os.path.join(case_dir, manifest["source"]))
     tensors = manifest["tensors"]
 
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t30.")
-    try:
-        rc, _, err = run_capture([ckptfs, source, mnt], MOUNT_TIMEOUT)
-        mounted = rc == 0 and is_mounted(mnt)
-        diag = ["exit status %r%s" % (rc, " (timed out)" if rc is None else ""),
-                "stderr: %s" % err.decode("utf-8", "replace").strip()]
-        if not tap.ok(mounted, "%s: mount %s" % (case, manifest["source"]), diag):
-            return
-        with Watchdog(mnt, CASE_TIMEOUT) as dog:
-            for t in tensors:
-                check_tensor(tap, case, mnt, case_dir, t)
-            check_tree(tap, case, mnt, tensors)
-            check_catalog_files(tap, case, mnt, len(tensors))
-            check_read_only(tap, case, mnt, tensors)
-            if os.path.isdir(source) and os.path.exists(os.path.join(source, "config.json")):
-                check_hf_config(tap, case, mnt, source)
-        if dog.fired:
-            tap.ok(False, "%s: checks finished within %d s" % (case, CASE_TIMEOUT),
-                   ["watchdog aborted the mount"])
-    finally:
-        tap.ok(unmount(mnt), "%s: fusermount3 -u" % case)
+    def checks(mnt):
+        for t in tensors:
+            check_tensor(tap, case, mnt, case_dir, t)
+        check_tree(tap, case, mnt, tensors, "tree holds exactly the expected raw files and "
+                   "sidecars")
+        check_catalog_files(tap, case, mnt, len(tensors))
+        check_read_only(tap, case, mnt, tensors)
+        if os.path.isdir(source) and os.path.exists(os.path.join(source, "config.json")):
+            check_hf_config(tap, case, mnt, source)
+
+    mounted(tap, ckptfs, source, case, checks, mount_desc="%s: mount %s"
+            % (case, manifest["source"]), timeout=CASE_TIMEOUT)
 
 
-def main():
-    ckptfs = os.environ.get("CKPTFS", "")
-    fixtures = os.environ.get("FIXTURES", "")
-    reason = skip_reason(ckptfs, fixtures)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
-    ckptfs = os.path.abspath(ckptfs)
-    fixtures = os.path.abspath(fixtures)
-
-    # Names are UTF-8 whatever the locale of the harness says.
-    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
-    tap = Tap()
-    cases = sorted(d for d in os.listdir(fixtures)
-                   if os.path.isfile(os.path.join(fixtures, d, "manifest.json")))
+def main(tap, ckptfs, fixtures):
+    cases = case_dirs(fixtures)
     tap.ok(bool(cases), "found fixture cases with manifest.json in %s" % fixtures)
     for case in cases:
         run_case(tap, ckptfs, fixtures, case)
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -56,8 +56,8 @@ HAMMER_THREADS = 4
 DAEMON_EXIT_TIMEOUT = 20  # seconds for the daemon to exit after its unmount
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
-                         unmount)
+from ckptfs_test import Tap, Watchdog, is_mounted, run_capture, unmount  # noqa: E402
+from mount_checks import case_dirs, run  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # safetensors facts (format notes, 1.3 and 1.5)
@@ -861,14 +861,22 @@ def read_index(d):
     return read_bytes(os.path.join(d, INDEX))
 
 
-def run_shard_tests(ctx, big_dir, big_want):
-    tap = ctx.tap
+def sharded_manifest(ctx):
+    """(directory, manifest) of the "sharded" fixture; (directory, None) after a failed
+    check when it is missing."""
     case_dir = os.path.join(ctx.fixtures, "sharded")
     if not os.path.isfile(os.path.join(case_dir, "manifest.json")):
-        tap.ok(False, "sharded fixture present", ["no %s/manifest.json" % case_dir])
-        return
+        ctx.tap.ok(False, "sharded fixture present", ["no %s/manifest.json" % case_dir])
+        return case_dir, None
     with open(os.path.join(case_dir, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
+        return case_dir, json.load(f)
+
+
+def run_shard_tests(ctx, big_dir, big_want):
+    tap = ctx.tap
+    case_dir, manifest = sharded_manifest(ctx)
+    if not manifest:
+        return
     want, _ = manifest_want(manifest)
     total = sum(w["nbytes"] for w in want.values())
     biggest = max(w["nbytes"] for w in want.values())
@@ -990,12 +998,9 @@ def check_no_tensor_dirs(tap, label, mnt):
 
 def run_view_tests(ctx):
     tap = ctx.tap
-    case_dir = os.path.join(ctx.fixtures, "sharded")
-    if not os.path.isfile(os.path.join(case_dir, "manifest.json")):
-        tap.ok(False, "sharded fixture present", ["no %s/manifest.json" % case_dir])
+    case_dir, manifest = sharded_manifest(ctx)
+    if not manifest:
         return
-    with open(os.path.join(case_dir, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
     want, _ = manifest_want(manifest)
     source = os.path.normpath(os.path.join(case_dir, manifest["source"]))
     total = sum(w["nbytes"] for w in want.values())
@@ -1251,22 +1256,11 @@ def run_mmap_tests(ctx, big_dir, big_bytes, big_numeric):
 
 # ---------------------------------------------------------------------------
 
-def main():
-    ckptfs = os.environ.get("CKPTFS", "")
-    fixtures = os.environ.get("FIXTURES", "")
-    reason = skip_reason(ckptfs, fixtures)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
-    ckptfs = os.path.abspath(ckptfs)
-    fixtures = os.path.abspath(fixtures)
-    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
-    tap = Tap()
+def main(tap, ckptfs, fixtures):
     ctx = Ctx(tap, ckptfs, fixtures)
     big_dir = tempfile.mkdtemp(prefix="ckptfs-t32-src.")
     try:
-        cases = sorted(d for d in os.listdir(fixtures)
-                       if os.path.isfile(os.path.join(fixtures, d, "manifest.json")))
+        cases = case_dirs(fixtures)
         tap.ok(bool(cases), "found fixture cases with manifest.json in %s" % fixtures)
         for case in cases:
             run_fixture_case(ctx, case)
@@ -1280,9 +1274,7 @@ def main():
     finally:
         shutil.rmtree(big_dir, ignore_errors=True)
         ctx.san.cleanup()
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

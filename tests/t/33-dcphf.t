@@ -26,38 +26,26 @@ import mmap
 import os
 import random
 import stat
-import struct
 import sys
-import tempfile
 import threading
-import time
 
 import numpy as np
 
-MOUNT_TIMEOUT = 30
 CASE_TIMEOUT = 180
-REFUSE_TIMEOUT = 10
 RANDOM_READS = 200
 PAGE = 4096
 MMAP_MIN_BYTES = 1 << 20
 MMAP_THREADS = 3
 MMAP_PAGES_PER_THREAD = 400
 
-ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
-            "I8": 1, "U8": 1, "BOOL": 1}
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
-                         unmount)
+import hostile  # noqa: E402
+from mount_checks import (ITEMSIZE, case_dirs, check_hf_view, check_tree,  # noqa: E402
+                          field_problems, mounted, read_bytes, run)
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 LIBC.memcmp.restype = ctypes.c_int
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 # ---------------------------------------------------------------------------
@@ -103,79 +91,6 @@ class Expected:
 
 
 # ---------------------------------------------------------------------------
-# Strict safetensors reader for the HF view
-
-def no_duplicates(pairs):
-    d = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError("duplicate key %r" % k)
-        d[k] = v
-    return d
-
-
-def parse_safetensors(data):
-    """Returns {name: (dtype, shape, bytes)}; raises ValueError on anything off."""
-    if len(data) < 8:
-        raise ValueError("%d bytes, shorter than the length prefix" % len(data))
-    (hlen,) = struct.unpack("<Q", data[:8])
-    if 8 + hlen > len(data):
-        raise ValueError("header length %d runs past the end" % hlen)
-    header = json.loads(data[8:8 + hlen].decode("utf-8"), object_pairs_hook=no_duplicates)
-    if not isinstance(header, dict):
-        raise ValueError("header is not an object")
-    meta = header.pop("__metadata__", None)
-    if meta is not None and not (isinstance(meta, dict) and
-                                 all(isinstance(v, str) for v in meta.values())):
-        raise ValueError("__metadata__ is not an object of strings")
-    body = data[8 + hlen:]
-    spans = []
-    out = {}
-    for name, e in header.items():
-        if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
-            raise ValueError("%s: entry keys %r" % (name, e))
-        dt, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
-        if dt not in ITEMSIZE or not isinstance(shape, list) or \
-                not all(isinstance(x, int) and x >= 0 for x in shape) or \
-                not isinstance(offs, list) or len(offs) != 2 or \
-                not all(isinstance(x, int) for x in offs):
-            raise ValueError("%s: bad entry %r" % (name, e))
-        n = ITEMSIZE[dt]
-        for x in shape:
-            n *= x
-        if offs[1] - offs[0] != n:
-            raise ValueError("%s: data_offsets span %d, want %d" % (name, offs[1] - offs[0], n))
-        spans.append((offs[0], offs[1], name))
-        out[name] = (dt, shape, body[offs[0]:offs[1]])
-    at = 0
-    for b, e, name in sorted(spans):
-        if b != at:
-            raise ValueError("%s: begins at %d, previous tensor ends at %d" % (name, b, at))
-        at = e
-    if at != len(body):
-        raise ValueError("data section is %d bytes, tensors cover %d" % (len(body), at))
-    return out
-
-
-def read_hf_view(mnt):
-    """All tensors of .ckptfs/hf, single file or index + shards."""
-    hf = os.path.join(mnt, ".ckptfs", "hf")
-    single = os.path.join(hf, "model.safetensors")
-    if os.path.exists(single):
-        return parse_safetensors(read_bytes(single))
-    index = json.loads(read_bytes(os.path.join(hf, "model.safetensors.index.json")))
-    out = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        part = parse_safetensors(read_bytes(os.path.join(hf, shard)))
-        for name in part:
-            if index["weight_map"].get(name) != shard:
-                raise ValueError("%s is in %s but the index says %r"
-                                 % (name, shard, index["weight_map"].get(name)))
-        out.update(part)
-    return out
-
-
-# ---------------------------------------------------------------------------
 # Checks on one mounted case
 
 def check_raw(tap, label, raw, t, exp):
@@ -216,9 +131,7 @@ def check_sidecar(tap, label, mnt, t, fmt, src_rel):
     problems = []
     try:
         sc = json.loads(read_bytes(os.path.join(mnt, t["path"] + ".json")))
-        for key in ("name", "dtype", "shape", "nbytes"):
-            if sc.get(key) != t[key]:
-                problems.append("%s: got %r, want %r" % (key, sc.get(key), t[key]))
+        problems += field_problems(sc, {k: t[k] for k in ("name", "dtype", "shape", "nbytes")})
         if fmt == "dcp-hf" and sc.get("format") != "dcp-hf":
             problems.append("format %r, want dcp-hf" % sc.get("format"))
         if fmt != "dcp-hf" and sc.get("format") == "dcp-hf":
@@ -414,25 +327,6 @@ def check_mmap_threads(tap, label, raw, t, exp):
            problems)
 
 
-def check_tree(tap, case, mnt, tensors):
-    want = set()
-    for t in tensors:
-        want.add(t["path"])
-        want.add(t["path"] + ".json")
-    got, problems = set(), []
-    for dirpath, dirnames, filenames in os.walk(mnt, onerror=problems.append):
-        rel = os.path.relpath(dirpath, mnt)
-        if rel == ".":
-            dirnames[:] = [d for d in dirnames if d != ".ckptfs"]
-            rel = ""
-        for name in filenames:
-            if "." not in name or name.endswith(".json") or name.endswith(".raw"):
-                got.add(os.path.join(rel, name))
-    problems += ["missing: " + p for p in sorted(want - got)]
-    problems += ["unexpected: " + p for p in sorted(got - want)]
-    tap.ok(not problems, "%s: every tensor appears once (raw file + sidecar)" % case, problems)
-
-
 def check_summary(tap, case, mnt, manifest):
     problems = []
     tensors = manifest["tensors"]
@@ -467,28 +361,6 @@ def check_summary(tap, case, mnt, manifest):
            "tensors.tsv" % case, problems)
 
 
-def check_hf_view(tap, case, mnt, tensors):
-    problems = []
-    try:
-        view = read_hf_view(mnt)
-        complete = {t["name"]: t for t in tensors if not t["incomplete"]}
-        for name in sorted(set(view) - set(complete)):
-            problems.append("unexpected tensor %s" % name)
-        for name in sorted(set(complete) - set(view)):
-            problems.append("missing tensor %s" % name)
-        for name in sorted(set(view) & set(complete)):
-            dt, shape, data = view[name]
-            t = complete[name]
-            if dt != t["dtype"] or shape != t["shape"]:
-                problems.append("%s: %s%r, want %s%r" % (name, dt, shape, t["dtype"], t["shape"]))
-            elif hashlib.sha256(data).hexdigest() != t["sha256"]:
-                problems.append("%s: bytes differ" % name)
-    except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
-        problems.append("%s: %s" % (type(e).__name__, e))
-    tap.ok(not problems, "%s: .ckptfs/hf holds exactly the complete tensors, same bytes" % case,
-           problems)
-
-
 def run_case(tap, ckptfs, root, case):
     case_dir = os.path.join(root, case)
     with open(os.path.join(case_dir, "manifest.json"), encoding="utf-8") as f:
@@ -497,115 +369,34 @@ def run_case(tap, ckptfs, root, case):
     tensors = manifest["tensors"]
     expected = {t["name"]: Expected(src, t) for t in tensors}
 
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t33.")
-    try:
-        rc, _, err = run_capture([ckptfs, src, mnt], MOUNT_TIMEOUT)
-        mounted = rc == 0 and is_mounted(mnt)
-        if not tap.ok(mounted, "%s: mount %s" % (case, manifest["source"]),
-                      ["exit status %r" % (rc,),
-                       "stderr: " + err.decode("utf-8", "replace").strip()]):
-            return
-        with Watchdog(mnt, CASE_TIMEOUT) as dog:
-            for t in tensors:
-                label = "%s: %s" % (case, t["name"])
-                raw = os.path.join(mnt, t["path"])
-                exp = expected[t["name"]]
-                check_raw(tap, label, raw, t, exp)
-                check_sidecar(tap, label, mnt, t, manifest["format"], manifest["source"])
-                check_random_reads(tap, label, raw, case, t, exp)
-                if t["incomplete"]:
-                    check_hole(tap, label, raw, t, exp)
-                elif t["nbytes"] >= MMAP_MIN_BYTES:
-                    check_mmap_threads(tap, label, raw, t, exp)
-            check_tree(tap, case, mnt, tensors)
-            check_summary(tap, case, mnt, manifest)
-            check_hf_view(tap, case, mnt, tensors)
-        if dog.fired:
-            tap.ok(False, "%s: checks finished within %d s" % (case, CASE_TIMEOUT),
-                   ["watchdog aborted the mount"])
-    finally:
-        tap.ok(unmount(mnt), "%s: fusermount3 -u" % case)
+    def checks(mnt):
+        for t in tensors:
+            label = "%s: %s" % (case, t["name"])
+            raw = os.path.join(mnt, t["path"])
+            exp = expected[t["name"]]
+            check_raw(tap, label, raw, t, exp)
+            check_sidecar(tap, label, mnt, t, manifest["format"], manifest["source"])
+            check_random_reads(tap, label, raw, case, t, exp)
+            if t["incomplete"]:
+                check_hole(tap, label, raw, t, exp)
+            elif t["nbytes"] >= MMAP_MIN_BYTES:
+                check_mmap_threads(tap, label, raw, t, exp)
+        check_tree(tap, case, mnt, tensors, "every tensor appears once (raw file + sidecar)")
+        check_summary(tap, case, mnt, manifest)
+        check_hf_view(tap, case, mnt, {t["name"]: t for t in tensors if not t["incomplete"]},
+                      ".ckptfs/hf holds exactly the complete tensors, same bytes")
+
+    mounted(tap, ckptfs, src, case, checks, mount_desc="%s: mount %s" % (case, manifest["source"]),
+            timeout=CASE_TIMEOUT)
 
 
-# ---------------------------------------------------------------------------
-# Hostile inputs
-
-def needle_matches(needle, text):
-    text = text.lower()
-    return all(any(w.lower() in text for w in group.split("|") if w)
-               for group in needle.split("&"))
-
-
-def check_refuse(tap, ckptfs, root, rel, needle, desc):
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t33h.")
-    problems = []
-    try:
-        started = time.monotonic()
-        rc, _, err = run_capture([ckptfs, os.path.join(root, rel), mnt], REFUSE_TIMEOUT)
-        took = time.monotonic() - started
-        text = err.decode("utf-8", "replace")
-        body = text[:-1] if text.endswith("\n") else text
-        if rc is None:
-            problems.append("did not finish within %d s (killed)" % REFUSE_TIMEOUT)
-        elif rc != 2:
-            problems.append("exit status %r, want 2" % rc)
-        elif took >= REFUSE_TIMEOUT:
-            problems.append("took %.1f s" % took)
-        if not body.strip():
-            problems.append("stderr is empty")
-        elif "\n" in body:
-            problems.append("stderr has %d lines, want 1" % (body.count("\n") + 1))
-        if body.strip() and not needle_matches(needle, body):
-            problems.append("stderr lacks %r" % needle)
-        if is_mounted(mnt):
-            problems.append("something is mounted on the mountpoint")
-        if problems:
-            problems += ["stderr: " + ln for ln in text.splitlines()[:5]]
-    finally:
-        unmount(mnt)
-    tap.ok(not problems, "refuse hostile/%s (%s): %s" % (rel, needle, desc), problems)
-
-
-def run_hostile(tap, ckptfs, root):
-    path = os.path.join(root, "hostile", "cases.tsv")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line or line.startswith("#") or (lineno == 1 and line.startswith("path\t")):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 3:
-                raise ValueError("%s:%d: malformed row %r" % (path, lineno, line))
-            rows.append(fields)
-    tap.ok(bool(rows), "hostile/cases.tsv lists %d cases" % len(rows))
-    for rel, needle, desc in rows:
-        check_refuse(tap, ckptfs, os.path.join(root, "hostile"), rel, needle, desc)
-
-
-def main():
-    ckptfs = os.environ.get("CKPTFS", "")
-    fixtures = os.environ.get("FIXTURES", "")
-    reason = skip_reason(ckptfs, fixtures)
-    root = os.path.join(fixtures, "dcphf")
-    if not reason and not os.path.isdir(root):
-        reason = "%s is missing (tests/gen/dcphf_fixtures.py not run)" % root
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
-    ckptfs = os.path.abspath(ckptfs)
-    root = os.path.abspath(root)
-    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
-    tap = Tap()
-    cases = sorted(d for d in os.listdir(root)
-                   if os.path.isfile(os.path.join(root, d, "manifest.json")))
+def main(tap, ckptfs, root):
+    cases = case_dirs(root)
     tap.ok(bool(cases), "found %d DCP-HF fixture cases in %s" % (len(cases), root))
     for case in cases:
         run_case(tap, ckptfs, root, case)
-    run_hostile(tap, ckptfs, root)
-    tap.done()
-    return 1 if tap.failed else 0
+    hostile.run_cases(tap, ckptfs, os.path.join(root, "hostile"))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, "dcphf", "dcphf_fixtures.py"))

@@ -5,14 +5,12 @@ arithmetic in the order of ggml's reference dequantizers); other tensors are unc
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Tap, run_capture, skip_reason, unmount  # noqa: E402
+from mount_checks import mounted, read_json, run  # noqa: E402
 
-CKPTFS, FIXTURES = os.environ.get("CKPTFS"), os.environ.get("FIXTURES")
 F = np.float32
 
 
@@ -111,26 +109,17 @@ def same(a, b):
     return bool(np.all(nan | (a.view(np.uint32) == b.view(np.uint32))))
 
 
-def main():
-    tap = Tap()
-    reason = skip_reason(CKPTFS, FIXTURES)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
+def main(tap, ckptfs, fixtures):
     seen = set()
     for case in ("dtypes", "gguf/v3"):
-        manifest = json.load(open(os.path.join(FIXTURES, case, "manifest.json")))
+        manifest = read_json(os.path.join(fixtures, case, "manifest.json"))
         tensors = manifest["tensors"]
-        src = os.path.join(FIXTURES, case, manifest.get("source") or tensors[0]["file"])
-        mnt = tempfile.mkdtemp(prefix="ckptfs-asdtype.")
-        rc, _, err = run_capture([CKPTFS, os.path.normpath(src), mnt, "-o", "as_dtype=f32"], 30)
-        if not tap.ok(rc == 0, "%s: mount with -o as_dtype=f32" % case, [err]):
-            unmount(mnt)
-            continue
-        try:
+        src = os.path.join(fixtures, case, manifest.get("source") or tensors[0]["file"])
+
+        def checks(mnt):
             for t in tensors:
                 path = os.path.join(mnt, t["path"])
-                with open(os.path.join(FIXTURES, case, t["file"]), "rb") as f:
+                with open(os.path.join(fixtures, case, t["file"]), "rb") as f:
                     f.seek(t["offset"])
                     raw = f.read(t["nbytes"])
                 side = json.load(open((path[:-4] if path.endswith(".raw") else path) + ".json"))
@@ -158,12 +147,11 @@ def main():
                         part = f.read(n)
                         ok = part == full[off:off + n] or np.isnan(want).any()
                         tap.ok(ok, "%s: %s slice [%d, +%d)" % (case, t["name"], off, n))
-        finally:
-            unmount(mnt)
+
+        mounted(tap, ckptfs, os.path.normpath(src), case, checks, ("-o", "as_dtype=f32"),
+                "%s: mount with -o as_dtype=f32" % case)
     tap.ok(seen == set(CONVERT), "every convertible dtype was exercised", [sorted(set(CONVERT) - seen)])
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -2,33 +2,20 @@
 """Extended attributes of tensor files: user.ckpt.dtype, user.ckpt.shape and user.ckpt.sha256
 (computed on first request) equal the manifest; other files have none; writes are refused."""
 import errno
-import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Tap, run_capture, skip_reason, unmount  # noqa: E402
+from mount_checks import mounted, read_json, run  # noqa: E402
 
-CKPTFS, FIXTURES = os.environ.get("CKPTFS"), os.environ.get("FIXTURES")
 NAMES = ["user.ckpt.dtype", "user.ckpt.shape", "user.ckpt.sha256"]
 
 
-def main():
-    tap = Tap()
-    reason = skip_reason(CKPTFS, FIXTURES)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
+def main(tap, ckptfs, fixtures):
     for case in ("dtypes", "odd", "sharded", "dcphf/dim1x4"):
-        manifest = json.load(open(os.path.join(FIXTURES, case, "manifest.json")))
-        src = os.path.normpath(os.path.join(FIXTURES, case, manifest.get("source", ".")))
-        mnt = tempfile.mkdtemp(prefix="ckptfs-xattr.")
-        rc, _, err = run_capture([CKPTFS, src, mnt], 30)
-        if not tap.ok(rc == 0, "%s: mount" % case, [err]):
-            unmount(mnt)
-            continue
-        try:
+        manifest = read_json(os.path.join(fixtures, case, "manifest.json"))
+
+        def checks(mnt):
             for t in manifest["tensors"]:
                 if t.get("incomplete"):
                     continue
@@ -48,11 +35,10 @@ def main():
             except OSError as e:
                 tap.ok(e.errno in (errno.EROFS, errno.ENOTSUP, errno.EPERM),
                        "%s: setxattr refused (%s)" % (case, errno.errorcode.get(e.errno)))
-        finally:
-            unmount(mnt)
-    tap.done()
-    return 1 if tap.failed else 0
+
+        src = os.path.normpath(os.path.join(fixtures, case, manifest.get("source", ".")))
+        mounted(tap, ckptfs, src, case, checks)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -24,8 +24,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib",
                                 "readers"))
 import gguf_reader  # noqa: E402
-from convert_check import (ASIDE, COMMITTED, Checker, Tap, env, f32,  # noqa: E402
-                           write_safetensors)
+from convert_check import f32, run, write_safetensors  # noqa: E402
 
 RESTATED = ("general.alignment", "ckptfs.source_format")
 
@@ -47,111 +46,87 @@ def copied_kvs(source_path):
     return [k.raw for k in src.kvs if k.key not in RESTATED and not k.key.startswith("split.")]
 
 
-def main():
-    tap = Tap()
-    ckptfs, fx, tool, why = env()
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    c = Checker(tap, ckptfs, tool, ".gguf", tensors_of, "gguf")
-    torch = os.path.join(COMMITTED, "torch")
-    dcp = os.path.join(COMMITTED, "dcp")
-    try:
-        # ---- GGUF sources: tensors, and KVs copied with their types ----
-        for label, src, first in (
-                ("gguf v3 (block types, every KV type)", "gguf/v3/model.gguf", None),
-                ("gguf v2", "gguf/v2/model.gguf", None),
-                ("gguf alignment 64", "gguf/align64/model.gguf", None),
-                ("gguf split into 3", "gguf/split/model-00002-of-00003.gguf",
-                 "gguf/split/model-00001-of-00003.gguf")):
-            path = os.path.join(fx, src)
-            g = c.converts(label, path, manifest=os.path.join(os.path.dirname(path),
-                                                              "manifest.json"))
-            if g is None:
-                continue
-            want = copied_kvs(os.path.join(fx, first or src))
-            got = [k.raw for k in g.kvs if k.key not in RESTATED]
-            tap.ok(got == want and own_kvs_ok(g, "gguf"),
-                   "%s: the source's KVs are copied byte for byte (%d), then general.alignment "
-                   "32 and ckptfs.source_format" % (label, len(want)),
-                   ["got keys %r" % [k.key for k in g.kvs][:12]])
-        out1 = os.path.join(c.work, "again1.gguf")
-        out2 = os.path.join(c.work, "again2.gguf")
-        rc1 = c.convert(os.path.join(fx, "gguf/v3/model.gguf"), out1)[0]
-        rc2 = c.convert(out1, out2)[0]
-        with open(out1, "rb") as a, open(out2, "rb") as b:
-            tap.ok(rc1 == rc2 == 0 and a.read() == b.read(),
-                   "gguf v3 converted twice: the second file is the first, byte for byte")
+def main(c, tap):
+    # ---- GGUF sources: tensors, and KVs copied with their types ----
+    for label, src, first in (
+            ("gguf v3 (block types, every KV type)", "gguf/v3/model.gguf", None),
+            ("gguf v2", "gguf/v2/model.gguf", None),
+            ("gguf alignment 64", "gguf/align64/model.gguf", None),
+            ("gguf split into 3", "gguf/split/model-00002-of-00003.gguf",
+             "gguf/split/model-00001-of-00003.gguf")):
+        path = os.path.join(c.fx, src)
+        g = c.converts(label, path, manifest=os.path.join(os.path.dirname(path),
+                                                          "manifest.json"))
+        if g is None:
+            continue
+        want = copied_kvs(os.path.join(c.fx, first or src))
+        got = [k.raw for k in g.kvs if k.key not in RESTATED]
+        tap.ok(got == want and own_kvs_ok(g, "gguf"),
+               "%s: the source's KVs are copied byte for byte (%d), then general.alignment "
+               "32 and ckptfs.source_format" % (label, len(want)),
+               ["got keys %r" % [k.key for k in g.kvs][:12]])
+    out1 = os.path.join(c.work, "again1.gguf")
+    out2 = os.path.join(c.work, "again2.gguf")
+    rc1 = c.convert(os.path.join(c.fx, "gguf/v3/model.gguf"), out1)[0]
+    rc2 = c.convert(out1, out2)[0]
+    with open(out1, "rb") as a, open(out2, "rb") as b:
+        tap.ok(rc1 == rc2 == 0 and a.read() == b.read(),
+               "gguf v3 converted twice: the second file is the first, byte for byte")
 
-        # ---- other sources: only the two KVs this writer states ----
-        for label, src in (
-                ("safetensors HF shards", "sharded"),
-                ("safetensors file + index", "both"),
-                ("dcp-hf grid", "dcphf/grid"),
-                ("dcp-hf dim1x4", "dcphf/dim1x4"),
-                ("dcp-hf mixed", "dcphf/mixed"),
-                ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
-                ("gpt-rs checkpoint", "gptrs/chk-dtypes/model.bin"),
-                ("lwt", "lwt/natural/model.lwt"),
-                ("torch tied", os.path.join(torch, "tied.pt")),
-                ("torch training", os.path.join(torch, "training.pt")),
-                ("torch legacy", os.path.join(torch, "legacy.pt")),
-                ("dcp sharded (optimizer state left out)", os.path.join(dcp, "v113_sharded")),
-                ("dcp with optimizer state", os.path.join(dcp, "v2x_flat_optim")),
-                ("dcp optimizer only (no model tensors)", os.path.join(dcp, "nemo_optim"))):
-            path = src if os.path.isabs(src) else os.path.join(fx, src)
-            manifest = os.path.join(path if os.path.isdir(path) else os.path.dirname(path),
-                                    "manifest.json")
-            g = c.converts(label, path, manifest=manifest)
-            if g is not None:
-                fmt = c.source_model(path, ASIDE)[1].get("format")
-                tap.ok(len(g.kvs) == 2 and own_kvs_ok(g, fmt),
-                       "%s: KVs are general.alignment 32 and ckptfs.source_format %r"
-                       % (label, fmt), [repr(g.kvs)])
-
-        # ---- shapes and names at the edges of what GGUF holds ----
-        edge = os.path.join(c.work, "edge.safetensors")
-        write_safetensors(edge, [
-            ("scalar", "F32", [], f32(1)),
-            ("empty", "F32", [0, 3], b""),
-            ("four.dims", "I16", [2, 1, 3, 2], bytes(range(24))),
-            ("n" * 63, "BF16", [2], b"\1\2\3\4"),
-            ("f64", "F64", [3], struct.pack("<3d", 1.5, -2, 1e300))])
-        g = c.converts("scalar, empty, 4 dims, 63-byte name", edge)
+    # ---- other sources: only the two KVs this writer states ----
+    for label, src in (
+            ("safetensors HF shards", "sharded"),
+            ("safetensors file + index", "both"),
+            ("dcp-hf grid", "dcphf/grid"),
+            ("dcp-hf dim1x4", "dcphf/dim1x4"),
+            ("dcp-hf mixed", "dcphf/mixed"),
+            ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
+            ("gpt-rs checkpoint", "gptrs/chk-dtypes/model.bin"),
+            ("lwt", "lwt/natural/model.lwt"),
+            ("torch tied", os.path.join(c.torch, "tied.pt")),
+            ("torch training", os.path.join(c.torch, "training.pt")),
+            ("torch legacy", os.path.join(c.torch, "legacy.pt")),
+            ("dcp sharded (optimizer state left out)", os.path.join(c.dcp, "v113_sharded")),
+            ("dcp with optimizer state", os.path.join(c.dcp, "v2x_flat_optim")),
+            ("dcp optimizer only (no model tensors)", os.path.join(c.dcp, "nemo_optim"))):
+        path, manifest = c.fixture(src)
+        g = c.converts(label, path, manifest=manifest)
         if g is not None:
-            by = {t.name: t for t in g.tensors}
-            tap.ok(by["scalar"].ne == [] and by["four.dims"].ne == [2, 3, 1, 2] and
-                   by["empty"].ne == [3, 0],
-                   "ne is the shape reversed; a scalar has n_dims 0",
-                   [(t.name, t.ne) for t in g.tensors])
+            fmt = c.source_format(path)
+            tap.ok(len(g.kvs) == 2 and own_kvs_ok(g, fmt),
+                   "%s: KVs are general.alignment 32 and ckptfs.source_format %r"
+                   % (label, fmt), [repr(g.kvs)])
 
-        # ---- refusals ----
-        c.refuses("safetensors dtypes", os.path.join(fx, "dtypes/model.safetensors"),
-                  ["which GGUF cannot hold"], {"model.layers.0.mlp.bool"})
-        c.refuses("safetensors U8/U16", os.path.join(fx, "odd/model.safetensors"),
-                  ["which GGUF cannot hold"])
-        c.refuses("torch BOOL/complex", os.path.join(torch, "state_dict.pt"),
-                  ["which GGUF cannot hold"])
-        c.refuses("dcp-hf with a hole", os.path.join(fx, "dcphf/hole"), ["incomplete"])
-        for label, tensors, words in (
-                ("5 dims", [("five", "F32", [1, 1, 1, 1, 2], f32(2))], ["5 dims"]),
-                ("a 64-byte name", [("x" * 64, "F32", [1], f32(1))], ["64 bytes"]),
-                ("a NUL in a name", [("a\0b", "F32", [1], f32(1))], ["NUL"])):
-            path = os.path.join(c.work, "bad.safetensors")
-            write_safetensors(path, [("fine", "F32", [2], f32(2))] + tensors)
-            c.refuses(label, path, words)
+    # ---- shapes and names at the edges of what GGUF holds ----
+    edge = os.path.join(c.work, "edge.safetensors")
+    write_safetensors(edge, [
+        ("scalar", "F32", [], f32(1)),
+        ("empty", "F32", [0, 3], b""),
+        ("four.dims", "I16", [2, 1, 3, 2], bytes(range(24))),
+        ("n" * 63, "BF16", [2], b"\1\2\3\4"),
+        ("f64", "F64", [3], struct.pack("<3d", 1.5, -2, 1e300))])
+    g = c.converts("scalar, empty, 4 dims, 63-byte name", edge)
+    if g is not None:
+        by = {t.name: t for t in g.tensors}
+        tap.ok(by["scalar"].ne == [] and by["four.dims"].ne == [2, 3, 1, 2] and
+               by["empty"].ne == [3, 0],
+               "ne is the shape reversed; a scalar has n_dims 0",
+               [(t.name, t.ne) for t in g.tensors])
 
-        # 6 MiB: more than the writer's 4 MiB buffer, so the file is written in several parts
-        big = os.path.join(c.work, "big.safetensors")
-        write_safetensors(big, [("big", "F32", [1536, 1024], f32(1536 * 1024)),
-                                ("small", "F32", [3], f32(3))])
-        c.converts("6 MiB", big)
-        c.write_failures("gguf", big)
-    finally:
-        c.close()
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    # ---- refusals ----
+    c.refuses("safetensors dtypes", os.path.join(c.fx, "dtypes/model.safetensors"),
+              ["which GGUF cannot hold"], {"model.layers.0.mlp.bool"})
+    c.refuses("safetensors U8/U16", os.path.join(c.fx, "odd/model.safetensors"),
+              ["which GGUF cannot hold"])
+    c.refuses("torch BOOL/complex", os.path.join(c.torch, "state_dict.pt"),
+              ["which GGUF cannot hold"])
+    c.refuses("dcp-hf with a hole", os.path.join(c.fx, "dcphf/hole"), ["incomplete"])
+    c.refuses_made((
+        ("5 dims", [("five", "F32", [1, 1, 1, 1, 2], f32(2))], ["5 dims"]),
+        ("a 64-byte name", [("x" * 64, "F32", [1], f32(1))], ["64 bytes"]),
+        ("a NUL in a name", [("a\0b", "F32", [1], f32(1))], ["NUL"])))
+    c.big_and_write_failures("gguf")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(".gguf", tensors_of, "gguf", main))

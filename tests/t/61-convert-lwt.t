@@ -23,8 +23,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib",
                                 "readers"))
 import lwt_reader  # noqa: E402
-from convert_check import (ASIDE, COMMITTED, Checker, Tap, env, f32,  # noqa: E402
-                           write_safetensors)
+from convert_check import f32, run, write_safetensors  # noqa: E402
 
 
 def tensors_of(path):
@@ -32,97 +31,73 @@ def tensors_of(path):
     return f, [(t.name, t.dtype, t.shape, f.tensor_bytes(t)) for t in f.tensors]
 
 
-def main():
-    tap = Tap()
-    ckptfs, fx, tool, why = env()
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    c = Checker(tap, ckptfs, tool, ".lwt", tensors_of, "lightwatch-lwt")
-    torch = os.path.join(COMMITTED, "torch")
-    dcp = os.path.join(COMMITTED, "dcp")
-    try:
-        # ---- .lwt sources: the header's own keys travel ----
-        for variant in ("natural", "names", "packed-entries", "all-variants", "empty"):
-            path = os.path.join(fx, "lwt", variant, "model.lwt")
-            f = c.converts("lwt " + variant, path,
-                           manifest=os.path.join(fx, "lwt", variant, "manifest.json"))
-            if f is None:
-                continue
-            with open(os.path.join(fx, "lwt", variant, "manifest.json")) as m:
-                src = json.load(m)
-            src = src["metadata"]["lightwatch-lwt"]["header"]
-            own = ("version", "dtype", "byte_order", "tensor_count", "total_bytes", "crc32",
-                   "source_format")
-            kept = {k: v for k, v in src.items() if k not in own}
-            tap.ok(all(f.header.get(k) == v for k, v in kept.items()) and
-                   f.header.get("source_format") == "lightwatch-lwt",
-                   "lwt %s: header keeps %s and says source_format lightwatch-lwt"
-                   % (variant, sorted(kept) or "no other keys"), [f.header])
+def main(c, tap):
+    # ---- .lwt sources: the header's own keys travel ----
+    for variant in ("natural", "names", "packed-entries", "all-variants", "empty"):
+        path = os.path.join(c.fx, "lwt", variant, "model.lwt")
+        f = c.converts("lwt " + variant, path,
+                       manifest=os.path.join(c.fx, "lwt", variant, "manifest.json"))
+        if f is None:
+            continue
+        with open(os.path.join(c.fx, "lwt", variant, "manifest.json")) as m:
+            src = json.load(m)
+        src = src["metadata"]["lightwatch-lwt"]["header"]
+        own = ("version", "dtype", "byte_order", "tensor_count", "total_bytes", "crc32",
+               "source_format")
+        kept = {k: v for k, v in src.items() if k not in own}
+        tap.ok(all(f.header.get(k) == v for k, v in kept.items()) and
+               f.header.get("source_format") == "lightwatch-lwt",
+               "lwt %s: header keeps %s and says source_format lightwatch-lwt"
+               % (variant, sorted(kept) or "no other keys"), [f.header])
 
-        # ---- other float32 sources ----
-        for label, src in (
-                ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
-                ("mlfw centralized", "mlfw/centralized_one/centralized_one.ckpt"),
-                ("dcp-hf big dim 1", "dcphf/big_dim1"),
-                ("gpt-rs python checkpoint", "gptrs/chk-python/model.bin"),
-                ("torch tied", os.path.join(torch, "tied.pt")),
-                ("torch training", os.path.join(torch, "training.pt")),
-                ("dcp with optimizer state (left out)", os.path.join(dcp, "v2x_flat_optim")),
-                ("dcp optimizer only (no model tensors)", os.path.join(dcp, "nemo_optim"))):
-            path = src if os.path.isabs(src) else os.path.join(fx, src)
-            manifest = os.path.join(path if os.path.isdir(path) else os.path.dirname(path),
-                                    "manifest.json")
-            f = c.converts(label, path, manifest=manifest)
-            if f is not None:
-                fmt = c.source_model(path, ASIDE)[1].get("format")
-                tap.ok(f.header.get("source_format") == fmt and
-                       set(f.header) == {"version", "dtype", "byte_order", "tensor_count",
-                                         "total_bytes", "source_format", "crc32"},
-                       "%s: header has the LWATCHV1 keys and source_format %r" % (label, fmt),
-                       [f.header])
-
-        edge = os.path.join(c.work, "edge.safetensors")
-        write_safetensors(edge, [
-            ("scalar", "F32", [], f32(1)),
-            ("empty.first", "F32", [0], b""),
-            ("odd", "F32", [3], f32(3, 2)),
-            ("eight", "F32", [1, 2, 1, 2, 1, 2, 1, 2], f32(16, 3)),
-            ("n" * 127, "F32", [5], f32(5, 4)),
-            ("unicod\u00e9", "F32", [17], f32(17, 5)),
-            ("zz.empty.last", "F32", [2, 0], b"")])
-        f = c.converts("scalar, empty, odd sizes, 8 dims, 127-byte and UTF-8 names", edge)
+    # ---- other float32 sources ----
+    for label, src in (
+            ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
+            ("mlfw centralized", "mlfw/centralized_one/centralized_one.ckpt"),
+            ("dcp-hf big dim 1", "dcphf/big_dim1"),
+            ("gpt-rs python checkpoint", "gptrs/chk-python/model.bin"),
+            ("torch tied", os.path.join(c.torch, "tied.pt")),
+            ("torch training", os.path.join(c.torch, "training.pt")),
+            ("dcp with optimizer state (left out)", os.path.join(c.dcp, "v2x_flat_optim")),
+            ("dcp optimizer only (no model tensors)", os.path.join(c.dcp, "nemo_optim"))):
+        path, manifest = c.fixture(src)
+        f = c.converts(label, path, manifest=manifest)
         if f is not None:
-            tap.ok(all(t.offset % 64 == 0 for t in f.tensors) and f.data_at % 64 == 0,
-                   "data section and every tensor start on a multiple of 64",
-                   [(t.name, t.offset) for t in f.tensors] + [f.data_at])
+            fmt = c.source_format(path)
+            tap.ok(f.header.get("source_format") == fmt and
+                   set(f.header) == {"version", "dtype", "byte_order", "tensor_count",
+                                     "total_bytes", "source_format", "crc32"},
+                   "%s: header has the LWATCHV1 keys and source_format %r" % (label, fmt),
+                   [f.header])
 
-        # ---- refusals ----
-        c.refuses("safetensors shards (BF16, F16, I64)", os.path.join(fx, "sharded"),
-                  ["which LWATCHV1 cannot hold", "float32 only"])
-        c.refuses("gguf v3", os.path.join(fx, "gguf/v3/model.gguf"),
-                  ["which LWATCHV1 cannot hold"])
-        c.refuses("dcp with a hole", os.path.join(dcp, "v2x_hole"), ["incomplete"])
-        for label, tensors, words in (
-                ("9 dims", [("nine", "F32", [1] * 8 + [2], f32(2))], ["9 dims"]),
-                ("a 128-byte name", [("x" * 128, "F32", [1], f32(1))], ["128 bytes"]),
-                ("an empty name", [("", "F32", [1], f32(1))], ["0 bytes"]),
-                ("a NUL in a name", [("a\0b", "F32", [1], f32(1))], ["NUL"])):
-            path = os.path.join(c.work, "bad.safetensors")
-            write_safetensors(path, [("fine", "F32", [2], f32(2))] + tensors)
-            c.refuses(label, path, words)
+    edge = os.path.join(c.work, "edge.safetensors")
+    write_safetensors(edge, [
+        ("scalar", "F32", [], f32(1)),
+        ("empty.first", "F32", [0], b""),
+        ("odd", "F32", [3], f32(3, 2)),
+        ("eight", "F32", [1, 2, 1, 2, 1, 2, 1, 2], f32(16, 3)),
+        ("n" * 127, "F32", [5], f32(5, 4)),
+        ("unicod\u00e9", "F32", [17], f32(17, 5)),
+        ("zz.empty.last", "F32", [2, 0], b"")])
+    f = c.converts("scalar, empty, odd sizes, 8 dims, 127-byte and UTF-8 names", edge)
+    if f is not None:
+        tap.ok(all(t.offset % 64 == 0 for t in f.tensors) and f.data_at % 64 == 0,
+               "data section and every tensor start on a multiple of 64",
+               [(t.name, t.offset) for t in f.tensors] + [f.data_at])
 
-        # 6 MiB: more than the writer's 4 MiB buffer, so the file is written in several parts
-        big = os.path.join(c.work, "big.safetensors")
-        write_safetensors(big, [("big", "F32", [1536, 1024], f32(1536 * 1024)),
-                                ("small", "F32", [3], f32(3))])
-        c.converts("6 MiB", big)
-        c.write_failures("lwt", big)
-    finally:
-        c.close()
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    # ---- refusals ----
+    c.refuses("safetensors shards (BF16, F16, I64)", os.path.join(c.fx, "sharded"),
+              ["which LWATCHV1 cannot hold", "float32 only"])
+    c.refuses("gguf v3", os.path.join(c.fx, "gguf/v3/model.gguf"),
+              ["which LWATCHV1 cannot hold"])
+    c.refuses("dcp with a hole", os.path.join(c.dcp, "v2x_hole"), ["incomplete"])
+    c.refuses_made((
+        ("9 dims", [("nine", "F32", [1] * 8 + [2], f32(2))], ["9 dims"]),
+        ("a 128-byte name", [("x" * 128, "F32", [1], f32(1))], ["128 bytes"]),
+        ("an empty name", [("", "F32", [1], f32(1))], ["0 bytes"]),
+        ("a NUL in a name", [("a\0b", "F32", [1], f32(1))], ["NUL"])))
+    c.big_and_write_failures("lwt")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(".lwt", tensors_of, "lightwatch-lwt", main))

@@ -25,8 +25,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib",
                                 "readers"))
 import gptrs_reader  # noqa: E402
-from convert_check import (ASIDE, COMMITTED, Checker, Tap, env, f32,  # noqa: E402
-                           write_safetensors)
+from convert_check import f32, run, write_safetensors  # noqa: E402
 
 
 def tensors_of(path):
@@ -52,108 +51,87 @@ def source_config(fx, case):
     return out
 
 
-def main():
-    tap = Tap()
-    ckptfs, fx, tool, why = env()
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    c = Checker(tap, ckptfs, tool, ".gptrs", tensors_of, "gpt-rs")
-    torch = os.path.join(COMMITTED, "torch")
-    dcp = os.path.join(COMMITTED, "dcp")
-    try:
-        # ---- gpt-rs sources, to both containers ----
-        for case in ("chk-doc-example", "chk-dtypes", "chk-odd", "chk-python", "chk-layout",
-                     "chk-legacy-config", "chk-v1", "ten-doc-example", "ten-v1", "ten-v2"):
-            path = os.path.join(fx, "gptrs", case, "model.bin")
-            manifest = os.path.join(fx, "gptrs", case, "manifest.json")
-            for ext in (".gptrs", ".gptrsten"):
-                if case in ("ten-v1", "ten-v2") and ext == ".gptrs":
-                    continue  # UTF-8 names: refused below
-                f = c.converts("%s to %s" % (case, ext), path, manifest=manifest, ext=ext)
-                if f is None or ext == ".gptrsten":
-                    continue
-                want = source_config(fx, case) or {"kind": "ckptfs",
-                                                   "config": {"source_format": "gpt-rs"}}
-                tap.ok(f.config == want, "%s: the config is the source's%s" % (
-                    case, " (legacy form tagged)" if "legacy" in case else ""),
-                    ["got %r" % f.config, "want %r" % want])
-        for case, ext in (("chk-doc-example", ".gptrs"), ("ten-doc-example", ".gptrsten"),
-                          ("chk-dtypes", ".gptrs"), ("ten-v2", ".gptrsten")):
-            out = os.path.join(c.work, "same" + ext)
-            src = os.path.join(fx, "gptrs", case, "model.bin")
-            rc = c.convert(src, out)[0]
-            same = False
-            if rc == 0:
-                with open(src, "rb") as a, open(out, "rb") as b:
-                    same = a.read() == b.read()
-            tap.ok(same, "%s: written as gpt-rs writes it, byte for byte the same file" % case)
+def main(c, tap):
+    # ---- gpt-rs sources, to both containers ----
+    for case in ("chk-doc-example", "chk-dtypes", "chk-odd", "chk-python", "chk-layout",
+                 "chk-legacy-config", "chk-v1", "ten-doc-example", "ten-v1", "ten-v2"):
+        path = os.path.join(c.fx, "gptrs", case, "model.bin")
+        manifest = os.path.join(c.fx, "gptrs", case, "manifest.json")
+        for ext in (".gptrs", ".gptrsten"):
+            if case in ("ten-v1", "ten-v2") and ext == ".gptrs":
+                continue  # UTF-8 names: refused below
+            f = c.converts("%s to %s" % (case, ext), path, manifest=manifest, ext=ext)
+            if f is None or ext == ".gptrsten":
+                continue
+            want = source_config(c.fx, case) or {"kind": "ckptfs",
+                                               "config": {"source_format": "gpt-rs"}}
+            tap.ok(f.config == want, "%s: the config is the source's%s" % (
+                case, " (legacy form tagged)" if "legacy" in case else ""),
+                ["got %r" % f.config, "want %r" % want])
+    for case, ext in (("chk-doc-example", ".gptrs"), ("ten-doc-example", ".gptrsten"),
+                      ("chk-dtypes", ".gptrs"), ("ten-v2", ".gptrsten")):
+        out = os.path.join(c.work, "same" + ext)
+        src = os.path.join(c.fx, "gptrs", case, "model.bin")
+        rc = c.convert(src, out)[0]
+        same = False
+        if rc == 0:
+            with open(src, "rb") as a, open(out, "rb") as b:
+                same = a.read() == b.read()
+        tap.ok(same, "%s: written as gpt-rs writes it, byte for byte the same file" % case)
 
-        # ---- other sources ----
-        for label, src in (
-                ("dcp-hf grid", "dcphf/grid"),
-                ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
-                ("lwt", "lwt/natural/model.lwt"),
-                ("torch tied", os.path.join(torch, "tied.pt")),
-                ("torch proto4 (BF16)", os.path.join(torch, "proto4.pt")),
-                ("dcp nemo model (BF16)", os.path.join(dcp, "nemo_model_dcp")),
-                ("dcp with optimizer state (left out)", os.path.join(dcp, "v2x_flat_optim")),
-                ("dcp optimizer only (no model tensors)", os.path.join(dcp, "nemo_optim"))):
-            path = src if os.path.isabs(src) else os.path.join(fx, src)
-            manifest = os.path.join(path if os.path.isdir(path) else os.path.dirname(path),
-                                    "manifest.json")
-            f = c.converts(label, path, manifest=manifest)
-            c.converts(label + " to .gptrsten", path, manifest=manifest, ext=".gptrsten")
-            if f is not None:
-                fmt = c.source_model(path, ASIDE)[1].get("format")
-                want = {"kind": "ckptfs", "config": {"source_format": fmt}}
-                tap.ok(f.config == want, "%s: config %s" % (label, json.dumps(want)),
-                       ["got %r" % f.config])
-
-        edge = os.path.join(c.work, "edge.safetensors")
-        write_safetensors(edge, [
-            ("scalar", "F32", [], f32(1)),
-            ("empty", "I32", [0, 5], b""),
-            ("b", "BF16", [3], b"\1\2\3\4\5\6"),
-            ("a.long." + "n" * 300, "F16", [2, 1], b"\7\0\10\0"),
-            ("A", "F32", [1, 1, 1, 1, 1, 1, 1, 1, 1, 2], f32(2))])
-        f = c.converts("scalar, empty, 10 dims, long name; sorted bytewise", edge)
+    # ---- other sources ----
+    for label, src in (
+            ("dcp-hf grid", "dcphf/grid"),
+            ("mlfw 2 ranks (rank copies left out)", "mlfw/dir2/ckpt"),
+            ("lwt", "lwt/natural/model.lwt"),
+            ("torch tied", os.path.join(c.torch, "tied.pt")),
+            ("torch proto4 (BF16)", os.path.join(c.torch, "proto4.pt")),
+            ("dcp nemo model (BF16)", os.path.join(c.dcp, "nemo_model_dcp")),
+            ("dcp with optimizer state (left out)", os.path.join(c.dcp, "v2x_flat_optim")),
+            ("dcp optimizer only (no model tensors)", os.path.join(c.dcp, "nemo_optim"))):
+        path, manifest = c.fixture(src)
+        f = c.converts(label, path, manifest=manifest)
+        c.converts(label + " to .gptrsten", path, manifest=manifest, ext=".gptrsten")
         if f is not None:
-            tap.ok([t.name for t in f.tensors] == ["A", "a.long." + "n" * 300, "b", "empty",
-                                                  "scalar"],
-                   "tensors are in bytewise name order", [[t.name[:10] for t in f.tensors]])
-        utf8 = os.path.join(c.work, "utf8.safetensors")
-        write_safetensors(utf8, [("caf\u00e9", "F32", [2], f32(2)), ("plain", "I32", [1],
-                                                                     b"\1\0\0\0")])
-        c.converts("a UTF-8 name in an archive", utf8, ext=".gptrsten")
+            fmt = c.source_format(path)
+            want = {"kind": "ckptfs", "config": {"source_format": fmt}}
+            tap.ok(f.config == want, "%s: config %s" % (label, json.dumps(want)),
+                   ["got %r" % f.config])
 
-        # ---- refusals ----
-        c.refuses("UTF-8 names in a checkpoint", utf8, ["not ASCII", ".gptrsten"],
-                  {"caf\u00e9"})
-        for case in ("ten-v1", "ten-v2"):
-            c.refuses("%s (UTF-8 names) to a checkpoint" % case,
-                      os.path.join(fx, "gptrs", case, "model.bin"), ["not ASCII"])
-        c.refuses("safetensors shards (I64)", os.path.join(fx, "sharded"),
-                  ["which gpt-rs cannot hold", "F32, F16, BF16 and I32"])
-        c.refuses("gguf v3 (I8, F64, block types)", os.path.join(fx, "gguf/v3/model.gguf"),
-                  ["which gpt-rs cannot hold"], ext=".gptrsten")
-        c.refuses("torch BOOL/complex", os.path.join(torch, "state_dict.pt"),
-                  ["which gpt-rs cannot hold"])
-        c.refuses("dcp with a hole", os.path.join(dcp, "v2x_hole"), ["incomplete"])
-        c.refuses("dcp-hf with a hole", os.path.join(fx, "dcphf/hole"), ["incomplete"],
-                  ext=".gptrsten")
+    edge = os.path.join(c.work, "edge.safetensors")
+    write_safetensors(edge, [
+        ("scalar", "F32", [], f32(1)),
+        ("empty", "I32", [0, 5], b""),
+        ("b", "BF16", [3], b"\1\2\3\4\5\6"),
+        ("a.long." + "n" * 300, "F16", [2, 1], b"\7\0\10\0"),
+        ("A", "F32", [1, 1, 1, 1, 1, 1, 1, 1, 1, 2], f32(2))])
+    f = c.converts("scalar, empty, 10 dims, long name; sorted bytewise", edge)
+    if f is not None:
+        tap.ok([t.name for t in f.tensors] == ["A", "a.long." + "n" * 300, "b", "empty",
+                                              "scalar"],
+               "tensors are in bytewise name order", [[t.name[:10] for t in f.tensors]])
+    utf8 = os.path.join(c.work, "utf8.safetensors")
+    write_safetensors(utf8, [("caf\u00e9", "F32", [2], f32(2)), ("plain", "I32", [1],
+                                                                 b"\1\0\0\0")])
+    c.converts("a UTF-8 name in an archive", utf8, ext=".gptrsten")
 
-        # 6 MiB: more than the writer's 4 MiB buffer, so the file is written in several parts
-        big = os.path.join(c.work, "big.safetensors")
-        write_safetensors(big, [("big", "F32", [1536, 1024], f32(1536 * 1024)),
-                                ("small", "F32", [3], f32(3))])
-        c.converts("6 MiB", big)
-        c.write_failures("gpt-rs", big)
-    finally:
-        c.close()
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    # ---- refusals ----
+    c.refuses("UTF-8 names in a checkpoint", utf8, ["not ASCII", ".gptrsten"],
+              {"caf\u00e9"})
+    for case in ("ten-v1", "ten-v2"):
+        c.refuses("%s (UTF-8 names) to a checkpoint" % case,
+                  os.path.join(c.fx, "gptrs", case, "model.bin"), ["not ASCII"])
+    c.refuses("safetensors shards (I64)", os.path.join(c.fx, "sharded"),
+              ["which gpt-rs cannot hold", "F32, F16, BF16 and I32"])
+    c.refuses("gguf v3 (I8, F64, block types)", os.path.join(c.fx, "gguf/v3/model.gguf"),
+              ["which gpt-rs cannot hold"], ext=".gptrsten")
+    c.refuses("torch BOOL/complex", os.path.join(c.torch, "state_dict.pt"),
+              ["which gpt-rs cannot hold"])
+    c.refuses("dcp with a hole", os.path.join(c.dcp, "v2x_hole"), ["incomplete"])
+    c.refuses("dcp-hf with a hole", os.path.join(c.fx, "dcphf/hole"), ["incomplete"],
+              ext=".gptrsten")
+    c.big_and_write_failures("gpt-rs")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(".gptrs", tensors_of, "gpt-rs", main))

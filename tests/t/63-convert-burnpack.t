@@ -57,12 +57,6 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def skip(tap, desc, reason):
-    tap.n += 1
-    print("ok %d - %s # SKIP %s" % (tap.n, Tap._clean(desc), Tap._clean(reason)))
-    sys.stdout.flush()
-
-
 def ckptfs_dtype_of(burn):
     if isinstance(burn, str):
         return CKPTFS_DTYPE[burn]
@@ -245,7 +239,7 @@ def run_case(tap, tools, ckptfs, work, case):
 def mnist_case(tap):
     src = os.path.join(REPO, "..", "shared", "testdata", "burn-mnist.bpk")
     if not os.path.isfile(src):
-        skip(tap, "burn-mnist.bpk round trip", "%s is missing" % src)
+        tap.skip("burn-mnist.bpk round trip", "%s is missing" % src)
         return None
     bp = bpr.read(src)  # the real Burn file is canonical by the notes' recipe
     tensors = [{"name": t.name, "burn_dtype": t.dtype, "shape": t.shape,
@@ -261,7 +255,7 @@ def mnist_case(tap):
 def burnpack_cases(tap, fixtures):
     root = os.path.join(fixtures, "burnpack", "good")
     if not os.path.isdir(root):
-        skip(tap, "Burnpack fixture round trips", "%s is missing" % root)
+        tap.skip("Burnpack fixture round trips", "%s is missing" % root)
         return []
     cases, canonical = [], []
     for c in sorted(os.listdir(root)):

@@ -22,7 +22,6 @@ Environment:
 """
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -31,33 +30,20 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
-MOUNT_TIMEOUT = 30
-COMMIT_TIMEOUT = 120
 CHECK_TIMEOUT = 180
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
-                         unmount)
+from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
+from mount_checks import run, sidecar_path  # noqa: E402
+from staging import (COMMIT_TIMEOUT, MOUNT_TIMEOUT, commit, daemon_pid, file_sha,  # noqa: E402
+                     sha, spool_for, spool_of, stage, wait_gone, write_sidecar)
 
 ROUND_TRIP_CASES = ["dtypes", "sharded", "odd", "dcphf/dim1x4", "dcphf/grid"]
 
 
 # ---------------------------------------------------------------------------
 # helpers
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def file_sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def tree_shas(root):
     out = {}
@@ -66,41 +52,6 @@ def tree_shas(root):
             p = os.path.join(d, n)
             out[os.path.relpath(p, root)] = file_sha(p)
     return out
-
-
-def spool_of(out):
-    out = out.rstrip("/")
-    return os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".stage")
-
-
-def daemon_pid(spool):
-    try:
-        with open(os.path.join(spool, "lock")) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def wait_gone(pid, seconds=60):
-    """The daemon commits after the unmount: wait for it to exit."""
-    end = time.time() + seconds
-    while pid and time.time() < end:
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                if f.read().split(")")[-1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return not pid
-
-
-def stage(ckptfs, out, mnt, *extra):
-    return run_capture([ckptfs, "stage", out, mnt] + list(extra), MOUNT_TIMEOUT)
-
-
-def commit(ckptfs, mnt):
-    return run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
 
 
 def read_safetensors(path):
@@ -120,11 +71,6 @@ def read_safetensors(path):
         end = max(end, b)
     assert end == len(data) - base, "bytes after the last tensor"
     return out
-
-
-def sidecar_of(raw_path):
-    base = raw_path[:-4] if raw_path.endswith(".raw") else raw_path
-    return base + ".json"
 
 
 class Mounted:
@@ -179,7 +125,7 @@ def check_output(tap, ckptfs, out, expect, what):
                         data = f.read()
                     if sha(data) != digest:
                         problems.append("%s: sha256 differs" % path)
-                    with open(os.path.join(mnt, sidecar_of(path)).encode(), "rb") as f:
+                    with open(os.path.join(mnt, sidecar_path(path)).encode(), "rb") as f:
                         sc = json.loads(f.read())
                     if sc.get("name") != name:
                         problems.append("%s: name %r, want %r" % (path, sc.get("name"), name))
@@ -209,9 +155,7 @@ class Stage:
         ok = rc == 0 and is_mounted(self.mnt)
         self.tap.ok(ok, "%s: ckptfs stage" % self.what,
                     ["exit %r, stderr %s" % (rc, err.decode(errors="replace"))])
-        spool = dict(zip(self.extra[::2], self.extra[1::2])).get("-o", "")
-        spool = spool[6:] if spool.startswith("spool=") else spool_of(self.out)
-        self.pid = daemon_pid(spool)
+        self.pid = daemon_pid(spool_for(self.out, self.extra))
         return self.mnt if ok else None
 
     def close(self):
@@ -235,13 +179,6 @@ def copy_tree(ro, dst):
     """cp -r of every top-level entry of a read-only mount except .ckptfs."""
     entries = [os.path.join(ro, e) for e in sorted(os.listdir(ro)) if e != ".ckptfs"]
     return run_capture(["cp", "-r"] + entries + [dst], COMMIT_TIMEOUT)
-
-
-def write_sidecar(path, dtype, shape, **extra):
-    d = {"dtype": dtype, "shape": shape}
-    d.update(extra)
-    with open(path, "w") as f:
-        json.dump(d, f)
 
 
 # ---------------------------------------------------------------------------
@@ -647,17 +584,7 @@ def unmount_commits(tap, ckptfs, work):
            "%s: -o nocommit: OUT unchanged, spool kept" % what)
 
 
-def main():
-    ckptfs = os.environ.get("CKPTFS", "")
-    fixtures = os.environ.get("FIXTURES", "")
-    reason = skip_reason(ckptfs, fixtures)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
-    ckptfs = os.path.abspath(ckptfs)
-    fixtures = os.path.abspath(fixtures)
-    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
-    tap = Tap()
+def main(tap, ckptfs, fixtures):
     work = tempfile.mkdtemp(prefix="ckptfs-t70.")
     try:
         for case in ROUND_TRIP_CASES:
@@ -673,9 +600,7 @@ def main():
         unmount_commits(tap, ckptfs, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

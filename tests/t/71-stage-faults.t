@@ -31,58 +31,14 @@ import sys
 import tempfile
 import time
 
-MOUNT_TIMEOUT = 30
 COMMIT_TIMEOUT = 300
 BIG = 512 << 20
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Tap, is_mounted, run_capture, skip_reason, unmount  # noqa: E402
-
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def file_sha(path, offset=0, length=None):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        left = length
-        while left is None or left > 0:
-            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
-    return h.hexdigest()
-
-
-def spool_of(out):
-    return os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".stage")
-
-
-def daemon_pid(spool):
-    try:
-        with open(os.path.join(spool, "lock")) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pid, seconds=60):
-    end = time.time() + seconds
-    while pid and alive(pid) and time.time() < end:
-        time.sleep(0.05)
-    return not pid or not alive(pid)
+from ckptfs_test import is_mounted, run_capture, unmount  # noqa: E402
+from mount_checks import run  # noqa: E402
+from staging import (commit, daemon_pid, file_sha, spool_for, spool_of, stage,  # noqa: E402
+                     wait_gone, write_sidecar)
 
 
 def kill9(pid):
@@ -91,15 +47,6 @@ def kill9(pid):
     except ProcessLookupError:
         pass
     return wait_gone(pid, 10)
-
-
-def stage(ckptfs, out, mnt, *extra):
-    return run_capture([ckptfs, "stage", out, mnt] + list(extra), MOUNT_TIMEOUT)
-
-
-def write_sidecar(path, dtype, shape):
-    with open(path, "w") as f:
-        json.dump({"dtype": dtype, "shape": shape}, f)
 
 
 def safetensors_index(path):
@@ -131,15 +78,11 @@ def unfinished_only(d, out):
 
 
 def mounted_stage(tap, ckptfs, out, mnt, what, *extra):
+    """(mounted?, stderr, the daemon's pid) of `ckptfs stage OUT MNT EXTRA...`."""
     rc, _, err = stage(ckptfs, out, mnt, *extra)
-    return tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                  ["exit %r, stderr %s" % (rc, err.decode(errors="replace"))]), err
-
-
-def skip(tap, reason):
-    tap.n += 1
-    print("ok %d # SKIP %s" % (tap.n, reason))
-    sys.stdout.flush()
+    ok = tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
+                ["exit %r, stderr %s" % (rc, err.decode(errors="replace"))])
+    return ok, err, daemon_pid(spool_for(out, extra))
 
 
 def fill_big(path):
@@ -163,10 +106,9 @@ def kill_during_commit(tap, ckptfs, work):
     out = os.path.join(outdir, "big.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what)
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what)
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         os.mkdir(os.path.join(mnt, "big"))
         digest = fill_big(os.path.join(mnt, "big", "w"))
         write_sidecar(os.path.join(mnt, "big", "w.json"), "F32", [128, BIG // 512])
@@ -211,16 +153,15 @@ def kill_during_commit(tap, ckptfs, work):
         unmount(mnt)
         mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
 
-        ok, err = mounted_stage(tap, ckptfs, out, mnt, what + " (taken up again)")
+        ok, err, pid = mounted_stage(tap, ckptfs, out, mnt, what + " (taken up again)")
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         left = [n for n in os.listdir(outdir) if ".partial-" in n]
         tap.ok(not left, "%s: the unfinished file is removed" % what,
                left + [err.decode(errors="replace")])
         tap.ok(file_sha(os.path.join(mnt, "big", "w")) == digest,
                "%s: the staged bytes are intact" % what)
-        rc, o, e = run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
         tap.ok(rc == 0, "%s: the commit succeeds now" % what,
                ["exit %r" % rc, (o + e).decode(errors="replace")])
         tap.ok(output_sha(out, "big.w") == digest, "%s: OUT holds the tensor" % what)
@@ -240,10 +181,9 @@ def kill_idle(tap, ckptfs, fixtures, work):
     out = os.path.join(outdir, "m.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what, "--from", src)
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what, "--from", src)
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         p = lambda rel: os.path.join(mnt, rel)  # noqa: E731
         os.unlink(p("model/embed_tokens/weight"))
         os.unlink(p("model/embed_tokens/weight.json"))
@@ -266,14 +206,13 @@ def kill_idle(tap, ckptfs, fixtures, work):
         tap.ok(kill9(pid), "%s: daemon killed" % what)
         unmount(mnt)
         mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what + " (taken up again)")
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what + " (taken up again)")
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         after = snapshot()
         diff = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         tap.ok(not diff, "%s: the staged tree comes back whole" % what, diff)
-        rc, o, e = run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
         tap.ok(rc == 0, "%s: commit" % what, [(o + e).decode(errors="replace")])
         names = set(safetensors_index(out)) if rc == 0 else set()
         want = {"added", "model.final_norm.weight"}
@@ -304,16 +243,15 @@ def full_disk(tap, ckptfs, work):
     os.makedirs(small)
     rc, _, err = run_capture(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], 30)
     if rc != 0:
-        skip(tap, "%s: cannot mount a tmpfs (%s)" % (what, err.decode(errors="replace").strip()))
+        tap.skip(what, "cannot mount a tmpfs (%s)" % err.decode(errors="replace").strip())
         return
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     spool = os.path.join(work, "full-spool")
     out = os.path.join(small, "out.safetensors")
     try:
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what, "-o", "spool=" + spool)
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what, "-o", "spool=" + spool)
         if not ok:
             return
-        pid = daemon_pid(spool)
         data = bytearray(os.urandom(1 << 20))
         h = hashlib.sha256()
         with open(os.path.join(mnt, "t"), "wb") as f:
@@ -323,7 +261,7 @@ def full_disk(tap, ckptfs, work):
                 h.update(data)
         digest = h.hexdigest()
         write_sidecar(os.path.join(mnt, "t.json"), "U8", [64 << 20])
-        rc, o, e = run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
         text = e.decode(errors="replace")
         tap.ok(rc == 3, "%s: commit exits 3" % what, ["exit %r" % rc, text])
         tap.ok("No space left on device" in text and out in text,
@@ -333,7 +271,7 @@ def full_disk(tap, ckptfs, work):
         tap.ok(file_sha(os.path.join(mnt, "t")) == digest, "%s: staged bytes intact" % what)
         rc, _, err = run_capture(["mount", "-o", "remount,size=128m", small], 30)
         tap.ok(rc == 0, "%s: tmpfs grown" % what, [err.decode(errors="replace")])
-        rc, o, e = run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
         tap.ok(rc == 0 and output_sha(out, "t") == digest,
                "%s: with room, the same commit succeeds" % what,
                ["exit %r" % rc, (o + e).decode(errors="replace")])
@@ -351,10 +289,9 @@ def refused(tap, ckptfs, work):
     out = os.path.join(outdir, "r.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what)
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what)
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         other = tempfile.mkdtemp(prefix="ckptfs-t71.")
         rc, _, err = stage(ckptfs, out, other)
         text = err.decode(errors="replace")
@@ -415,15 +352,14 @@ def confined(tap, ckptfs, fixtures, work):
     src_before = {k: v for k, v in before.items() if k.startswith("src")}
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:
-        ok, _ = mounted_stage(tap, ckptfs, out, mnt, what, "--from", src)
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what, "--from", src)
         if not ok:
             return
-        pid = daemon_pid(spool_of(out))
         with open(os.path.join(mnt, "model/layers/0/mlp/down_proj/weight"), "r+b") as f:
             f.write(b"\1" * 8)
         os.unlink(os.path.join(mnt, "model/norm/weight"))
         os.unlink(os.path.join(mnt, "model/norm/weight.json"))
-        rc, o, e = run_capture([ckptfs, "commit", mnt], COMMIT_TIMEOUT)
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
         tap.ok(rc == 0, "%s: commit" % what, [(o + e).decode(errors="replace")])
         unmount(mnt)
         tap.ok(wait_gone(pid), "%s: daemon exits" % what)
@@ -439,16 +375,7 @@ def confined(tap, ckptfs, fixtures, work):
         unmount(mnt)
 
 
-def main():
-    ckptfs = os.environ.get("CKPTFS", "")
-    fixtures = os.environ.get("FIXTURES", "")
-    reason = skip_reason(ckptfs, fixtures)
-    if reason:
-        print("1..0 # SKIP " + reason)
-        return 0
-    ckptfs = os.path.abspath(ckptfs)
-    fixtures = os.path.abspath(fixtures)
-    tap = Tap()
+def main(tap, ckptfs, fixtures):
     work = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:
         kill_during_commit(tap, ckptfs, work)
@@ -456,14 +383,12 @@ def main():
         if os.geteuid() == 0:
             full_disk(tap, ckptfs, work)
         else:
-            skip(tap, "full disk: mounting a tmpfs needs root")
+            tap.skip("full disk", "mounting a tmpfs needs root")
         refused(tap, ckptfs, work)
         confined(tap, ckptfs, fixtures, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -149,18 +149,47 @@ def f32(n, seed=1):
 # ---------------------------------------------------------------------------
 # The checks
 
+def run(ext, tensors_of, out_format, body):
+    """The whole writer test: skip without the environment, else body(checker, tap) with a
+    Checker of the writer; returns the exit status."""
+    tap = Tap()
+    ckptfs, fx, tool, why = env()
+    if why:
+        print("1..0 # SKIP %s" % why)
+        return 0
+    c = Checker(tap, ckptfs, tool, ext, tensors_of, out_format, fx)
+    try:
+        body(c, tap)
+    finally:
+        c.close()
+    tap.done()
+    return 0 if tap.failed == 0 else 1
+
+
 class Checker:
     """tensors_of(path) -> (parsed file, [(name, dtype, shape, bytes)]) is the strict reader
-    of the output format; ext its file name ending."""
+    of the output format; ext its file name ending; fx the generated fixtures."""
 
-    def __init__(self, tap, ckptfs, tool, ext, tensors_of, out_format):
+    def __init__(self, tap, ckptfs, tool, ext, tensors_of, out_format, fx=None):
         self.tap, self.ckptfs, self.tool, self.ext = tap, ckptfs, tool, ext
-        self.tensors_of, self.out_format = tensors_of, out_format
+        self.tensors_of, self.out_format, self.fx = tensors_of, out_format, fx
+        self.torch = os.path.join(COMMITTED, "torch")
+        self.dcp = os.path.join(COMMITTED, "dcp")
         self.work = tempfile.mkdtemp(prefix="ckptfs-convert-")
         self.cache = {}
 
     def close(self):
         shutil.rmtree(self.work, ignore_errors=True)
+
+    def fixture(self, src):
+        """(path, the manifest.json next to it) of src: absolute, or under FIXTURES."""
+        path = src if os.path.isabs(src) else os.path.join(self.fx, src)
+        return path, os.path.join(path if os.path.isdir(path) else os.path.dirname(path),
+                                  "manifest.json")
+
+    def source_format(self, source):
+        """The format summary.json of a mount of source says."""
+        return self.source_model(source, ASIDE)[1].get("format")
 
     def convert(self, source, out, *extra):
         return run_capture([self.tool, source, out] + list(extra), CONVERT_TIMEOUT)
@@ -265,6 +294,23 @@ class Checker:
                "%s: neither OUT nor a temporary file is left" % label,
                [os.listdir(self.work)])
         return lines[0] if lines else ""
+
+    def refuses_made(self, cases):
+        """cases: (label, tensors, words); a safetensors file of a fine tensor and the
+        tensors is refused (see refuses)."""
+        for label, tensors, words in cases:
+            path = os.path.join(self.work, "bad.safetensors")
+            write_safetensors(path, [("fine", "F32", [2], f32(2))] + tensors)
+            self.refuses(label, path, words)
+
+    def big_and_write_failures(self, label):
+        """6 MiB: more than the writers' 4 MiB buffer, so the file is written in several
+        parts; then write_failures with it."""
+        big = os.path.join(self.work, "big.safetensors")
+        write_safetensors(big, [("big", "F32", [1536, 1024], f32(1536 * 1024)),
+                                ("small", "F32", [3], f32(3))])
+        self.converts("6 MiB", big)
+        self.write_failures(label, big)
 
     def write_failures(self, label, source):
         """A read-only output directory and a full file system: clear error, nothing left."""

@@ -1,0 +1,87 @@
+"""What the staging-mount tests (70-stage.t, 71-stage-faults.t) share: `ckptfs stage` and
+`ckptfs commit`, the spool and its daemon, hashes of what they wrote.
+
+Tests import it with:  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+"""
+
+import hashlib
+import json
+import os
+import time
+
+from ckptfs_test import run_capture
+
+MOUNT_TIMEOUT = 30
+COMMIT_TIMEOUT = 120
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha(path, offset=0, length=None):
+    """sha256 of length bytes (all up to the end when None) of path from offset."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(offset)
+        left = length
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return h.hexdigest()
+
+
+def spool_of(out):
+    """The default spool of OUT: .NAME.stage next to it."""
+    out = out.rstrip("/")
+    return os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".stage")
+
+
+def spool_for(out, extra):
+    """The spool of `ckptfs stage OUT MNT EXTRA...`: -o spool=DIR, or the default."""
+    opt = dict(zip(extra[::2], extra[1::2])).get("-o", "")
+    return opt[6:] if opt.startswith("spool=") else spool_of(out)
+
+
+def daemon_pid(spool):
+    """The pid of the staging daemon, from the spool's lock file; 0 when there is none."""
+    try:
+        with open(os.path.join(spool, "lock")) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid, seconds=60):
+    """The daemon commits after the unmount: wait for it to exit (or be a zombie)."""
+    end = time.time() + seconds
+    while pid and alive(pid) and time.time() < end:
+        time.sleep(0.05)
+    return not pid or not alive(pid)
+
+
+def stage(ckptfs, out, mnt, *extra):
+    return run_capture([ckptfs, "stage", out, mnt] + list(extra), MOUNT_TIMEOUT)
+
+
+def commit(ckptfs, mnt, timeout=COMMIT_TIMEOUT):
+    return run_capture([ckptfs, "commit", mnt], timeout)
+
+
+def write_sidecar(path, dtype, shape, **extra):
+    d = {"dtype": dtype, "shape": shape}
+    d.update(extra)
+    with open(path, "w") as f:
+        json.dump(d, f)
