@@ -3,6 +3,7 @@
  * detaches once the mount answers and its readahead is set. */
 #include "ckptfs.h"
 #include "cli.h"
+#include "daemon.h"
 #include "stage.h"
 #include "readahead.h"
 #include "size.h"
@@ -133,60 +134,10 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
     }
 }
 
-/* Detaches from the terminal. The parent exits only when the child reports that the mount is
- * live (status 0) or failed, so `ckptfs SRC MNT && ls MNT` works. */
-static int ready_fd = -1;
-
-static int detach(void) {
-    int fds[2];
-    if (pipe(fds) != 0) return -errno;
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid > 0) {
-        close(fds[1]);
-        unsigned char status = EXIT_MOUNT;
-        ssize_t r;
-        do r = read(fds[0], &status, 1);
-        while (r < 0 && errno == EINTR);
-        _exit(r == 1 ? status : EXIT_MOUNT);
-    }
-    close(fds[0]);
-    ready_fd = fds[1];
-    setsid();
-    if (chdir("/") != 0) return -errno;
-    return 0;
-}
-
-static void report_ready(unsigned char status) {
-    if (ready_fd < 0) return;
-    ssize_t r;
-    do r = write(ready_fd, &status, 1);
-    while (r < 0 && errno == EINTR);
-    close(ready_fd);
-    ready_fd = -1;
-    int null = open("/dev/null", O_RDWR);
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(null, 2);
-        if (null > 2) close(null);
-    }
-}
-
-typedef struct ready_ctx {
-    const char *mountpoint;
-    unsigned readahead_kb;
-} ready_ctx;
-
-/* Runs beside the loop: the stat blocks until the kernel has our INIT reply, after which the
- * readahead can be raised without being clamped back, and the mount is usable. */
-static void *ready_thread(void *arg) {
-    ready_ctx *rc = arg;
-    struct stat st;
-    if (stat(rc->mountpoint, &st) == 0 && rc->readahead_kb)
-        set_mount_readahead(st.st_dev, rc->readahead_kb);
-    report_ready(EXIT_MOUNTED);
-    return NULL;
+/* Raises the mount's readahead once the kernel has our INIT reply (else it is clamped back). */
+static void set_readahead(void *ctx, dev_t dev) {
+    unsigned kb = *(const unsigned *)ctx;
+    if (kb) set_mount_readahead(dev, kb);
 }
 
 int main(int argc, char **argv) {
@@ -276,29 +227,13 @@ int main(int argc, char **argv) {
     status = EXIT_MOUNT;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
-    if (!o.foreground && detach() != 0) {
+    if (!o.foreground && daemon_detach(EXIT_MOUNT) != 0) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
-    ready_ctx rc = {mnt, o.readahead_kb};
-    pthread_t ready;
-    bool have_ready = pthread_create(&ready, NULL, ready_thread, &rc) == 0;
-    if (!have_ready) report_ready(EXIT_MOUNTED);
-
-    int loop;
-    if (o.single) {
-        loop = fuse_session_loop(se);
-    } else {
-        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_clone_fd(cfg, 1);
-        fuse_loop_cfg_set_max_threads(cfg, o.max_threads ? o.max_threads : 1);
-        fuse_loop_cfg_set_idle_threads(cfg, o.max_threads ? o.max_threads : 1);
-        loop = fuse_session_loop_mt(se, cfg);
-        fuse_loop_cfg_destroy(cfg);
-    }
+    int loop = daemon_serve(se, mnt, o.single, o.max_threads, set_readahead, &o.readahead_kb);
     /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
     status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
-    if (have_ready) pthread_join(ready, NULL);
 out_unmount:
     fuse_session_unmount(se);
 out_handlers:
@@ -306,7 +241,7 @@ out_handlers:
 out_session:
     fuse_session_destroy(se);
 out:
-    report_ready(status ? (unsigned char)status : EXIT_MOUNT);
+    daemon_report_ready(status ? (unsigned char)status : EXIT_MOUNT);
     fuse_opt_free_args(&args);
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
     ckptfs_free_open_docs(&fs);

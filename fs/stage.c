@@ -5,6 +5,8 @@
  * Like the read-only mount, the command checks everything it can in the foreground (OUT's
  * name, the spool, the source) and returns only once the mount answers. */
 #include "stage.h"
+
+#include "daemon.h"
 #include "stage_fs.h"
 
 #include <errno.h>
@@ -213,52 +215,6 @@ static void raise_file_limit(void) {
     }
 }
 
-/* ---- detaching: the parent returns once the mount answers (the pattern of fs/main.c) ---- */
-
-static int ready_fd = -1;
-
-static int detach(void) {
-    int fds[2];
-    if (pipe(fds) != 0) return -errno;
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid > 0) {
-        close(fds[1]);
-        unsigned char status = STAGE_WRITE_FAILED;
-        ssize_t r;
-        do r = read(fds[0], &status, 1);
-        while (r < 0 && errno == EINTR);
-        _exit(r == 1 ? status : 3);
-    }
-    close(fds[0]);
-    ready_fd = fds[1];
-    setsid();
-    return chdir("/") == 0 ? 0 : -errno;
-}
-
-static void report_ready(unsigned char status) {
-    if (ready_fd < 0) return;
-    ssize_t r;
-    do r = write(ready_fd, &status, 1);
-    while (r < 0 && errno == EINTR);
-    close(ready_fd);
-    ready_fd = -1;
-    int null = open("/dev/null", O_RDWR);
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(null, 2);
-        if (null > 2) close(null);
-    }
-}
-
-static void *ready_thread(void *arg) {
-    struct stat s;
-    stat((const char *)arg, &s); /* answered once the kernel has our INIT reply */
-    report_ready(0);
-    return NULL;
-}
-
 static void stage_free(stage *st) {
     snode_free_tree(st->root);
     ckpt_close(st->lower);
@@ -387,24 +343,12 @@ int stage_main(int argc, char **argv) {
         if (!resumed) spool_remove(&st); /* nothing was staged in it */
         goto out_handlers;
     }
-    if (!o.foreground && detach() != 0) {
+    if (!o.foreground && daemon_detach(3) != 0) {
         fprintf(stderr, "ckptfs stage: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
     spool_note_pid(&st);
-    pthread_t ready;
-    bool have_ready = pthread_create(&ready, NULL, ready_thread, mnt) == 0;
-    if (!have_ready) report_ready(0);
-    if (o.single) {
-        fuse_session_loop(se);
-    } else {
-        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_clone_fd(cfg, 1);
-        fuse_loop_cfg_set_max_threads(cfg, o.max_threads ? o.max_threads : 1);
-        fuse_session_loop_mt(se, cfg);
-        fuse_loop_cfg_destroy(cfg);
-    }
-    if (have_ready) pthread_join(ready, NULL);
+    daemon_serve(se, mnt, o.single, o.max_threads, NULL, NULL);
 out_unmount:
     fuse_session_unmount(se);
     status = commit_on_unmount(&st, !o.nocommit);
@@ -413,7 +357,7 @@ out_handlers:
 out_session:
     fuse_session_destroy(se);
 out:
-    report_ready(status ? (unsigned char)status : 3);
+    daemon_report_ready(status ? (unsigned char)status : 3);
     fuse_opt_free_args(&args);
     stage_free(&st);
     free(o.out);
