@@ -9,7 +9,6 @@
 #include "../hashmap.h"
 #include "../strbuf.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,10 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
 
 static bool is_shard_name(const char *name) {
     unsigned r, i, n;
@@ -29,59 +24,12 @@ static bool is_shard_name(const char *name) {
            end > 0 && name[end] == '\0';
 }
 
-static int name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The sorted *.safetensors names of dir (regular files only). */
+/* The sorted *.safetensors names of dir; *any_shard when one is named like a DCP shard. */
 static int list_safetensors(const char *dir, char ***out, size_t *count, bool *any_shard) {
-    *out = NULL;
-    *count = 0;
+    int rc = list_files(dir, ".safetensors", out, count);
     *any_shard = false;
-    DIR *d = opendir(dir);
-    if (!d) return -errno;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!has_suffix(e->d_name, ".safetensors")) continue;
-        char path[PATH_MAX];
-        struct stat st;
-        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
-            stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **p = realloc(names, cap * sizeof *p);
-            if (!p) {
-                rc = -ENOMEM;
-                break;
-            }
-            names = p;
-        }
-        if (!(names[n] = strdup(e->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        *any_shard |= is_shard_name(names[n]);
-        n++;
-    }
-    closedir(d);
-    if (rc) {
-        for (size_t i = 0; i < n; i++) free(names[i]);
-        free(names);
-        return rc;
-    }
-    if (n > 1) qsort(names, n, sizeof *names, name_cmp);
-    *out = names;
-    *count = n;
-    return 0;
-}
-
-static void free_names(char **names, size_t n) {
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+    for (size_t i = 0; !rc && i < *count; i++) *any_shard |= is_shard_name((*out)[i]);
+    return rc;
 }
 
 /* The directory holding the shards: DIR itself, or DIR/sharded (torch with consolidation). */
@@ -93,7 +41,7 @@ static bool shard_dir(const char *dir, char *out, size_t cap) {
         int w = snprintf(out, cap, sub ? "%s/sharded" : "%s", dir);
         if (w < 0 || (size_t)w >= cap) return false;
         if (list_safetensors(out, &names, &n, &any) != 0) continue;
-        free_names(names, n);
+        free_files(names, n);
         if (any) return true;
     }
     return false;
@@ -290,6 +238,6 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
                            cat->root, SHOWN(t->name_len), t->name);
     }
     hm_free(&c.tensors);
-    free_names(names, n);
+    free_files(names, n);
     return rc;
 }

@@ -57,6 +57,13 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
 bool nemo_step_probe(const char *dir);
 int nemo_step_load(ckpt_catalog *cat, ckpt_err *err);
 
+/* The regular files of dir whose names end in suffix, sorted (dirlist.c). */
+int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
+void free_files(char **names, size_t count);
+/* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config). */
+extern const char *const hf_aux_names[];
+extern const size_t hf_aux_count;
+
 /* pread of exactly len bytes, or an error naming the file, what was read and where. */
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
                 const char *what, ckpt_err *err);

@@ -15,23 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const aux_names[] = {
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.json",
-    "chat_template.jinja",
-    "preprocessor_config.json",
-    "spiece.model",
-};
-
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -248,8 +231,7 @@ bool hf_dir_probe(const char *dir) {
     char path[PATH_MAX];
     const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
     for (size_t i = 0; i < 2; i++)
-        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path &&
-            is_file(path))
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path && is_file(path))
             return true;
     return false;
 }
@@ -274,12 +256,12 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
         rc = load_index(cat, "model.safetensors.index.json", err);
     }
     if (rc) return rc;
-    for (size_t i = 0; i < sizeof aux_names / sizeof *aux_names; i++) {
-        if ((rc = join(path, sizeof path, cat->root, aux_names[i], err))) return rc;
+    for (size_t i = 0; i < hf_aux_count; i++) {
+        if ((rc = join(path, sizeof path, cat->root, hf_aux_names[i], err))) return rc;
         if (!is_file(path)) continue;
         uint32_t src;
-        if ((rc = catalog_add_source(cat, path, aux_names[i], &src, err))) return rc;
-        if ((rc = catalog_add_aux(cat, aux_names[i], src, err))) return rc;
+        if ((rc = catalog_add_source(cat, path, hf_aux_names[i], &src, err))) return rc;
+        if ((rc = catalog_add_aux(cat, hf_aux_names[i], src, err))) return rc;
     }
     return 0;
 }

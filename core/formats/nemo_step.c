@@ -40,25 +40,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The files an HF model directory keeps beside the weights (as hf_dir.c), plus PEFT's. */
-static const char *const aux_names[] = {
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.json",
-    "chat_template.jinja",
-    "preprocessor_config.json",
-    "spiece.model",
-    "adapter_config.json",
-};
-
 typedef enum { MODEL_NONE, MODEL_DCP_HF, MODEL_DCP, MODEL_PEFT, MODEL_CONSOLIDATED } model_kind;
 
 static const char *const kind_names[] = {NULL, "dcp-hf shards", "dcp", "peft adapter",
@@ -174,15 +155,15 @@ static bool aux_registered(const ckpt_catalog *cat, const char *name) {
 
 /* Config and tokenizer files of dir not yet taken from a directory earlier in the order. */
 static int add_aux_from(nemo *n, const char *dir, const char *rel_prefix) {
-    for (size_t i = 0; i < sizeof aux_names / sizeof *aux_names; i++) {
+    for (size_t i = 0; i < hf_aux_count; i++) {
         char path[PATH_MAX], rel[PATH_MAX];
-        if (aux_registered(n->cat, aux_names[i]) || !join(path, sizeof path, dir, aux_names[i]) ||
-            !is_file(path))
+        if (aux_registered(n->cat, hf_aux_names[i]) ||
+            !join(path, sizeof path, dir, hf_aux_names[i]) || !is_file(path))
             continue;
-        snprintf(rel, sizeof rel, "%s%s", rel_prefix, aux_names[i]);
+        snprintf(rel, sizeof rel, "%s%s", rel_prefix, hf_aux_names[i]);
         uint32_t src;
         int rc = catalog_add_source(n->cat, path, rel, &src, n->err);
-        if (!rc) rc = catalog_add_aux(n->cat, aux_names[i], src, n->err);
+        if (!rc) rc = catalog_add_aux(n->cat, hf_aux_names[i], src, n->err);
         if (rc) return rc;
     }
     return 0;
@@ -190,49 +171,6 @@ static int add_aux_from(nemo *n, const char *dir, const char *rel_prefix) {
 
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted names of the regular *.safetensors files of dir. */
-static int list_safetensors(const char *dir, char ***out, size_t *count) {
-    *out = NULL;
-    *count = 0;
-    DIR *d = opendir(dir);
-    if (!d) return -errno;
-    char **names = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        char path[PATH_MAX];
-        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0 ||
-            !join(path, sizeof path, dir, e->d_name) || !is_file(path))
-            continue;
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **p = realloc(names, cap * sizeof *p);
-            if (!p) {
-                rc = -ENOMEM;
-                break;
-            }
-            names = p;
-        }
-        if (!(names[cnt] = strdup(e->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        cnt++;
-    }
-    closedir(d);
-    if (!rc && cnt > 1) qsort(names, cnt, sizeof *names, name_cmp);
-    if (rc) {
-        for (size_t i = 0; i < cnt; i++) free(names[i]);
-        free(names);
-        return rc;
-    }
-    *out = names;
-    *count = cnt;
-    return 0;
 }
 
 /* "4, 2" for messages (cut short with "..." when it does not fit). */
@@ -258,7 +196,7 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
     ckpt_catalog *cat = n->cat;
     char **names;
     size_t count;
-    int rc = list_safetensors(cdir, &names, &count);
+    int rc = list_files(cdir, ".safetensors", &names, &count);
     if (rc) return ckpt_fail(n->err, rc, "%s: %s", cdir, strerror(-rc));
     hashmap model;
     size_t nmodel = cat->ntensors - first_tensor;
