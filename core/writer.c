@@ -1,6 +1,7 @@
 #include "writer.h"
 
 #include "catalog.h"
+#include "hashmap.h"
 #include "hfview.h"
 
 #include <errno.h>
@@ -208,6 +209,42 @@ int out_commit(out_file *f) {
     }
     out_abort(f);
     return rc;
+}
+
+int writer_select(const out_file *f, const ckpt_catalog *cat,
+                  int (*check)(const out_file *, const ckpt_tensor *, ckpt_err *),
+                  const char *container, size_t **out, size_t *count, ckpt_err *err) {
+    size_t *sel = malloc((cat->ntensors ? cat->ntensors : 1) * sizeof *sel);
+    hashmap names;
+    if (!sel || !hm_init(&names, cat->ntensors)) {
+        free(sel);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < cat->ntensors && !rc; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (t->aside) continue;
+        if ((rc = check(f, t, err))) break;
+        bool added;
+        if (!hm_put(&names, t->name, t->name_len, i, &added))
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        else if (!added)
+            rc = ckpt_fail(err, -EINVAL,
+                           "%s: tensor \"%.*s\": two tensors of the model have this name (under "
+                           "different directories); %s holds one",
+                           f->final_path, SHOWN(t->name_len), t->name, container);
+        else
+            sel[n++] = i;
+    }
+    hm_free(&names);
+    if (rc) {
+        free(sel);
+        return rc;
+    }
+    *out = sel;
+    *count = n;
+    return 0;
 }
 
 /* ---- safetensors: the HF view's files, written out ---- */

@@ -46,6 +46,13 @@ void out_tensor(out_file *f, const ckpt_catalog *cat, const ckpt_tensor *t);
 int out_commit(out_file *f);
 void out_abort(out_file *f);
 
+/* The model's tensors (not those aside), each passed through check(); two tensors of the model
+ * with one name (under different directories) are refused, naming `container` ("a GGUF
+ * file"). *out lists their catalog indexes; the caller frees it. */
+int writer_select(const out_file *f, const ckpt_catalog *cat,
+                  int (*check)(const out_file *, const ckpt_tensor *, ckpt_err *),
+                  const char *container, size_t **out, size_t *count, ckpt_err *err);
+
 /* Per-format writers: they write one archive to an opened out_file. */
 int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err);
 int write_burnpack(out_file *f, const ckpt_catalog *cat, ckpt_err *err);

@@ -23,7 +23,6 @@
 
 #include "../catalog.h"
 #include "../formats/formats.h"
-#include "../hashmap.h"
 #include "../json.h"
 #include "../utf8.h"
 
@@ -192,42 +191,6 @@ static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) 
         if (t->shape[d] > INT64_MAX)
             return ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\": dim %u exceeds ggml's int64", out,
                              n, t->name, d);
-    return 0;
-}
-
-/* The model's tensors (not those aside), checked; *out lists their catalog indexes. */
-static int select_tensors(const out_file *f, const ckpt_catalog *cat, size_t **out, size_t *count,
-                          ckpt_err *err) {
-    size_t *sel = malloc((cat->ntensors ? cat->ntensors : 1) * sizeof *sel);
-    hashmap names;
-    if (!sel || !hm_init(&names, cat->ntensors)) {
-        free(sel);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    int rc = 0;
-    for (size_t i = 0; i < cat->ntensors && !rc; i++) {
-        const ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside) continue;
-        if ((rc = check_tensor(f, t, err))) break;
-        bool added;
-        if (!hm_put(&names, t->name, t->name_len, i, &added))
-            rc = ckpt_fail(err, -ENOMEM, "out of memory");
-        else if (!added)
-            rc = ckpt_fail(err, -EINVAL,
-                           "%s: tensor \"%.*s\": two tensors of the model have this name (under "
-                           "different directories); a GGUF file holds one",
-                           f->final_path, SHOWN(t->name_len), t->name);
-        else
-            sel[n++] = i;
-    }
-    hm_free(&names);
-    if (rc) {
-        free(sel);
-        return rc;
-    }
-    *out = sel;
-    *count = n;
     return 0;
 }
 
@@ -423,7 +386,7 @@ static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
 
 int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     size_t *sel = NULL, n = 0;
-    int rc = select_tensors(f, cat, &sel, &n, err);
+    int rc = writer_select(f, cat, check_tensor, "a GGUF file", &sel, &n, err);
     if (rc) return rc;
     int64_t source;
     kv_span *spans = NULL;

@@ -26,6 +26,7 @@
  * names), names over 65535 bytes (what ckptfs reads back), incomplete tensors, two model
  * tensors with one name, and an index or config over 4 GiB (u32 lengths). */
 #include "../writer.h"
+#include "../json_emit.h"
 
 #include "../blake3.h"
 #include "../catalog.h"
@@ -146,47 +147,6 @@ static int select_tensors(const out_file *f, const ckpt_catalog *cat, bool archi
 
 /* ---- config JSON ---- */
 
-/* Compact JSON, members in their order, numbers as written: what serde_json::to_vec gives for
- * a value it read. */
-static void put_json(strbuf *sb, const json_value *v, const char *skip_member) {
-    switch (v->type) {
-    case JSON_NULL:
-        sb_puts(sb, "null");
-        break;
-    case JSON_FALSE:
-        sb_puts(sb, "false");
-        break;
-    case JSON_TRUE:
-        sb_puts(sb, "true");
-        break;
-    case JSON_NUMBER:
-        sb_put(sb, v->str, v->len);
-        break;
-    case JSON_STRING:
-        sb_json_str(sb, v->str, v->len);
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT: {
-        bool object = v->type == JSON_OBJECT, first = true;
-        sb_putc(sb, object ? '{' : '[');
-        for (const json_value *m = v->head; m; m = m->next) {
-            if (object && skip_member && strlen(skip_member) == m->key_len &&
-                memcmp(m->key, skip_member, m->key_len) == 0)
-                continue;
-            if (!first) sb_putc(sb, ',');
-            first = false;
-            if (object) {
-                sb_json_str(sb, m->key, m->key_len);
-                sb_putc(sb, ':');
-            }
-            put_json(sb, m, NULL);
-        }
-        sb_putc(sb, object ? '}' : ']');
-        break;
-    }
-    }
-}
-
 /* The source's config when it is a gpt-rs checkpoint; false when there is none. */
 static bool source_config(const ckpt_catalog *cat, strbuf *sb) {
     const ckpt_doc *doc = NULL;
@@ -201,16 +161,16 @@ static bool source_config(const ckpt_catalog *cat, strbuf *sb) {
     bool found = cfg && cfg->type == JSON_OBJECT;
     if (found && legacy && legacy->type == JSON_TRUE) {
         sb_puts(sb, "{\"kind\":\"gpt\",\"config\":");
-        put_json(sb, cfg, "functional_overrides");
+        json_emit(sb, cfg, false, "functional_overrides");
         const json_value *fo = json_member(cfg, "functional_overrides");
         if (fo && fo->type == JSON_OBJECT && fo->count) {
             sb_puts(sb, ",\"runtime\":{\"functional_overrides\":");
-            put_json(sb, fo, NULL);
+            json_emit(sb, fo, false, NULL);
             sb_putc(sb, '}');
         }
         sb_putc(sb, '}');
     } else if (found) {
-        put_json(sb, cfg, NULL);
+        json_emit(sb, cfg, false, NULL);
     }
     json_doc_free(&jd);
     return found;

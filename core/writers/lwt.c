@@ -23,9 +23,9 @@
  * names that are empty, over 127 bytes, not UTF-8 or holding a NUL, incomplete tensors, and two
  * model tensors with one name. Tensors are written in catalog order (sorted by name). */
 #include "../writer.h"
+#include "../json_emit.h"
 
 #include "../catalog.h"
-#include "../hashmap.h"
 #include "../json.h"
 #include "../strbuf.h"
 #include "../utf8.h"
@@ -93,78 +93,7 @@ static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) 
     return 0;
 }
 
-static int select_tensors(const out_file *f, const ckpt_catalog *cat, size_t **out, size_t *count,
-                          ckpt_err *err) {
-    size_t *sel = malloc((cat->ntensors ? cat->ntensors : 1) * sizeof *sel);
-    hashmap names;
-    if (!sel || !hm_init(&names, cat->ntensors)) {
-        free(sel);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    int rc = 0;
-    for (size_t i = 0; i < cat->ntensors && !rc; i++) {
-        const ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside) continue;
-        if ((rc = check_tensor(f, t, err))) break;
-        bool added;
-        if (!hm_put(&names, t->name, t->name_len, i, &added))
-            rc = ckpt_fail(err, -ENOMEM, "out of memory");
-        else if (!added)
-            rc = ckpt_fail(err, -EINVAL,
-                           "%s: tensor \"%.*s\": two tensors of the model have this name (under "
-                           "different directories); an LWATCHV1 file holds one",
-                           f->final_path, SHOWN(t->name_len), t->name);
-        else
-            sel[n++] = i;
-    }
-    hm_free(&names);
-    if (rc) {
-        free(sel);
-        return rc;
-    }
-    *out = sel;
-    *count = n;
-    return 0;
-}
-
 /* ---- header ---- */
-
-/* Compact JSON of a parsed value, members in their order, numbers as written. */
-static void put_json(strbuf *sb, const json_value *v) {
-    switch (v->type) {
-    case JSON_NULL:
-        sb_puts(sb, "null");
-        break;
-    case JSON_FALSE:
-        sb_puts(sb, "false");
-        break;
-    case JSON_TRUE:
-        sb_puts(sb, "true");
-        break;
-    case JSON_NUMBER:
-        sb_put(sb, v->str, v->len);
-        break;
-    case JSON_STRING:
-        sb_json_str(sb, v->str, v->len);
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT: {
-        bool object = v->type == JSON_OBJECT;
-        sb_putc(sb, object ? '{' : '[');
-        for (const json_value *m = v->head; m; m = m->next) {
-            if (m != v->head) sb_puts(sb, ", ");
-            if (object) {
-                sb_json_str(sb, m->key, m->key_len);
-                sb_puts(sb, ": ");
-            }
-            put_json(sb, m);
-        }
-        sb_putc(sb, object ? '}' : ']');
-        break;
-    }
-    }
-}
 
 static bool key_is(const json_value *m, const char *key) {
     return m->key_len == strlen(key) && memcmp(m->key, key, m->key_len) == 0;
@@ -188,7 +117,7 @@ static void put_source_keys(strbuf *sb, const ckpt_catalog *cat) {
         if (mine) continue;
         sb_json_str(sb, m->key, m->key_len);
         sb_puts(sb, ": ");
-        put_json(sb, m);
+        json_emit(sb, m, true, NULL);
         sb_puts(sb, ", ");
     }
     json_doc_free(&jd);
@@ -263,7 +192,7 @@ static void patch(out_file *f, uint64_t at, const void *p, size_t n, ckpt_err *e
 
 int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     size_t *sel = NULL, n = 0;
-    int rc = select_tensors(f, cat, &sel, &n, err);
+    int rc = writer_select(f, cat, check_tensor, "an LWATCHV1 file", &sel, &n, err);
     if (rc) return rc;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += cat->tensors[sel[i]].nbytes;
