@@ -238,3 +238,11 @@ int cli_out_finish(cli_out *o) {
     sb_free(&o->sb);
     return rc;
 }
+
+int cli_help(cli_common *c, const char *usage) {
+    cli_out o;
+    cli_out_init(&o, c->cmd);
+    sb_puts(&o.sb, usage);
+    cli_common_free(c);
+    return cli_out_finish(&o);
+}

@@ -65,13 +65,8 @@ int cli_convert(int argc, char **argv) {
         case 'o':
             rc = cli_parse_o(&c, optarg);
             break;
-        case 'h': {
-            cli_out o;
-            cli_out_init(&o, c.cmd);
-            sb_puts(&o.sb, usage);
-            cli_common_free(&c);
-            return cli_out_finish(&o);
-        }
+        case 'h':
+            return cli_help(&c, usage);
         default:
             rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
         }

@@ -29,6 +29,8 @@ typedef struct cli_common {
  * after printing why. */
 int cli_parse_o(cli_common *c, const char *arg);
 void cli_common_free(cli_common *c);
+/* --help: prints usage on stdout, frees c, returns the exit status. */
+int cli_help(cli_common *c, const char *usage);
 /* Opens the source with the -o options; prints the one-line error and returns CLI_SOURCE. */
 int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat);
 
