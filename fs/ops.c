@@ -14,7 +14,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-enum { MAX_READ = 1 << 20, SEG_BATCH = 64 };
+enum { MAX_READ = 1 << 20, SEG_BATCH = 64, DIR_BLKSIZE = 4096 };
 
 static ckptfs *fs_of(fuse_req_t req) {
     return fuse_req_userdata(req);
@@ -112,13 +112,16 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     if (n->kind == NODE_DIR) {
         st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
         st->st_nlink = 2;
+        /* glibc sizes its getdents buffer from st_blksize, and the kernel allocates and vmaps a
+         * buffer of that size for every READDIRPLUS: 1 MiB made a first find 5x slower. */
+        st->st_blksize = DIR_BLKSIZE;
     } else {
         st->st_mode = S_IFREG | read_bits;
         st->st_nlink = 1;
         st->st_size = (off_t)node_size(fs, n);
         st->st_blocks = (st->st_size + 511) / 512;
+        st->st_blksize = MAX_READ;
     }
-    st->st_blksize = MAX_READ;
     struct timespec t = src ? src->mtime : fs->tr.mtime;
     st->st_mtim = st->st_ctim = st->st_atim = t;
 }
