@@ -5,6 +5,7 @@
 
 #include "arena.h"
 #include "ckpt.h"
+#include "strbuf.h"
 
 /* Names in messages: at most 120 bytes, used as "%.*s", SHOWN(len), name. */
 #define SHOWN(len) ((int)((len) > 120 ? 120 : (len)))
@@ -58,5 +59,9 @@ void piece_index_free(ckpt_piece_index *ix);
 
 /* Tree paths (treepath.c). */
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err);
+/* One name component as the tree shows it (%XX, %_), before any shortening. */
+void treepath_escape_component(strbuf *sb, const char *p, size_t n);
+/* The hash after "%#" in a shortened component: FNV-1a 64, as ckptfs(5) documents. */
+uint64_t treepath_hash(const char *p, size_t n);
 
 #endif

@@ -10,6 +10,7 @@ typedef struct hm_entry {
     const char *key; /* NULL = empty slot */
     size_t len;
     size_t value;
+    uint64_t hash; /* compared before the bytes */
 } hm_entry;
 
 typedef struct hashmap {
@@ -18,6 +19,7 @@ typedef struct hashmap {
     size_t count;
 } hashmap;
 
+/* Not stable across versions: never show it to users. */
 uint64_t hm_hash(const char *p, size_t n);
 /* Sized for `expected` keys (a hint); returns false when out of memory. */
 bool hm_init(hashmap *m, size_t expected);

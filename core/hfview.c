@@ -72,13 +72,18 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         const ckpt_tensor *t = &cat->tensors[order[i]];
         sb_putc(&sb, ',');
         sb_json_str(&sb, t->name, t->name_len);
-        sb_printf(&sb, ":{\"dtype\":\"%s\",\"shape\":[", ckpt_dtype_info_of(t->dtype)->name);
+        sb_puts(&sb, ":{\"dtype\":\"");
+        sb_puts(&sb, ckpt_dtype_info_of(t->dtype)->name);
+        sb_puts(&sb, "\",\"shape\":[");
         for (uint32_t d = 0; d < t->ndim; d++) {
             if (d) sb_putc(&sb, ',');
             sb_u64(&sb, t->shape[d]);
         }
-        sb_printf(&sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-                  (unsigned long long)(at + t->nbytes));
+        sb_puts(&sb, "],\"data_offsets\":[");
+        sb_u64(&sb, at);
+        sb_putc(&sb, ',');
+        sb_u64(&sb, at + t->nbytes);
+        sb_puts(&sb, "]}");
         at += t->nbytes;
     }
     sb_putc(&sb, '}');

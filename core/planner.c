@@ -17,9 +17,9 @@ struct ckpt_piece_index {
     uint64_t esz;      /* bytes per element (packed and block types never get an index) */
     uint64_t **strides; /* per piece: element strides (explicit or row-major) */
     uint32_t *contig;   /* per piece: first dim of its contiguous suffix, ndim = none */
-    uint64_t *bounds[CKPT_MAX_DIMS];
-    uint32_t nbounds[CKPT_MAX_DIMS];
-    int32_t *cells; /* piece per grid cell, -1 = hole */
+    int32_t *cells;     /* piece per grid cell, -1 = hole */
+    uint32_t *nbounds;  /* per dim, in the same allocation: one index per tensor, so its size */
+    uint64_t *bounds[]; /* follows ndim (a fixed CKPT_MAX_DIMS cost 400 bytes a tensor) */
 };
 
 void piece_index_free(ckpt_piece_index *ix) {
@@ -208,8 +208,11 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
                          "%s: tensor \"%.*s\": a %s tensor must be one contiguous piece", cat->root,
                          NAME_ARGS(t), ckpt_dtype_info_of(t->dtype)->name);
 
-    ckpt_piece_index *ix = calloc(1, sizeof *ix);
+    size_t nd_alloc = t->ndim;
+    ckpt_piece_index *ix =
+        calloc(1, sizeof *ix + nd_alloc * (sizeof ix->bounds[0] + sizeof ix->nbounds[0]));
     if (!ix) return ckpt_fail(err, -ENOMEM, "out of memory");
+    ix->nbounds = (uint32_t *)(ix->bounds + nd_alloc);
     t->index = ix;
     ix->ndim = t->ndim;
     ix->esz = esz;

@@ -4,7 +4,7 @@
  * 0x00-0x1F, 0x7F as %XX, an empty component as %_, a component longer than 255 bytes as its
  * first ~200 escaped bytes + %# + 16 hex digits of a hash of the component, and a second name
  * with the same path gets %~2 (a third %~3, ...) at the end. */
-#include "hashmap.h"
+#include "catalog.h"
 #include "staged.h"
 
 #include <string.h>
@@ -74,24 +74,10 @@ bool staged_name_from_path(const char *path, size_t len, strbuf *name) {
     return !name->failed;
 }
 
-static void escape_component(strbuf *sb, const char *p, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    if (n == 0) sb_puts(sb, "%_");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c < 0x20 || c == 0x7f || c == '%') {
-            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-            sb_put(sb, e, 3);
-        } else {
-            sb_putc(sb, (char)c);
-        }
-    }
-}
-
 /* Does path component pc show name component nc? */
 static bool component_shows(const char *pc, size_t pn, const char *nc, size_t nn, strbuf *tmp) {
     sb_clear(tmp);
-    escape_component(tmp, nc, nn);
+    treepath_escape_component(tmp, nc, nn);
     if (tmp->failed) return false;
     if (tmp->len == pn && memcmp(tmp->data, pc, pn) == 0) return true;
     if (tmp->len <= NAME_MAX_BYTES || !abbreviated(pc, pn)) return false;
@@ -100,7 +86,7 @@ static bool component_shows(const char *pc, size_t pn, const char *nc, size_t nn
     if (keep > tmp->len || keep + 2 < 200 || memcmp(tmp->data, pc, keep) != 0) return false;
     uint64_t h = 0;
     for (size_t i = pn - HASH_DIGITS; i < pn; i++) h = h << 4 | (uint64_t)hex_value(pc[i]);
-    return h == hm_hash(nc, nn);
+    return h == treepath_hash(nc, nn);
 }
 
 bool staged_path_shows_name(const char *path, size_t plen, const char *name, size_t len) {

@@ -76,9 +76,14 @@ void sb_putc(strbuf *sb, char c) {
 }
 
 void sb_u64(strbuf *sb, uint64_t v) {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    sb_put(sb, tmp, (size_t)n);
+    /* By hand: headers of 100k tensors format a million numbers, and snprintf costs ~10x. */
+    char tmp[20];
+    size_t n = sizeof tmp;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    sb_put(sb, tmp + n, sizeof tmp - n);
 }
 
 void sb_printf(strbuf *sb, const char *fmt, ...) {
@@ -98,6 +103,18 @@ void sb_json_str(strbuf *sb, const char *s, size_t n) {
     sb_putc(sb, '"');
     size_t i = 0;
     while (i < n) {
+        /* Plain ASCII runs are copied at once; names are almost all plain. */
+        size_t run = i;
+        while (run < n) {
+            unsigned char c = (unsigned char)s[run];
+            if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') break;
+            run++;
+        }
+        if (run > i) {
+            sb_put(sb, s + i, run - i);
+            i = run;
+            continue;
+        }
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x80) {
             size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
@@ -115,11 +132,9 @@ void sb_json_str(strbuf *sb, const char *s, size_t n) {
             sb_puts(sb, "\\n");
         } else if (c == '\t') {
             sb_puts(sb, "\\t");
-        } else if (c < 0x20 || c == 0x7f) {
+        } else {
             char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             sb_put(sb, esc, sizeof esc);
-        } else {
-            sb_putc(sb, (char)c);
         }
         i++;
     }

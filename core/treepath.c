@@ -22,28 +22,42 @@
  * repeated path (up to 22 bytes) and ".json" — a file name stays within NAME_MAX (255). */
 enum { LONG_NAME = 224, LONG_KEEP = 200 };
 
-static void escape_component(strbuf *sb, const char *p, size_t n) {
+uint64_t treepath_hash(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+void treepath_escape_component(strbuf *sb, const char *p, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
     if (n == 0) {
         sb_puts(sb, "%_");
         return;
     }
-    size_t start = sb->len;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c < 0x20 || c == 0x7f || c == '%') {
+    for (size_t i = 0, run = 0; i <= n; i++) {
+        unsigned char c = i < n ? (unsigned char)p[i] : 0;
+        if (i < n && !(c < 0x20 || c == 0x7f || c == '%')) continue;
+        sb_put(sb, p + run, i - run);
+        run = i + 1;
+        if (i < n) {
             char e[3] = {'%', hex[c >> 4], hex[c & 15]};
             sb_put(sb, e, 3);
-        } else {
-            sb_putc(sb, (char)c);
         }
     }
+}
+
+static void escape_component(strbuf *sb, const char *p, size_t n) {
+    size_t start = sb->len;
+    treepath_escape_component(sb, p, n);
     if (!sb->failed && sb->len - start > LONG_NAME) {
         sb->len = start + LONG_KEEP;
         /* Do not cut an escape in half. */
         for (size_t k = 1; k <= 2; k++)
             if (sb->data[sb->len - k] == '%') sb->len -= k;
-        sb_printf(sb, "%%#%016llx", (unsigned long long)hm_hash(p, n));
+        sb_printf(sb, "%%#%016llx", (unsigned long long)treepath_hash(p, n));
     }
 }
 
@@ -56,14 +70,6 @@ static void escape_name(strbuf *sb, const char *name, size_t len) {
             s = i + 1;
         }
     }
-}
-
-static const ckpt_catalog *sort_cat;
-static int path_cmp(const void *a, const void *b) {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    int c = strcmp(sort_cat->tensors[x].path, sort_cat->tensors[y].path);
-    if (c) return c;
-    return (x > y) - (x < y);
 }
 
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
@@ -84,33 +90,31 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     sb_free(&sb);
     if (n == 0) return 0;
 
-    /* Duplicates: sort by path, number repeats in name order. qsort is not reentrant-safe with a
-     * context pointer in C17, and catalog_finish runs once per open, so a static is enough. */
-    size_t *order = malloc(n * sizeof *order);
-    if (!order) return ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) order[i] = i;
-    sort_cat = cat;
-    qsort(order, n, sizeof *order, path_cmp);
-    size_t group = 0, run = 1;
-    for (size_t i = 1; i < n; i++) {
-        ckpt_tensor *t = &cat->tensors[order[i]];
-        if (strcmp(cat->tensors[order[group]].path, t->path) != 0) {
-            group = i;
-            run = 1;
-            continue;
-        }
-        run++;
+    /* Repeated paths are numbered in name order (the tensors are sorted by name): a hash of
+     * path -> times seen. "%~" cannot occur in an escaped path, so a numbered one is new. */
+    hashmap seen;
+    if (!hm_init(&seen, n)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor *t = &cat->tensors[i];
         size_t len = strlen(t->path);
+        bool added;
+        hm_entry *e = hm_put(&seen, t->path, len, 1, &added);
+        if (!e) {
+            hm_free(&seen);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        if (added) continue;
+        size_t run = ++e->value;
         char *p = arena_alloc(mem, len + 24);
         if (!p) {
-            free(order);
+            hm_free(&seen);
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
         memcpy(p, t->path, len);
         snprintf(p + len, 24, "%%~%zu", run);
         t->path = p;
     }
-    free(order);
+    hm_free(&seen);
 
     /* Directories: every proper prefix ending before a '/'. */
     size_t prefixes = 0;
@@ -119,10 +123,11 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     hashmap dirs;
     if (!hm_init(&dirs, prefixes)) return ckpt_fail(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
+        /* Deepest first: once a prefix is already known, so are all of its ancestors. */
         const char *p = cat->tensors[i].path;
-        bool added;
-        for (const char *c = p; *c; c++) {
-            if (*c == '/' && !hm_put(&dirs, p, (size_t)(c - p), 0, &added)) {
+        const char *slash = strrchr(p, '/');
+        for (bool added = true; slash && added; slash = memrchr(p, '/', (size_t)(slash - p))) {
+            if (!hm_put(&dirs, p, (size_t)(slash - p), 0, &added)) {
                 hm_free(&dirs);
                 return ckpt_fail(err, -ENOMEM, "out of memory");
             }

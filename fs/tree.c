@@ -44,56 +44,87 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
     return 0;
 }
 
-/* Adds a file at `path` ('/'-separated, already escaped), creating its directories. */
-static int add_path(builder *b, const char *path, node_kind kind, size_t ref) {
-    uint32_t parent = 0;
-    const char *s = path;
-    for (const char *c = path;; c++) {
-        if (*c != '/' && *c != '\0') continue;
-        size_t len = (size_t)(c - s);
-        if (*c == '\0') return new_node(b, s, len, parent, kind, ref, &parent);
-        bool added;
-        hm_entry *e = hm_put(&b->dirs, path, (size_t)(c - path), 0, &added);
-        if (!e) return -ENOMEM;
-        if (added) {
-            uint32_t d;
-            int rc = new_node(b, s, len, parent, NODE_DIR, 0, &d);
-            if (rc) return rc;
-            e->value = d;
+/* The directory node for path[0..len) ('/'-separated), created with its missing ancestors.
+ * Looks up the deepest existing ancestor first, so a file whose directory exists costs one
+ * hash lookup however deep it is (rehashing every prefix made mounts of 100k tensors slow). */
+static int dir_node(builder *b, const char *path, size_t len, uint32_t *out) {
+    uint32_t at = 0; /* root */
+    size_t have = len;
+    while (have > 0) {
+        const hm_entry *e = hm_get(&b->dirs, path, have);
+        if (e) {
+            at = (uint32_t)e->value;
+            break;
         }
-        parent = (uint32_t)e->value;
-        if (b->tr->nodes[parent].kind != NODE_DIR) return -EEXIST;
-        s = c + 1;
+        const char *slash = memrchr(path, '/', have);
+        have = slash ? (size_t)(slash - path) : 0;
     }
+    if (b->tr->nodes[at].kind != NODE_DIR) return -EEXIST;
+    for (size_t start = have ? have + 1 : 0; start <= len && have < len; start = have + 1) {
+        const char *slash = memchr(path + start, '/', len - start);
+        have = slash ? (size_t)(slash - path) : len;
+        uint32_t d;
+        int rc = new_node(b, path + start, have - start, at, NODE_DIR, 0, &d);
+        if (rc) return rc;
+        bool added;
+        hm_entry *e = hm_put(&b->dirs, path, have, d, &added);
+        if (!e) return -ENOMEM;
+        at = d;
+    }
+    *out = at;
+    return 0;
 }
 
-static const tree *sort_tree;
-static int child_cmp(const void *a, const void *b) {
-    const node *x = &sort_tree->nodes[*(const uint32_t *)a];
-    const node *y = &sort_tree->nodes[*(const uint32_t *)b];
-    if (x->parent != y->parent) return (x->parent > y->parent) - (x->parent < y->parent);
+/* Adds a file at `path` ('/'-separated, already escaped), creating its directories. */
+static int add_path(builder *b, const char *path, node_kind kind, size_t ref) {
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) : 0;
+    const char *name = slash ? slash + 1 : path;
+    uint32_t parent;
+    int rc = dir_node(b, path, dir_len, &parent);
+    if (rc) return rc;
+    return new_node(b, name, strlen(name), parent, kind, ref, &parent);
+}
+
+static int name_cmp(const void *a, const void *b, void *ctx) {
+    const tree *tr = ctx;
+    const node *x = &tr->nodes[*(const uint32_t *)a];
+    const node *y = &tr->nodes[*(const uint32_t *)b];
     size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
     int c = memcmp(x->name, y->name, n);
     if (c) return c;
     return (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
 
+/* Children grouped by parent with a counting sort, then each directory sorted by name: most
+ * directories hold a handful of entries that arrive already in order. */
 static int link_children(tree *tr, ckpt_err *err) {
     size_t n = tr->nnodes - 1;
     tr->children = malloc((n ? n : 1) * sizeof *tr->children);
     if (!tr->children) return ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) tr->children[i] = (uint32_t)(i + 1);
-    sort_tree = tr;
-    qsort(tr->children, n, sizeof *tr->children, child_cmp);
-    for (size_t i = 0; i < n; i++) {
-        node *c = &tr->nodes[tr->children[i]];
-        node *p = &tr->nodes[c->parent];
-        if (p->nchildren == 0)
-            p->first_child = (uint32_t)i;
-        else if (child_cmp(&tr->children[i - 1], &tr->children[i]) == 0)
-            return ckpt_fail(err, -EEXIST, "two entries named \"%.*s\" in one directory",
-                             (int)c->name_len, c->name);
-        p->nchildren++;
+    for (size_t i = 1; i < tr->nnodes; i++) tr->nodes[tr->nodes[i].parent].nchildren++;
+    uint32_t next = 0;
+    for (size_t i = 0; i < tr->nnodes; i++) {
+        tr->nodes[i].first_child = next;
+        next += tr->nodes[i].nchildren;
+        tr->nodes[i].nchildren = 0;
+    }
+    for (size_t i = 1; i < tr->nnodes; i++) {
+        node *p = &tr->nodes[tr->nodes[i].parent];
+        tr->children[p->first_child + p->nchildren++] = (uint32_t)i;
+    }
+    for (size_t i = 0; i < tr->nnodes; i++) {
+        const node *d = &tr->nodes[i];
+        uint32_t *c = tr->children + d->first_child;
+        bool sorted = true;
+        for (uint32_t k = 1; sorted && k < d->nchildren; k++) sorted = name_cmp(&c[k - 1], &c[k], tr) < 0;
+        if (!sorted) qsort_r(c, d->nchildren, sizeof *c, name_cmp, tr);
+        for (uint32_t k = 1; k < d->nchildren; k++)
+            if (name_cmp(&c[k - 1], &c[k], tr) == 0) {
+                const node *x = &tr->nodes[c[k]];
+                return ckpt_fail(err, -EEXIST, "two entries named \"%.*s\" in one directory",
+                                 (int)x->name_len, x->name);
+            }
     }
     return 0;
 }
@@ -109,16 +140,20 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     tr->cat = cat;
     tr->view = view;
     builder b = {.tr = tr};
-    size_t expect = 2 * cat->ntensors + cat->naux + DOC_COUNT + 8;
-    if (!hm_init(&b.dirs, expect)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    /* About one directory per tensor in real models; the map grows if there are more. */
+    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16)) return ckpt_fail(err, -ENOMEM, "out of memory");
     size_t nview = view ? view->nfiles : 0;
     size_t nnpy = 0;
     for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)
         nnpy += shows_npy(&cat->tensors[i], as_f32);
     b.owned = calloc(cat->naux + nview + nnpy + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
+    /* Sized up front (three files and about one directory a tensor): doubling would copy
+     * and, at its peak, hold 1.5x the table; pages never touched cost no memory. */
+    b.cap = 5 * cat->ntensors + cat->naux + nview + DOC_COUNT + 64;
+    tr->nodes = malloc(b.cap * sizeof *tr->nodes);
     uint32_t root;
-    int rc = b.owned ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
+    int rc = b.owned && tr->nodes ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
     for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
@@ -167,6 +202,8 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
             (m->tv_sec == tr->mtime.tv_sec && m->tv_nsec > tr->mtime.tv_nsec))
             tr->mtime = *m;
     }
+    node *fit = realloc(tr->nodes, tr->nnodes * sizeof *tr->nodes);
+    if (fit) tr->nodes = fit;
     if ((rc = link_children(tr, err))) {
         tree_free(tr);
         return rc;
