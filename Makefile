@@ -24,7 +24,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
-CORE_LIBS   := -lcbor -lz
+CORE_LIBS   := -lcbor -lz -lzstd
 
 CORE_SRC := $(wildcard core/*.c core/formats/*.c core/writers/*.c)
 FS_SRC   := $(wildcard fs/*.c)
@@ -65,8 +65,8 @@ $(B)/bench/passthrough: tests/bench/passthrough.c
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -o $@ $< $(FUSE_LIBS) -lpthread
 
 # Debian packages the build, the tests and the demo need; installed only when missing.
-DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev python3 python3-numpy \
-            perl attr mandoc procps
+DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
+            python3 python3-numpy perl attr mandoc procps
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -110,6 +110,8 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/mount_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/peers.py $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
+	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
 fuzz: deps

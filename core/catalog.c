@@ -1,4 +1,5 @@
 #include "catalog.h"
+#include "zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,8 +45,10 @@ ckpt_catalog *catalog_new(const char *root, const char *format) {
 
 void ckpt_close(ckpt_catalog *cat) {
     if (!cat) return;
-    for (uint32_t i = 0; i < cat->nsources; i++)
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        zst_table_free(cat->sources[i].zst);
         if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
+    }
     for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
     free(cat->sources);
     free(cat->tensors);
@@ -59,6 +62,21 @@ void ckpt_close(ckpt_catalog *cat) {
         free(cat->priv);
     }
     free(cat);
+}
+
+/* A file that starts like zstd and ends in a seek table is read through it (*zst set, the
+ * content size in *size); any other file is read as it is. */
+static int attach_seek_table(int fd, const char *path, uint64_t *size, zst_table **zst,
+                             ckpt_err *err) {
+    unsigned char magic[4];
+    *zst = NULL;
+    if (*size < sizeof magic || pread(fd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
+        !zst_magic(magic, sizeof magic))
+        return 0;
+    int rc = zst_table_open(fd, path, *size, zst, err);
+    if (rc < 0) return rc;
+    if (rc == 0) *size = zst_content_size(*zst);
+    return 0;
 }
 
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
@@ -77,17 +95,27 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
         close(fd);
         return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
     }
+    uint64_t size = (uint64_t)st.st_size;
+    zst_table *zst;
+    int rc = attach_seek_table(fd, path, &size, &zst, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
     ckpt_source *s = &cat->sources[cat->nsources];
     memset(s, 0, sizeof *s);
     s->fd = fd;
+    s->zst = zst;
     s->path = arena_strdup(&pv->mem, path);
     s->relpath = arena_strdup(&pv->mem, relpath);
-    s->size = (uint64_t)st.st_size;
+    s->size = size;
     s->mtime = st.st_mtim;
     s->mode = st.st_mode;
     s->dev = st.st_dev;
     s->ino = st.st_ino;
     if (!s->path || !s->relpath) {
+        zst_table_free(zst);
+        s->zst = NULL;
         close(fd);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
@@ -273,8 +301,10 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
         rc = piece_index_build(cat, &cat->tensors[i], err);
         if (rc) return rc;
         if (t->incomplete && incomplete++ < 10)
-            catalog_warn(cat, "tensor \"%.*s\" is incomplete: part of it is in no file (reads "
-                         "there fail with EIO)", SHOWN(t->name_len), t->name);
+            catalog_warn(cat,
+                         "tensor \"%.*s\" is incomplete: part of it is in no file (reads "
+                         "there fail with EIO)",
+                         SHOWN(t->name_len), t->name);
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
     return treepath_assign(cat, err);

@@ -107,7 +107,12 @@ typedef struct ckpt_source {
     mode_t mode;
     dev_t dev;
     ino_t ino;
+    struct zst_table *zst; /* a seekable zstd file: size and reads are its decompressed content */
 } ckpt_source;
+
+/* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
+ * read (0 at the end), or a negative errno. Safe to call from many threads at once. */
+ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */

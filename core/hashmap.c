@@ -56,7 +56,8 @@ static bool grow(hashmap *m) {
     if (!fresh) return false;
     hashmap bigger = {fresh, slots - 1, m->count};
     for (size_t i = 0; i <= m->mask; i++)
-        if (m->slots[i].key) *find(&bigger, m->slots[i].key, m->slots[i].len, m->slots[i].hash) = m->slots[i];
+        if (m->slots[i].key)
+            *find(&bigger, m->slots[i].key, m->slots[i].len, m->slots[i].hash) = m->slots[i];
     free(m->slots);
     *m = bigger;
     return true;

@@ -1,5 +1,6 @@
 #include "json.h"
 
+#include "hashmap.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -100,6 +101,19 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
     size_t start = ++p->pos;
     bool escaped = false;
     while (p->pos < p->len) {
+        /* Eight plain ASCII bytes at a time (no quote, backslash, control or high byte):
+         * headers are mostly long names. */
+        while (p->len - p->pos >= 8) {
+            uint64_t w;
+            memcpy(&w, p->buf + p->pos, 8);
+            const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+            uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+            uint64_t special =
+                ((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20) | w;
+            if (special & highs) break;
+            p->pos += 8;
+        }
+        if (p->pos >= p->len) break;
         unsigned char c = (unsigned char)p->buf[p->pos];
         if (c == '"') break;
         if (c == '\\') {
@@ -219,33 +233,38 @@ static int parse_number(parser *p, json_value *v) {
     return 0;
 }
 
-static int key_cmp(const void *a, const void *b) {
-    const json_value *x = *(json_value *const *)a, *y = *(json_value *const *)b;
-    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-    int c = memcmp(x->key, y->key, n);
-    if (c) return c;
-    return (x->key_len > y->key_len) - (x->key_len < y->key_len);
+static int duplicate(parser *p, const json_value *later) {
+    char msg[120];
+    snprintf(msg, sizeof msg, "duplicate key \"%.*s\"",
+             (int)(later->key_len > 60 ? 60 : later->key_len), later->key);
+    return fail(p, later->pos, msg);
 }
 
+static bool same_key(const json_value *a, const json_value *b) {
+    return a->key_len == b->key_len && memcmp(a->key, b->key, a->key_len) == 0;
+}
+
+/* Pairwise for the small objects a header is made of (a tensor entry has three keys), a hash
+ * set for large ones; members come in document order, so the one found second is the later. */
 static int check_duplicates(parser *p, json_value *obj) {
     if (obj->count < 2) return 0;
-    json_value **all = malloc(obj->count * sizeof *all);
-    if (!all) return oom(p);
-    size_t i = 0;
-    for (json_value *m = obj->head; m; m = m->next) all[i++] = m;
-    qsort(all, obj->count, sizeof *all, key_cmp);
-    int rc = 0;
-    for (i = 1; i < obj->count; i++) {
-        if (key_cmp(&all[i - 1], &all[i]) == 0) {
-            const json_value *later = all[i]->pos > all[i - 1]->pos ? all[i] : all[i - 1];
-            char msg[120];
-            snprintf(msg, sizeof msg, "duplicate key \"%.*s\"",
-                     (int)(later->key_len > 60 ? 60 : later->key_len), later->key);
-            rc = fail(p, later->pos, msg);
-            break;
-        }
+    if (obj->count <= 8) {
+        for (const json_value *m = obj->head->next; m; m = m->next)
+            for (const json_value *e = obj->head; e != m; e = e->next)
+                if (same_key(e, m)) return duplicate(p, m);
+        return 0;
     }
-    free(all);
+    hashmap seen;
+    if (!hm_init(&seen, obj->count)) return oom(p);
+    int rc = 0;
+    for (const json_value *m = obj->head; m && !rc; m = m->next) {
+        bool added;
+        if (!hm_put(&seen, m->key, m->key_len, 0, &added))
+            rc = oom(p);
+        else if (!added)
+            rc = duplicate(p, m);
+    }
+    hm_free(&seen);
     return rc;
 }
 

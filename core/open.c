@@ -1,6 +1,7 @@
 /* ckpt_open: picks the decoder for a file by its first bytes, or treats a directory as a model
  * directory. */
 #include "formats/formats.h"
+#include "zstd_seekable.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,11 +32,21 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     uint64_t size = cat->sources[src].size;
     size_t n = size < sizeof head ? (size_t)size : sizeof head;
     if ((rc = source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
+    /* A seekable .zst was read through its seek table by catalog_add_source: head holds the
+     * decompressed bytes. Plain zstd has no random access; ckptfs will not decompress it all. */
+    if (!cat->sources[src].zst && zst_magic(head, n))
+        return ckpt_fail(err, -EINVAL,
+                         "%s: zstd file without a seek table (not seekable); decompress it "
+                         "(zstd -d FILE) and mount the result, or make a seekable copy: zstd -d "
+                         "FILE -o X && ckptfs convert X OUT.safetensors.zst",
+                         path);
     const ckpt_format *f = NULL;
     for (size_t i = 0; i < sizeof formats / sizeof *formats && !f; i++)
         if (formats[i]->probe(head, n, size)) f = formats[i];
     /* A damaged file gets its own decoder's precise complaint when its name says what it is. */
-    if (!f && ends_with(path, ".safetensors")) f = &format_safetensors;
+    if (!f && (ends_with(path, ".safetensors") ||
+               (cat->sources[src].zst && ends_with(path, ".safetensors.zst"))))
+        f = &format_safetensors;
     if (!f)
         return ckpt_fail(
             err, -EPROTONOSUPPORT,

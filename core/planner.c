@@ -14,7 +14,7 @@
 
 struct ckpt_piece_index {
     uint32_t ndim;
-    uint64_t esz;      /* bytes per element (packed and block types never get an index) */
+    uint64_t esz;       /* bytes per element (packed and block types never get an index) */
     uint64_t **strides; /* per piece: element strides (explicit or row-major) */
     uint32_t *contig;   /* per piece: first dim of its contiguous suffix, ndim = none */
     int32_t *cells;     /* piece per grid cell, -1 = hole */
@@ -128,7 +128,16 @@ static int build_grid(ckpt_piece_index *ix, const ckpt_catalog *cat, ckpt_tensor
             b[n++] = t->pieces[k].offsets[d];
             b[n++] = t->pieces[k].offsets[d] + t->pieces[k].sizes[d];
         }
-        qsort(b, n, sizeof *b, u64_cmp);
+        if (n <= 16) { /* the usual few pieces: qsort's call overhead dominated mounts */
+            for (size_t i = 1; i < n; i++) {
+                uint64_t x = b[i];
+                size_t j = i;
+                for (; j > 0 && b[j - 1] > x; j--) b[j] = b[j - 1];
+                b[j] = x;
+            }
+        } else {
+            qsort(b, n, sizeof *b, u64_cmp);
+        }
         size_t u = 1;
         for (size_t i = 1; i < n; i++)
             if (b[i] != b[u - 1]) b[u++] = b[i];

@@ -1,8 +1,18 @@
 #include "formats/formats.h"
+#include "zstd_seekable.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+
+ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
+    if (s->zst) return zst_pread(s->zst, buf, len, off);
+    for (;;) {
+        ssize_t r = pread(s->fd, buf, len, (off_t)off);
+        if (r >= 0) return r;
+        if (errno != EINTR) return -errno;
+    }
+}
 
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
                 const char *what, ckpt_err *err) {
@@ -14,13 +24,12 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
                          s->path, what, (unsigned long long)off, len, (unsigned long long)s->size);
     size_t got = 0;
     while (got < len) {
-        ssize_t r = pread(s->fd, (char *)buf + got, len - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            return ckpt_fail(err, -e, "%s: reading %s at offset %llu: %s", s->path, what,
-                             (unsigned long long)(off + got), strerror(e));
-        }
+        ssize_t r = ckpt_source_pread(s, (char *)buf + got, len - got, off + got);
+        if (r < 0)
+            return ckpt_fail(err, (int)r, "%s: reading %s at offset %llu%s: %s", s->path, what,
+                             (unsigned long long)(off + got),
+                             s->zst ? " of the decompressed content" : "",
+                             s->zst ? zst_last_error() : strerror((int)-r));
         if (r == 0)
             return ckpt_fail(err, -EIO, "%s: file shrank while reading %s at offset %llu", s->path,
                              what, (unsigned long long)(off + got));

@@ -9,6 +9,7 @@
 #include "catalog.h"
 #include "hashmap.h"
 #include "json.h"
+#include "segread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -198,18 +199,10 @@ static int reader_read(const builder *b, const reader *r, uint64_t off, void *bu
         uint64_t done;
         size_t n = ckpt_plan(r->t, off + got, len - got, seg, 32, &done);
         if (n == 0) return -EIO;
-        for (size_t i = 0; i < n; i++) {
-            char *dst = (char *)buf + got;
-            if (seg[i].kind == CKPT_SEG_HOLE) return -EIO;
-            if (seg[i].kind == CKPT_SEG_MEM) {
-                memcpy(dst, seg[i].mem, seg[i].length);
-            } else {
-                int rc = pread_full(b->lower->sources[seg[i].source].fd, dst, seg[i].length,
-                                    seg[i].offset);
-                if (rc) return rc;
-            }
-            got += seg[i].length;
-        }
+        /* Through the source layer: a .zst source's fd holds compressed bytes. */
+        int e = ckpt_read_segments(b->lower, seg, n, (char *)buf + got, NULL);
+        if (e) return -e;
+        got += (size_t)done;
     }
     return 0;
 }

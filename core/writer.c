@@ -1,8 +1,11 @@
 #include "writer.h"
+#include "segread.h"
 
 #include "catalog.h"
+#include "formats/formats.h"
 #include "hashmap.h"
 #include "hfview.h"
+#include "zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { OUT_BUF = 4 << 20 };
+enum {
+    OUT_BUF = 4 << 20,
+    FRAME_CUT = 256 << 10, /* a frame this full ends at the next tensor */
+};
 
 static int fsync_dir_of(const char *path) {
     char *copy = strdup(path);
@@ -27,15 +33,17 @@ static int fsync_dir_of(const char *path) {
     return rc;
 }
 
-int out_open(out_file *f, const char *path, ckpt_err *err) {
+int out_open(out_file *f, const char *path, bool compress, ckpt_err *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->err = err;
     size_t n = strlen(path);
     f->final_path = strdup(path);
     f->temp_path = malloc(n + 32);
-    f->buf = malloc(OUT_BUF);
-    if (!f->final_path || !f->temp_path || !f->buf) {
+    f->buf_cap = compress ? ZST_FRAME_MAX : OUT_BUF;
+    f->buf = malloc(f->buf_cap);
+    if (compress) f->zst = zst_writer_new();
+    if (!f->final_path || !f->temp_path || !f->buf || (compress && !f->zst)) {
         out_abort(f);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
@@ -65,39 +73,70 @@ int out_open(out_file *f, const char *path, ckpt_err *err) {
     return 0;
 }
 
-static void flush(out_file *f) {
+static void write_all(out_file *f, const void *p, size_t n) {
     size_t at = 0;
-    while (!f->failed && at < f->buf_len) {
-        ssize_t w = write(f->fd, f->buf + at, f->buf_len - at);
+    while (!f->failed && at < n) {
+        ssize_t w = write(f->fd, (const char *)p + at, n - at);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
             f->failed = -e;
             ckpt_fail(f->err, -e, "%s: writing at offset %llu: %s", f->final_path,
-                      (unsigned long long)(f->written - f->buf_len + at), strerror(e));
+                      (unsigned long long)(f->file_at + at), strerror(e));
             break;
         }
         at += (size_t)w;
     }
+    f->file_at += at;
+}
+
+/* Writes the buffer out: as it is, or as one zstd frame. */
+static void flush(out_file *f) {
+    size_t n = f->buf_len;
     f->buf_len = 0;
+    if (f->failed || n == 0) return;
+    if (f->zst) {
+        const void *frame;
+        size_t len;
+        const char *why;
+        int rc = zst_writer_frame(f->zst, f->buf, n, &frame, &len, &why);
+        if (rc) {
+            f->failed = rc;
+            ckpt_fail(f->err, rc, "%s: compressing bytes %llu..%llu: %s", f->final_path,
+                      (unsigned long long)(f->written - n), (unsigned long long)(f->written - 1),
+                      why);
+            return;
+        }
+        write_all(f, frame, len);
+    } else {
+        write_all(f, f->buf, n);
+    }
+    if (!f->failed && f->progress && f->progress->report && f->progress_done) {
+        *f->progress_done += n;
+        f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
+    }
+}
+
+bool out_compressed(const out_file *f) {
+    return f->zst != NULL;
+}
+
+/* Between tensors: a frame that holds enough already ends here rather than in the middle of
+ * the next tensor. */
+static void out_boundary(out_file *f) {
+    if (f->zst && f->buf_len >= FRAME_CUT) flush(f);
 }
 
 void out_bytes(out_file *f, const void *p, size_t n) {
     const unsigned char *src = p;
     while (!f->failed && n) {
-        size_t take = OUT_BUF - f->buf_len < n ? OUT_BUF - f->buf_len : n;
+        size_t take = f->buf_cap - f->buf_len < n ? f->buf_cap - f->buf_len : n;
         memcpy(f->buf + f->buf_len, src, take);
         f->buf_len += take;
         f->written += take;
         src += take;
         n -= take;
-        if (f->buf_len == OUT_BUF) {
-            flush(f);
-            if (f->progress && f->progress->report && f->progress_done) {
-                *f->progress_done += OUT_BUF;
-                f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
-            }
-        }
+        if (f->buf_len == f->buf_cap) flush(f);
     }
 }
 
@@ -110,9 +149,85 @@ void out_zeros(out_file *f, size_t n) {
     }
 }
 
+/* A long run of a plain source file into a plain OUT: the kernel copies it page cache to page
+ * cache (copy_file_range), without the round trip through our buffer, and each finished chunk
+ * is handed to writeback at once so the final fsync has little left and OUT's dirty pages never
+ * push the system's other dirty data (a stage's spool) to disk in the middle of a commit.
+ * Returns false, having copied nothing, where the kernel cannot do it (then the caller copies
+ * through the buffer); true once copied or once f->failed is set. */
+enum { COPY_RANGE_MIN = 1 << 20, COPY_RANGE_CHUNK = 64 << 20 };
+
+static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t len,
+                       const char *what) {
+    flush(f);
+    if (f->failed) return true;
+    uint64_t done = 0;
+    while (done < len) {
+        loff_t in = (loff_t)(off + done);
+        size_t want = len - done < COPY_RANGE_CHUNK ? (size_t)(len - done) : COPY_RANGE_CHUNK;
+        ssize_t r = copy_file_range(s->fd, &in, f->fd, NULL, want, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && done == 0 &&
+            (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+            return false;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            f->failed = -e;
+            ckpt_fail(f->err, -e, "%s: copying %s at offset %llu into %s: %s", what, s->path,
+                      (unsigned long long)(off + done), f->final_path,
+                      r == 0 ? "the file is shorter than when it was opened" : strerror(e));
+            return true;
+        }
+        sync_file_range(f->fd, (off_t)f->file_at, r, SYNC_FILE_RANGE_WRITE);
+        done += (uint64_t)r;
+        f->written += (uint64_t)r;
+        f->file_at += (uint64_t)r;
+        if (f->progress && f->progress->report && f->progress_done) {
+            *f->progress_done += (uint64_t)r;
+            f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
+        }
+    }
+    return true;
+}
+
+enum { SMALL_SEGMENT = 64 * 1024 };
+
+/* A run of short file segments from seg (row fragments of a consolidated tensor) read into the
+ * buffer at once; how many were taken, 0 when reading them one by one is as good. */
+static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg, size_t n,
+                            const char *what) {
+    if (f->buf_cap - f->buf_len < SMALL_SEGMENT) flush(f);
+    size_t room = f->buf_cap - f->buf_len, k = 0;
+    uint64_t total = 0;
+    while (k < n && seg[k].kind == CKPT_SEG_FILE && seg[k].length < SMALL_SEGMENT &&
+           total + seg[k].length <= room)
+        total += seg[k++].length;
+    if (k < 4 || f->failed) return 0;
+    if (!f->gather && !(f->gather = malloc(SEGREAD_SCRATCH))) return 0;
+    int e = ckpt_read_segments(cat, seg, k, (char *)f->buf + f->buf_len, f->gather);
+    if (e) {
+        f->failed = -e;
+        ckpt_fail(f->err, -e, "%s: reading its pieces from %s: %s", what,
+                  cat->sources[seg[0].source].path,
+                  e == EIO ? "a file is shorter than when it was opened" : strerror(e));
+        return k;
+    }
+    f->buf_len += (size_t)total;
+    f->written += total;
+    if (f->buf_len == f->buf_cap) flush(f);
+    return k;
+}
+
 static void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg, size_t n,
                          const char *what) {
     for (size_t i = 0; i < n && !f->failed; i++) {
+        if (n - i >= 4 && seg[i].kind == CKPT_SEG_FILE && seg[i].length < SMALL_SEGMENT) {
+            size_t k = out_fragments(f, cat, seg + i, n - i, what);
+            if (k) {
+                i += k - 1;
+                continue;
+            }
+        }
         if (seg[i].kind == CKPT_SEG_MEM) {
             out_bytes(f, seg[i].mem, seg[i].length);
             continue;
@@ -123,43 +238,70 @@ static void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segmen
             return;
         }
         const ckpt_source *s = &cat->sources[seg[i].source];
+        if (!f->zst && !s->zst && seg[i].length >= COPY_RANGE_MIN &&
+            copy_range(f, s, seg[i].offset, seg[i].length, what))
+            continue;
         uint64_t done = 0;
         while (done < seg[i].length && !f->failed) {
-            if (f->buf_len == OUT_BUF) flush(f);
-            size_t room = OUT_BUF - f->buf_len;
+            size_t room = f->buf_cap - f->buf_len;
             size_t take = seg[i].length - done < room ? (size_t)(seg[i].length - done) : room;
-            ssize_t r = pread(s->fd, f->buf + f->buf_len, take, (off_t)(seg[i].offset + done));
-            if (r < 0 && errno == EINTR) continue;
+            ssize_t r = ckpt_source_pread(s, f->buf + f->buf_len, take, seg[i].offset + done);
             if (r <= 0) {
-                int e = r < 0 ? errno : EIO;
+                int e = r < 0 ? (int)-r : EIO;
                 f->failed = -e;
                 ckpt_fail(f->err, -e, "%s: reading %s at offset %llu: %s", what, s->path,
                           (unsigned long long)(seg[i].offset + done),
-                          r < 0 ? strerror(e) : "the file is shorter than when it was opened");
+                          r == 0   ? "the file is shorter than when it was opened"
+                          : s->zst ? zst_last_error()
+                                   : strerror(e));
                 return;
             }
             f->buf_len += (size_t)r;
             f->written += (uint64_t)r;
             done += (uint64_t)r;
-            if (f->buf_len == OUT_BUF) {
-                flush(f);
-                if (f->progress && f->progress->report && f->progress_done) {
-                    *f->progress_done += OUT_BUF;
-                    f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
-                }
-            }
+            if (f->buf_len == f->buf_cap) flush(f);
         }
     }
+}
+
+int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
+                ckpt_err *err) {
+    char what[160];
+    snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN(t->name_len), t->name);
+    size_t got = 0;
+    while (got < len) {
+        ckpt_segment seg[64];
+        uint64_t done;
+        size_t n = ckpt_plan(t, off + got, len - got, seg, 64, &done);
+        if (n == 0)
+            return ckpt_fail(err, -EIO, "%s: no bytes at offset %llu", what,
+                             (unsigned long long)(off + got));
+        for (size_t i = 0; i < n; i++) {
+            char *dst = (char *)buf + got;
+            if (seg[i].kind == CKPT_SEG_HOLE)
+                return ckpt_fail(err, -EIO, "%s: part of it is stored nowhere (incomplete)", what);
+            if (seg[i].kind == CKPT_SEG_MEM) {
+                memcpy(dst, seg[i].mem, seg[i].length);
+            } else {
+                int rc =
+                    source_read(cat, seg[i].source, seg[i].offset, dst, seg[i].length, what, err);
+                if (rc) return rc;
+            }
+            got += seg[i].length;
+        }
+    }
+    return 0;
 }
 
 void out_tensor(out_file *f, const ckpt_catalog *cat, const ckpt_tensor *t) {
     char what[160];
     snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN(t->name_len), t->name);
+    out_boundary(f);
     uint64_t off = 0;
     while (off < t->nbytes && !f->failed) {
-        ckpt_segment seg[64];
+        ckpt_segment seg[256];
         uint64_t done;
-        size_t n = ckpt_plan(t, off, t->nbytes - off, seg, 64, &done);
+        size_t n = ckpt_plan(t, off, t->nbytes - off, seg, 256, &done);
         if (n == 0) break;
         out_segments(f, cat, seg, n, what);
         off += done;
@@ -167,14 +309,17 @@ void out_tensor(out_file *f, const ckpt_catalog *cat, const ckpt_tensor *t) {
 }
 
 static void out_vfile(out_file *f, const ckpt_catalog *cat, const ckpt_vfile *vf) {
-    uint64_t off = 0;
-    while (off < vf->size && !f->failed) {
-        ckpt_segment seg[64];
-        uint64_t done;
-        size_t n = ckpt_vfile_plan(vf, off, vf->size - off, seg, 64, &done);
-        if (n == 0) break;
-        out_segments(f, cat, seg, n, f->final_path);
-        off += done;
+    for (size_t p = 0; p < vf->nparts && !f->failed; p++) {
+        uint64_t off = vf->parts[p].start, end = off + vf->parts[p].length;
+        out_boundary(f);
+        while (off < end && !f->failed) {
+            ckpt_segment seg[64];
+            uint64_t done;
+            size_t n = ckpt_vfile_plan(vf, off, end - off, seg, 64, &done);
+            if (n == 0) break;
+            out_segments(f, cat, seg, n, f->final_path);
+            off += done;
+        }
     }
 }
 
@@ -186,12 +331,30 @@ void out_abort(out_file *f) {
     free(f->final_path);
     free(f->temp_path);
     free(f->buf);
+    free(f->gather);
+    f->gather = NULL;
+    zst_writer_free(f->zst);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }
 
+/* The seek table closes a compressed file: what readers look for at its end. */
+static void write_seek_table(out_file *f) {
+    const void *table;
+    size_t len;
+    const char *why;
+    int rc = zst_writer_table(f->zst, &table, &len, &why);
+    if (rc) {
+        f->failed = rc;
+        ckpt_fail(f->err, rc, "%s: writing the seek table: %s", f->final_path, why);
+        return;
+    }
+    write_all(f, table, len);
+}
+
 int out_commit(out_file *f) {
     if (!f->failed) flush(f);
+    if (!f->failed && f->zst) write_seek_table(f);
     if (!f->failed && fsync(f->fd) != 0) {
         f->failed = -errno;
         ckpt_fail(f->err, f->failed, "%s: fsync: %s", f->final_path, strerror(errno));
@@ -279,10 +442,11 @@ static uint64_t view_bytes(const ckpt_hfview *v) {
     return total;
 }
 
-static int write_file(const char *path, const ckpt_catalog *cat, const ckpt_vfile *vf,
-                      const ckpt_write_opts *opts, uint64_t total, uint64_t *done, ckpt_err *err) {
+static int write_file(const char *path, bool compress, const ckpt_catalog *cat,
+                      const ckpt_vfile *vf, const ckpt_write_opts *opts, uint64_t total,
+                      uint64_t *done, ckpt_err *err) {
     out_file f;
-    int rc = out_open(&f, path, err);
+    int rc = out_open(&f, path, compress, err);
     if (rc) return rc;
     f.progress = &opts->progress;
     f.progress_total = total;
@@ -291,15 +455,17 @@ static int write_file(const char *path, const ckpt_catalog *cat, const ckpt_vfil
     return out_commit(&f);
 }
 
+/* One file (compressed or not), or with `directory` an HF directory of plain files. */
 static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
-                             bool directory, ckpt_err *err) {
+                             bool directory, bool compress, ckpt_err *err) {
     int rc = check_safetensors_fit(cat, err);
     if (rc) return rc;
     ckpt_hfview view;
-    if ((rc = ckpt_hfview_build(cat, directory ? opts->max_shard_size : 0, &view, err))) return rc;
+    uint64_t shard = opts->max_shard_size ? opts->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;
+    if ((rc = ckpt_hfview_build(cat, directory ? shard : 0, &view, err))) return rc;
     uint64_t total = view_bytes(&view), done = 0;
     if (!directory) {
-        rc = write_file(out, cat, &view.files[0].vf, opts, total, &done, err);
+        rc = write_file(out, compress, cat, &view.files[0].vf, opts, total, &done, err);
         ckpt_hfview_free(&view);
         return rc;
     }
@@ -319,7 +485,7 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
     for (size_t i = 0; !rc && i < view.nfiles; i++) {
         char path[PATH_MAX];
         rc = join(path, sizeof path, tmp, view.files[i].name, err);
-        if (!rc) rc = write_file(path, cat, &view.files[i].vf, opts, total, &done, err);
+        if (!rc) rc = write_file(path, false, cat, &view.files[i].vf, opts, total, &done, err);
     }
     /* config and tokenizer files travel with the weights */
     for (size_t i = 0; !rc && i < cat->naux; i++) {
@@ -327,7 +493,7 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
         char path[PATH_MAX];
         out_file f;
         if ((rc = join(path, sizeof path, tmp, cat->aux[i].name, err)) ||
-            (rc = out_open(&f, path, err)))
+            (rc = out_open(&f, path, false, err)))
             break;
         ckpt_segment seg = {
             .kind = CKPT_SEG_FILE, .source = cat->aux[i].source, .offset = 0, .length = s->size};
@@ -369,30 +535,41 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
     if (!opts) opts = &none;
     struct stat st;
     bool is_dir = (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) || has_suffix(out, "/");
-    if (has_suffix(out, ".safetensors") && !opts->max_shard_size)
-        return write_safetensors(cat, out, opts, false, err);
-    if (is_dir || opts->max_shard_size) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s", out);
-        size_t n = strlen(path);
-        while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
-        return write_safetensors(cat, path, opts, true, err);
-    }
+    /* NAME.EXT.zst: the writer of EXT, compressed. */
+    char inner[PATH_MAX];
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    if (n >= sizeof inner) return ckpt_fail(err, -ENAMETOOLONG, "%s: path too long", out);
+    memcpy(inner, out, n);
+    inner[n] = '\0';
+    bool compress = has_suffix(inner, ".zst");
+    if (compress && (is_dir || opts->max_shard_size))
+        return ckpt_fail(err, -EINVAL,
+                         "%s: a Hugging Face directory cannot be written as .zst (only single "
+                         "files: NAME.safetensors.zst, NAME.gguf.zst, ...)",
+                         out);
+    if (compress) inner[n - 4] = '\0';
+    const char *name = compress ? inner : out;
+    if (has_suffix(name, ".safetensors") && !opts->max_shard_size)
+        return write_safetensors(cat, out, opts, false, compress, err);
+    if (is_dir || opts->max_shard_size) /* inner: OUT without its trailing '/' */
+        return write_safetensors(cat, inner, opts, true, false, err);
     int (*writer)(out_file *, const ckpt_catalog *, ckpt_err *) = NULL;
-    if (has_suffix(out, ".gguf"))
+    if (has_suffix(name, ".gguf"))
         writer = write_gguf;
-    else if (has_suffix(out, ".bpk"))
+    else if (has_suffix(name, ".bpk"))
         writer = write_burnpack;
-    else if (has_suffix(out, ".lwt"))
+    else if (has_suffix(name, ".lwt"))
         writer = write_lwt;
-    bool gptrs = has_suffix(out, ".gptrs"), gptrsten = has_suffix(out, ".gptrsten");
+    bool gptrs = has_suffix(name, ".gptrs"), gptrsten = has_suffix(name, ".gptrsten");
     if (!writer && !gptrs && !gptrsten)
         return ckpt_fail(err, -EINVAL,
                          "%s: cannot tell the output format from the name (use .safetensors, "
-                         ".gguf, .bpk, .lwt, .gptrs, .gptrsten, or a directory for HF shards)",
+                         ".gguf, .bpk, .lwt, .gptrs, .gptrsten, any of them followed by .zst, or "
+                         "a directory for HF shards)",
                          out);
     out_file f;
-    int rc = out_open(&f, out, err);
+    int rc = out_open(&f, out, compress, err);
     if (rc) return rc;
     uint64_t done = 0;
     f.progress = &opts->progress;

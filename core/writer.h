@@ -17,7 +17,9 @@ typedef struct ckpt_write_opts {
 } ckpt_write_opts;
 
 /* The output format follows OUT's name: .safetensors, a directory (HF shards + index), .gguf,
- * .bpk, .lwt, .gptrs (GPTRSCHK) / .gptrsten (GPTRSTEN). */
+ * .bpk, .lwt, .gptrs (GPTRSCHK) / .gptrsten (GPTRSTEN). NAME.EXT.zst is the file NAME.EXT would
+ * be, in the zstd seekable format: frames of at most 1 MiB, ended between tensors once they hold
+ * 256 KiB, and the seek table. */
 int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
                ckpt_err *err);
 
@@ -27,9 +29,13 @@ typedef struct out_file {
     char *final_path;
     char *temp_path;
     int fd;
-    uint64_t written;
-    unsigned char *buf; /* write buffer */
+    uint64_t written;   /* bytes of the format written so far (before compression) */
+    uint64_t file_at;   /* bytes in the file so far */
+    unsigned char *buf; /* write buffer; when compressing, the frame being filled */
     size_t buf_len;
+    size_t buf_cap;
+    struct zst_writer *zst; /* OUT is a seekable .zst */
+    char *gather;           /* scratch for reading row fragments together (segread.h) */
     const ckpt_progress *progress;
     uint64_t progress_total;
     uint64_t *progress_done; /* shared across the files of one job */
@@ -37,11 +43,19 @@ typedef struct out_file {
     int failed; /* sticky negative errno */
 } out_file;
 
-int out_open(out_file *f, const char *path, ckpt_err *err);
+/* compress: write the seekable zstd format of what the writer writes. */
+int out_open(out_file *f, const char *path, bool compress, ckpt_err *err);
 void out_bytes(out_file *f, const void *p, size_t n);
 void out_zeros(out_file *f, size_t n);
-/* The tensor's logical bytes, planned and copied from its sources. */
+/* The tensor's logical bytes, planned and copied from its sources. When compressing, a tensor
+ * that follows 256 KiB or more of the current frame starts a new one, so reading a tensor
+ * decompresses little of its neighbours. */
 void out_tensor(out_file *f, const ckpt_catalog *cat, const ckpt_tensor *t);
+/* True when the output is compressed: what was written can be neither read back nor patched. */
+bool out_compressed(const out_file *f);
+/* Bytes [off, off+len) of the tensor's logical bytes, read from its sources. */
+int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
+                ckpt_err *err);
 /* Flushes, fsyncs and renames into place; on any earlier error removes the temporary file. */
 int out_commit(out_file *f);
 void out_abort(out_file *f);

@@ -1,6 +1,9 @@
 /* ckptfs SOURCE MOUNTPOINT: opens and validates the checkpoint in the foreground (so a bad
  * source fails with one line and a non-zero exit before anything is mounted), mounts, then
- * detaches once the mount answers and its readahead is set. */
+ * detaches once the mount answers and its readahead is set.
+ *
+ * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
+ * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
 #include "ckptfs.h"
 #include "cli.h"
 #include "daemon.h"
@@ -34,11 +37,27 @@ typedef struct options {
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
     char *as_dtype;       /* "f32": convert narrow and quantized tensors on read */
+    char *stage;          /* OUT: a staging mount instead of a read-only one */
+    char *spool;          /* staging: where staged bytes go */
+    int nocommit;         /* staging: no commit on unmount */
+    int ro;               /* -o ro was given */
+    char *read_only_opt;  /* the first option only a read-only mount takes, as given */
+    char *staging_opt;    /* the first option only a staging mount takes, as given */
     int foreground, debug, single, help, version, allow_other;
     int extra_args; /* positional arguments beyond the two expected */
 } options;
 
-enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION, KEY_ALLOW_OTHER };
+enum {
+    KEY_FOREGROUND,
+    KEY_DEBUG,
+    KEY_SINGLE,
+    KEY_HELP,
+    KEY_VERSION,
+    KEY_ALLOW_OTHER,
+    KEY_RO,
+    KEY_READ_ONLY_OPT, /* also matched by its value template above: noted, then dropped */
+    KEY_STAGING_OPT,
+};
 
 #define OPT(t, field, value)                                                                       \
     { t, offsetof(options, field), value }
@@ -54,6 +73,21 @@ static const struct fuse_opt option_spec[] = {
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
     OPT("as_dtype=%s", as_dtype, 0),
+    OPT("stage=%s", stage, 0),
+    OPT("spool=%s", spool, 0),
+    OPT("nocommit", nocommit, 1),
+    FUSE_OPT_KEY("readahead_kb=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("splice", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("nosplice", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("npy", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("nonpy", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("timeout=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("view=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("tp_split=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("spool=", KEY_STAGING_OPT),
+    FUSE_OPT_KEY("nocommit", KEY_STAGING_OPT),
+    FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -72,9 +106,7 @@ static void usage(FILE *out) {
             "Mount a checkpoint file or model directory read-only: every tensor becomes a raw\n"
             "file with a .json sidecar; .ckptfs/ holds summary.json, metadata.json, tensors.tsv.\n"
             "\n"
-            "  -f                 stay in the foreground\n"
-            "  -d                 print every FUSE request (implies -f)\n"
-            "  -s                 one thread only\n"
+            "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
             "  -h, --help         this help;  -V, --version  the version\n"
             "\n"
             "Options (-o):\n"
@@ -90,6 +122,9 @@ static void usage(FILE *out) {
             "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
             "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
             "  allow_other        let other users in (with default_permissions)\n"
+            "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
+            "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
+            "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
             "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
@@ -129,9 +164,58 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
     case KEY_ALLOW_OTHER:
         o->allow_other = 1;
         return 1;
+    case KEY_RO:
+        o->ro = 1;
+        return 1;
+    case KEY_READ_ONLY_OPT:
+        if (!o->read_only_opt) o->read_only_opt = strdup(arg);
+        return 0;
+    case KEY_STAGING_OPT:
+        if (!o->staging_opt) o->staging_opt = strdup(arg);
+        return 0;
     default:
         return 1; /* FUSE and mount options go on to libfuse */
     }
+}
+
+/* -o stage=OUT: `ckptfs stage OUT MOUNTPOINT --from SOURCE` in the form mount(8) and fstab
+ * use. SOURCE `none` (or "", or left out) stages an empty tree. */
+static int mount_stage(options *o, struct fuse_args *args) {
+    if (!o->stage[0]) {
+        fprintf(stderr, "ckptfs: -o stage= needs OUT, the archive to write\n");
+        return EXIT_USAGE;
+    }
+    if (o->source && !o->mountpoint) { /* `ckptfs MOUNTPOINT -o stage=OUT` */
+        o->mountpoint = o->source;
+        o->source = NULL;
+    }
+    if (!o->mountpoint || o->extra_args) {
+        fprintf(stderr, "ckptfs: -o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
+                        "empty stage; try: ckptfs --help)\n");
+        return EXIT_USAGE;
+    }
+    if (o->read_only_opt) {
+        fprintf(stderr,
+                "ckptfs: -o %s is an option of read-only mounts; a staging mount "
+                "(-o stage=OUT) does not take it\n",
+                o->read_only_opt);
+        return EXIT_USAGE;
+    }
+    if (o->ro) {
+        fprintf(stderr, "ckptfs: -o ro: a staging mount (-o stage=OUT) is writable\n");
+        return EXIT_USAGE;
+    }
+    bool empty = !o->source || !o->source[0] || strcmp(o->source, "none") == 0;
+    stage_request req = {.out = o->stage,
+                         .mountpoint = o->mountpoint,
+                         .from = empty ? NULL : o->source,
+                         .spool = o->spool,
+                         .max_shard_size = o->max_shard_size,
+                         .max_threads = o->max_threads,
+                         .nocommit = o->nocommit,
+                         .foreground = o->foreground,
+                         .single = o->single};
+    return stage_mount(&req, args);
 }
 
 /* Raises the mount's readahead once the kernel has our INIT reply (else it is clamped back). */
@@ -164,6 +248,15 @@ int main(int argc, char **argv) {
         else
             printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
         status = 0;
+        goto out;
+    }
+    if (o.stage) {
+        status = mount_stage(&o, &args);
+        goto out;
+    }
+    if (o.staging_opt) {
+        fprintf(stderr, "ckptfs: -o %s is an option of staging mounts (add -o stage=OUT)\n",
+                o.staging_opt);
         goto out;
     }
     if (!o.source || !o.mountpoint || o.extra_args) {
@@ -253,6 +346,10 @@ out:
     free(o.max_shard_size);
     free(o.tp_split);
     free(o.as_dtype);
+    free(o.stage);
+    free(o.spool);
+    free(o.read_only_opt);
+    free(o.staging_opt);
     free(o.source);
     free(o.mountpoint);
     return status;

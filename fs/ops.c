@@ -3,7 +3,9 @@
 #include "ckptfs.h"
 
 #include "../core/dequant.h"
+#include "../core/segread.h"
 #include "../core/sha256.h"
+#include "../core/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +16,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-enum { MAX_READ = 1 << 20, SEG_BATCH = 64, DIR_BLKSIZE = 4096 };
+enum { MAX_READ = 1 << 20, SEG_BATCH = 256, DIR_BLKSIZE = 4096 };
 
 static ckptfs *fs_of(fuse_req_t req) {
     return fuse_req_userdata(req);
@@ -128,12 +130,13 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
 
 /* One reusable buffer per loop thread, so READ never allocates; libfuse starts and stops
  * worker threads, so the buffers are freed by a key destructor. */
-static pthread_key_t read_buf_key, bufvec_key, convert_key;
+static pthread_key_t read_buf_key, bufvec_key, convert_key, gather_key;
 
 static void make_keys(void) {
     pthread_key_create(&read_buf_key, free);
     pthread_key_create(&bufvec_key, free);
     pthread_key_create(&convert_key, free);
+    pthread_key_create(&gather_key, free);
 }
 
 static void *thread_buffer(pthread_key_t key, size_t size) {
@@ -280,7 +283,8 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 /* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
     struct stat st;
-    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == s->size &&
+    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->size;
+    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
            st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
 }
 
@@ -439,21 +443,24 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
     return 1;
 }
 
-static int copy_segment(const ckptfs *fs, const ckpt_segment *s, char *dst) {
-    if (s->kind == CKPT_SEG_MEM) {
-        memcpy(dst, s->mem, s->length);
-        return 0;
-    }
-    if (s->kind == CKPT_SEG_HOLE) return EIO;
-    int fd = fs->cat->sources[s->source].fd;
-    size_t got = 0;
-    while (got < s->length) {
-        ssize_t r = pread(fd, dst + got, s->length - got, (off_t)(s->offset + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return EIO; /* EOF inside a segment: the source shrank */
-        got += (size_t)r;
-    }
-    return 0;
+/* Planned segments into dst; fragments of one source read together through a per-thread
+ * scratch window (core/segread.c). 0 or a positive errno. */
+static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
+    char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
+    return ckpt_read_segments(fs->cat, seg, n, dst, scratch);
+}
+
+static uint64_t segments_length(const ckpt_segment *seg, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) total += seg[i].length;
+    return total;
+}
+
+/* The kernel can splice only bytes that lie in a file as they are: not those of a .zst. */
+static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (seg[i].kind == CKPT_SEG_FILE && fs->cat->sources[seg[i].source].zst) return false;
+    return true;
 }
 
 static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, size_t n) {
@@ -520,14 +527,12 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
             fuse_reply_err(req, EIO);
             return;
         }
-        for (size_t i = 0; i < nseg; i++) {
-            int e = copy_segment(fs, &seg[i], (char *)src + got);
-            if (e) {
-                fuse_reply_err(req, e);
-                return;
-            }
-            got += seg[i].length;
+        int e = read_segments(fs, seg, nseg, (char *)src + got);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
         }
+        got += segments_length(seg, nseg);
     }
     ckpt_to_f32(t->dtype, src, nblocks, out);
     fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
@@ -556,7 +561,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     /* Splice pays off only for whole requests served by file segments of a page or more. */
-    if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096) {
+    if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096 &&
+        spliceable(fs, seg, nseg)) {
         reply_splice(req, fs, seg, nseg);
         return;
     }
@@ -567,14 +573,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     size_t filled = 0;
     for (;;) {
-        for (size_t i = 0; i < nseg; i++) {
-            int e = copy_segment(fs, &seg[i], read_buf + filled);
-            if (e) {
-                fuse_reply_err(req, e);
-                return;
-            }
-            filled += seg[i].length;
+        int e = read_segments(fs, seg, nseg, read_buf + filled);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
         }
+        filled += segments_length(seg, nseg);
         if (filled >= size || done == 0) break;
         nseg = plan_node(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
         if (nseg == 0) break;
@@ -625,12 +629,8 @@ static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
         ckpt_segment seg[SEG_BATCH];
         uint64_t done, want = t->nbytes - off < MAX_READ ? t->nbytes - off : MAX_READ;
         size_t n = ckpt_plan(t, off, want, seg, SEG_BATCH, &done);
-        size_t filled = 0;
-        for (size_t i = 0; i < n && !e; i++) {
-            e = copy_segment(fs, &seg[i], buf + filled);
-            filled += seg[i].length;
-        }
-        if (n == 0) e = EIO;
+        size_t filled = (size_t)segments_length(seg, n);
+        e = n ? read_segments(fs, seg, n, buf) : EIO;
         sha256_update(&ctx, buf, filled);
         off += done;
     }

@@ -7,6 +7,7 @@
 #include "stage.h"
 
 #include "daemon.h"
+#include "size.h"
 #include "stage_fs.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@
 #include <unistd.h>
 
 typedef struct stage_options {
-    char *out, *mountpoint, *from, *spool;
+    char *out, *mountpoint, *from, *spool, *max_shard_size;
     unsigned max_threads;
     int nocommit;
     int foreground, debug, single, help, allow_other;
@@ -38,6 +39,7 @@ static const struct fuse_opt stage_spec[] = {
     OPT("spool=%s", spool, 0),
     OPT("max_threads=%u", max_threads, 0),
     OPT("nocommit", nocommit, 1),
+    OPT("max_shard_size=%s", max_shard_size, 0),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -63,11 +65,13 @@ static void usage(FILE *out) {
             "  -o spool=DIR       where staged bytes go (default: .OUT.stage/ next to OUT)\n"
             "  -o max_threads=N   worker threads (default 8)\n"
             "  -o nocommit        no commit on unmount: the spool stays until a commit\n"
+            "  -o max_shard_size=S  shards of a DIR/ OUT (e.g. 5GB, 2GiB; default: one file)\n"
             "\n"
             "Commit with `ckptfs commit MOUNTPOINT` (or a write to MOUNTPOINT/.ckptfs/commit),\n"
             "and on unmount (fusermount3 -u MOUNTPOINT). Progress and the last report are in\n"
             "MOUNTPOINT/.ckptfs/status. A stage whose daemon was killed is taken up again by\n"
-            "running the same `ckptfs stage OUT MOUNTPOINT`.\n"
+            "running the same `ckptfs stage OUT MOUNTPOINT`. The same as a mount option:\n"
+            "`ckptfs SOURCE MOUNTPOINT -o stage=OUT` (SOURCE none: an empty stage).\n"
             "Exit status: 0 mounted, 1 usage, 2 the source or the spool cannot be used, 3 the\n"
             "mount failed. See ckptfs(1), STAGING.\n");
 }
@@ -130,7 +134,7 @@ static int take_from(int *argc, char **argv, char **from) {
 
 static bool has_suffix(const char *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
-    return n > m && strcmp(s + n - m, suffix) == 0;
+    return n > m && memcmp(s + n - m, suffix, m) == 0;
 }
 
 /* OUT made absolute (its directory must exist), keeping a trailing '/' that asks for an HF
@@ -156,13 +160,15 @@ static char *absolute_out(const char *out) {
         static const char *const suffixes[] = {".safetensors", ".gguf",  ".bpk",
                                                ".lwt",         ".gptrs", ".gptrsten"};
         bool known = is_dir;
+        size_t blen = strlen(base);
+        if (!is_dir && has_suffix(base, blen, ".zst")) blen -= 4; /* seekable zstd of FORMAT */
         for (size_t i = 0; !known && i < sizeof suffixes / sizeof *suffixes; i++)
-            known = has_suffix(base, strlen(base), suffixes[i]);
+            known = has_suffix(base, blen, suffixes[i]);
         if (!known || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
             fprintf(stderr,
                     "ckptfs stage: OUT %s: cannot tell the format from the name (use "
-                    ".safetensors, .gguf, .bpk, .lwt, .gptrs, .gptrsten, or DIR/ for a Hugging "
-                    "Face directory)\n",
+                    ".safetensors, .gguf, .bpk, .lwt, .gptrs, .gptrsten, any of them + .zst, or "
+                    "DIR/ for a Hugging Face directory)\n",
                     out);
         } else if ((result = malloc(strlen(dir) + strlen(base) + 3))) {
             sprintf(result, "%s%s%s%s", dir, strcmp(dir, "/") ? "/" : "", base, is_dir ? "/" : "");
@@ -277,33 +283,32 @@ static int commit_on_unmount(stage *st, bool commit) {
     return status;
 }
 
-int stage_main(int argc, char **argv) {
-    stage_options o = {.max_threads = 8};
+int stage_mount(const stage_request *req, struct fuse_args *args) {
     stage st;
     stage_init(&st);
     int status = STAGE_USAGE;
     struct fuse_session *se = NULL;
-    if (take_from(&argc, argv, &o.from) != 0) {
-        stage_free(&st);
-        return STAGE_USAGE;
-    }
-    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    if (fuse_opt_parse(&args, &o, stage_spec, on_option) != 0) goto out;
-    if (o.help) {
-        usage(stdout);
-        status = 0;
-        goto out;
-    }
-    if (!o.out || !o.mountpoint || o.extra_args) {
-        fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
-        goto out;
-    }
     char mnt[PATH_MAX], from[PATH_MAX];
-    if (!realpath(o.mountpoint, mnt)) {
-        fprintf(stderr, "ckptfs stage: mount point %s: %s\n", o.mountpoint, strerror(errno));
+    if (!realpath(req->mountpoint, mnt)) {
+        fprintf(stderr, "ckptfs stage: mount point %s: %s\n", req->mountpoint, strerror(errno));
         goto out;
     }
-    if (!(st.out = absolute_out(o.out)) || !(st.spool = spool_path(st.out, o.spool))) goto out;
+    if (!(st.out = absolute_out(req->out)) || !(st.spool = spool_path(st.out, req->spool)))
+        goto out;
+    if (parse_size_option(req->max_shard_size, &st.max_shard_size) != 0) {
+        fprintf(stderr,
+                "ckptfs stage: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
+                req->max_shard_size);
+        goto out;
+    }
+    /* ckpt_write would turn a file name into a directory of that name: say so instead. */
+    if (req->max_shard_size && st.out[strlen(st.out) - 1] != '/') {
+        fprintf(stderr,
+                "ckptfs stage: max_shard_size=%s: only a Hugging Face directory OUT (DIR/) is "
+                "split into shards; %s is one file\n",
+                req->max_shard_size, st.out);
+        goto out;
+    }
     st.mountpoint = strdup(mnt);
     /* Inside the mount they would be reached through the mount itself. */
     if (is_under(st.out, mnt) || is_under(st.spool, mnt)) {
@@ -314,14 +319,14 @@ int stage_main(int argc, char **argv) {
         goto out;
     }
     status = STAGE_INVALID;
-    if (o.from && !realpath(o.from, from)) {
-        fprintf(stderr, "ckptfs stage: --from %s: %s\n", o.from, strerror(errno));
+    if (req->from && !realpath(req->from, from)) {
+        fprintf(stderr, "ckptfs stage: --from %s: %s\n", req->from, strerror(errno));
         goto out;
     }
-    if (o.from) st.from = strdup(from);
+    if (req->from) st.from = strdup(from);
     raise_file_limit();
     bool resumed;
-    if ((status = spool_setup(&st, o.from, &resumed)) != 0) goto out;
+    if ((status = spool_setup(&st, req->from, &resumed)) != 0) goto out;
     struct stat os;
     if (resumed)
         fprintf(stderr, "ckptfs stage: continuing the stage of %s kept in %s\n", st.out, st.spool);
@@ -331,11 +336,11 @@ int stage_main(int argc, char **argv) {
                 "replaces it (stage with --from %s to start from its tensors)\n",
                 st.out, st.out);
 
-    fuse_opt_add_arg(&args, "-osubtype=ckptfs");
-    fuse_opt_add_arg(&args, "-ofsname=ckptfs-stage");
-    fuse_opt_add_arg(&args, "-odefault_permissions");
+    fuse_opt_add_arg(args, "-osubtype=ckptfs");
+    fuse_opt_add_arg(args, "-ofsname=ckptfs-stage");
+    fuse_opt_add_arg(args, "-odefault_permissions");
     status = STAGE_USAGE;
-    se = fuse_session_new(&args, &stage_ops, sizeof stage_ops, &st);
+    se = fuse_session_new(args, &stage_ops, sizeof stage_ops, &st);
     if (!se) goto out;
     status = STAGE_WRITE_FAILED;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
@@ -343,26 +348,56 @@ int stage_main(int argc, char **argv) {
         if (!resumed) spool_remove(&st); /* nothing was staged in it */
         goto out_handlers;
     }
-    if (!o.foreground && daemon_detach(3) != 0) {
+    if (!req->foreground && daemon_detach(3) != 0) {
         fprintf(stderr, "ckptfs stage: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
     spool_note_pid(&st);
-    daemon_serve(se, mnt, o.single, o.max_threads, NULL, NULL);
+    daemon_serve(se, mnt, req->single, req->max_threads, NULL, NULL);
 out_unmount:
     fuse_session_unmount(se);
-    status = commit_on_unmount(&st, !o.nocommit);
+    status = commit_on_unmount(&st, !req->nocommit);
 out_handlers:
     fuse_remove_signal_handlers(se);
 out_session:
     fuse_session_destroy(se);
 out:
     daemon_report_ready(status ? (unsigned char)status : 3);
-    fuse_opt_free_args(&args);
     stage_free(&st);
+    return status;
+}
+
+int stage_main(int argc, char **argv) {
+    stage_options o = {.max_threads = 8};
+    if (take_from(&argc, argv, &o.from) != 0) return STAGE_USAGE;
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    int status = STAGE_USAGE;
+    if (fuse_opt_parse(&args, &o, stage_spec, on_option) != 0) goto out;
+    if (o.help) {
+        usage(stdout);
+        status = 0;
+        goto out;
+    }
+    if (!o.out || !o.mountpoint || o.extra_args) {
+        fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
+        goto out;
+    }
+    stage_request req = {.out = o.out,
+                         .mountpoint = o.mountpoint,
+                         .from = o.from,
+                         .spool = o.spool,
+                         .max_shard_size = o.max_shard_size,
+                         .max_threads = o.max_threads,
+                         .nocommit = o.nocommit,
+                         .foreground = o.foreground,
+                         .single = o.single};
+    status = stage_mount(&req, &args);
+out:
+    fuse_opt_free_args(&args);
     free(o.out);
     free(o.mountpoint);
     free(o.from);
     free(o.spool);
+    free(o.max_shard_size);
     return status;
 }

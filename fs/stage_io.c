@@ -5,6 +5,8 @@
  * made at open (status) or by the commit run through the handle. */
 #include "stage_ops.h"
 
+#include "../core/segread.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -22,22 +24,10 @@ int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, c
         uint64_t done;
         size_t n = ckpt_plan(t, off + *got, len - *got, seg, 64, &done);
         if (n == 0) return EIO;
-        for (size_t i = 0; i < n; i++) {
-            if (seg[i].kind == CKPT_SEG_HOLE) return EIO;
-            if (seg[i].kind == CKPT_SEG_MEM) {
-                memcpy(buf + *got, seg[i].mem, seg[i].length);
-                *got += seg[i].length;
-                continue;
-            }
-            int fd = st->lower->sources[seg[i].source].fd;
-            for (uint64_t at = 0; at < seg[i].length;) {
-                ssize_t r = pread(fd, buf + *got, seg[i].length - at, (off_t)(seg[i].offset + at));
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0) return EIO; /* the source shrank: never other bytes */
-                at += (uint64_t)r;
-                *got += (size_t)r;
-            }
-        }
+        /* A source that shrank gives EIO: never other bytes. */
+        int e = ckpt_read_segments(st->lower, seg, n, buf + *got, NULL);
+        if (e) return e;
+        *got += (size_t)done;
     }
     return 0;
 }
@@ -178,6 +168,7 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     }
     fi->keep_cache = 0;
+    fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY; /* as for files it creates */
     fuse_reply_open(req, fi);
 }
 

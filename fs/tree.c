@@ -117,7 +117,8 @@ static int link_children(tree *tr, ckpt_err *err) {
         const node *d = &tr->nodes[i];
         uint32_t *c = tr->children + d->first_child;
         bool sorted = true;
-        for (uint32_t k = 1; sorted && k < d->nchildren; k++) sorted = name_cmp(&c[k - 1], &c[k], tr) < 0;
+        for (uint32_t k = 1; sorted && k < d->nchildren; k++)
+            sorted = name_cmp(&c[k - 1], &c[k], tr) < 0;
         if (!sorted) qsort_r(c, d->nchildren, sizeof *c, name_cmp, tr);
         for (uint32_t k = 1; k < d->nchildren; k++)
             if (name_cmp(&c[k - 1], &c[k], tr) == 0) {
@@ -141,7 +142,8 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     tr->view = view;
     builder b = {.tr = tr};
     /* About one directory per tensor in real models; the map grows if there are more. */
-    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     size_t nview = view ? view->nfiles : 0;
     size_t nnpy = 0;
     for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)

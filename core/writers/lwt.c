@@ -13,6 +13,8 @@
  * header's "crc32" (a decimal integer). Tensors are streamed, so the CRC is only known after
  * the data: it is computed by reading the data section back from the output (it is in the page
  * cache) and the header's value, written as 10 spaces-padded digits, is then filled in place.
+ * A compressed output (.lwt.zst) can be neither read back nor patched: there the tensors are
+ * read from their sources once before anything is written, for the CRC.
  *
  * Header keys: version 1, dtype "float32", byte_order "little", tensor_count, total_bytes (the
  * sum of size_bytes), source_format (where the tensors came from), crc32. From a .lwt source
@@ -123,9 +125,9 @@ static void put_source_keys(strbuf *sb, const ckpt_catalog *cat) {
     json_doc_free(&jd);
 }
 
-/* The header JSON; *crc_at is where the CRC's digits go in it. */
+/* The header JSON with crc as its crc32; *crc_at is where the CRC's digits are in it. */
 static void build_header(strbuf *sb, const ckpt_catalog *cat, size_t n, uint64_t total,
-                         size_t *crc_at) {
+                         uint32_t crc, size_t *crc_at) {
     sb_puts(sb, "{\"version\": 1, ");
     put_source_keys(sb, cat);
     const char *fmt = cat->format ? cat->format : "unknown";
@@ -136,7 +138,7 @@ static void build_header(strbuf *sb, const ckpt_catalog *cat, size_t n, uint64_t
     sb_json_str(sb, fmt, strlen(fmt));
     sb_puts(sb, ", \"crc32\": ");
     *crc_at = sb->len;
-    sb_printf(sb, "%*u}", CRC_DIGITS, 0u);
+    sb_printf(sb, "%*u}", CRC_DIGITS, crc);
 }
 
 /* ---- CRC of what was written ---- */
@@ -174,6 +176,30 @@ static uint32_t crc_written(out_file *f, uint64_t at, uint64_t len, ckpt_err *er
     return (uint32_t)crc;
 }
 
+/* CRC-32 of the data section the tensors sel[0..n) make, read from their sources. */
+static int crc_of_sources(const ckpt_catalog *cat, const size_t *sel, size_t n, uint32_t *out,
+                          ckpt_err *err) {
+    static const unsigned char zeros[DATA_ALIGN];
+    unsigned char *buf = malloc(READ_BACK);
+    if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t at = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ckpt_tensor *t = &cat->tensors[sel[i]];
+        crc = crc32(crc, zeros, (uInt)(align_up(at) - at));
+        at = align_up(at);
+        for (uint64_t off = 0; off < t->nbytes && !rc; off += READ_BACK) {
+            size_t len = t->nbytes - off < READ_BACK ? (size_t)(t->nbytes - off) : READ_BACK;
+            if (!(rc = tensor_read(cat, t, off, buf, len, err))) crc = crc32(crc, buf, (uInt)len);
+        }
+        at += t->nbytes;
+    }
+    free(buf);
+    *out = (uint32_t)crc;
+    return rc;
+}
+
 /* Overwrites bytes already written at `at`: in the file if flushed, else in the buffer. */
 static void patch(out_file *f, uint64_t at, const void *p, size_t n, ckpt_err *err) {
     uint64_t flushed = f->written - f->buf_len;
@@ -198,8 +224,11 @@ int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; i < n; i++) total += cat->tensors[sel[i]].nbytes;
     strbuf header;
     sb_init(&header);
+    uint32_t crc = 0;
+    bool crc_first = out_compressed(f);
+    if (crc_first && (rc = crc_of_sources(cat, sel, n, &crc, err))) goto out;
     size_t crc_at;
-    build_header(&header, cat, n, total, &crc_at);
+    build_header(&header, cat, n, total, crc, &crc_at);
     if (header.failed || header.len > UINT32_MAX) {
         rc = header.failed
                  ? ckpt_fail(err, -ENOMEM, "out of memory")
@@ -232,12 +261,12 @@ int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
         out_tensor(f, cat, &cat->tensors[sel[i]]);
     }
     if (!f->failed) {
-        uint32_t crc = crc_written(f, data_at, data_len, err);
+        if (!crc_first) crc = crc_written(f, data_at, data_len, err);
         le32(b, crc);
         out_bytes(f, b, 4);
         char digits[CRC_DIGITS + 1];
         snprintf(digits, sizeof digits, "%*u", CRC_DIGITS, crc);
-        patch(f, 12 + crc_at, digits, CRC_DIGITS, err);
+        if (!crc_first) patch(f, 12 + crc_at, digits, CRC_DIGITS, err);
     }
     rc = f->failed;
 out:

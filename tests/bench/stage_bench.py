@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""Bench of the staging mount: packing a checkpoint through `ckptfs stage` against a plain copy.
+
+  (a) stage   `cp -r` of a raw tree (tensor files + .json sidecars) into a staging mount, then
+              `ckptfs commit` (validates, writes OUT.safetensors through a temporary file,
+              fsyncs it and its directory, renames). Timed from the start of cp to the return
+              of commit. Not timed: mounting the stage, the unmount, removing the spool.
+  commit      the `ckptfs commit` part of (a) alone.
+  (b) cp      `cp -r` of the same tree to a directory on the same disk, then `sync -f` on it,
+              so that both (a) and (b) end with the bytes durable on disk.
+
+Source: SIZE (default 2 GiB) of random bytes as a few large F32 tensors, kept as a raw tree in
+OUTDIR/stage-data/src (made once, reused). OUT, the spool and the copy live beside it, on the
+same file system. Before every timed step everything dirty is synced, and (COLD=1, the default)
+the source's pages are evicted from the page cache (posix_fadvise DONTNEED), so that both (a)
+and (b) read the source from the disk and nothing is left to write back from an earlier step;
+COLD=0 keeps the source in the page cache.
+
+throughput ratio = median (b) / median (a): 1.0 means packing through the stage is as fast as
+copying the bytes; the target is >= 0.6. OUT's tensors are hashed once against the source.
+
+usage: stage_bench.py CKPTFS OUTDIR     (env RUNS=3, SIZE_MIB=2048, COLD=1)
+Writes OUTDIR/bench-stage.json and prints a table. Needs 4 x SIZE free (source, spool, OUT,
+copy); with less than 8 GiB free it uses a smaller size and says so.
+"""
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+RUNS = int(os.environ.get("RUNS", "3"))
+COLD = os.environ.get("COLD", "1") == "1"
+MiB = 1 << 20
+TENSOR_MIB = 512  # each tensor: [TENSOR_MIB * 256, 1024] F32
+SEED = 20261121
+
+
+def tensor_layout(total_mib):
+    """[(name, shape, nbytes)]: tensors of TENSOR_MIB (the last one may be smaller)."""
+    out, left, i = [], total_mib, 0
+    while left > 0:
+        mib = min(TENSOR_MIB, left)
+        out.append(("model.layers.%d.mlp.weight" % i, [mib * 256, 1024], mib * MiB))
+        left -= mib
+        i += 1
+    return out
+
+
+def make_source(src, total_mib):
+    """The raw tree as a staging mount takes it; returns {name: sha256}. Reused when present."""
+    manifest_path = os.path.join(src, "manifest.json")
+    layout = tensor_layout(total_mib)
+    try:
+        with open(manifest_path) as f:
+            m = json.load(f)
+        if m["seed"] == SEED and m["size_mib"] == total_mib and all(
+                os.path.getsize(os.path.join(src, *n.split("."))) == b for n, _, b in layout):
+            return m["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    shutil.rmtree(src, ignore_errors=True)
+    rng = np.random.default_rng(SEED)
+    digests = {}
+    for name, shape, nbytes in layout:
+        path = os.path.join(src, *name.split("."))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        h = hashlib.sha256()
+        with open(path, "wb") as f:
+            for _ in range(nbytes // (64 * MiB)):
+                chunk = rng.bytes(64 * MiB)
+                h.update(chunk)
+                f.write(chunk)
+        with open(path + ".json", "w") as f:
+            json.dump({"dtype": "F32", "shape": shape}, f)
+        digests[name] = h.hexdigest()
+    with open(manifest_path, "w") as f:
+        json.dump({"seed": SEED, "size_mib": total_mib, "sha256": digests}, f, indent=1)
+    return digests
+
+
+def settle(src):
+    """Nothing dirty left from an earlier step; with COLD, the source is not in the page cache."""
+    subprocess.run(["sync"], check=True)
+    if not COLD:
+        return
+    for d, _, files in os.walk(src):
+        for n in files:
+            fd = os.open(os.path.join(d, n), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def run(argv, timeout=900):
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(argv), p.returncode,
+                                                p.stderr.decode(errors="replace").strip()))
+    return p
+
+
+def is_mounted(mnt):
+    target = os.path.realpath(mnt)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == target for line in f)
+
+
+def wait_gone(spool, seconds=120):
+    """The daemon removes its spool after the unmount once OUT holds everything."""
+    end = time.time() + seconds
+    while os.path.exists(spool) and time.time() < end:
+        time.sleep(0.05)
+
+
+def bench_stage(ckptfs, src, work):
+    """One run of (a): returns (total seconds, cp seconds, commit seconds, OUT path)."""
+    out = os.path.join(work, "out.safetensors")
+    spool = os.path.join(work, ".out.safetensors.stage")
+    for p in (out, spool):
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.unlink(p)
+    mnt = tempfile.mkdtemp(prefix="ckptfs-stage-bench.")
+    try:
+        run([ckptfs, "stage", out, mnt])
+        settle(src)
+        t0 = time.perf_counter()
+        run(["cp", "-r", os.path.join(src, "model"), mnt + "/"])
+        t1 = time.perf_counter()
+        run([ckptfs, "commit", mnt])
+        t2 = time.perf_counter()
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", mnt], timeout=300)
+        wait_gone(spool)
+        os.rmdir(mnt)
+    return t2 - t0, t1 - t0, t2 - t1, out
+
+
+def bench_copy(src, work):
+    """One run of (b): cp -r to the same disk, then sync -f."""
+    dst = os.path.join(work, "copy")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    settle(src)
+    t0 = time.perf_counter()
+    run(["cp", "-r", os.path.join(src, "model"), dst + "/"])
+    run(["sync", "-f", dst])
+    t1 = time.perf_counter()
+    shutil.rmtree(dst)
+    return t1 - t0
+
+
+def check_out(out, expect):
+    """Problems found reading OUT as a strict safetensors reader would."""
+    problems = []
+    with open(out, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        base = 8 + n
+        for name, digest in sorted(expect.items()):
+            e = header.get(name)
+            if not e:
+                problems.append("%s: missing" % name)
+                continue
+            a, b = e["data_offsets"]
+            f.seek(base + a)
+            h, left = hashlib.sha256(), b - a
+            while left:
+                chunk = f.read(min(left, 64 * MiB))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+            if left or h.hexdigest() != digest:
+                problems.append("%s: sha256 differs" % name)
+        extra = sorted(set(header) - set(expect) - {"__metadata__"})
+        problems += ["%s: not in the source" % x for x in extra]
+    return problems
+
+
+def summary(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: stage_bench.py CKPTFS OUTDIR")
+    ckptfs, outdir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    work = os.path.join(outdir, "stage-data")
+    os.makedirs(work, exist_ok=True)
+    src = os.path.join(work, "src")
+    notes = []
+
+    size_mib = int(os.environ.get("SIZE_MIB", "2048"))
+    have_src = os.path.isdir(src) and sum(
+        os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(src) for n in fs)
+    free = shutil.disk_usage(work).free + (have_src or 0)
+    if free < 8 << 30:
+        # source, spool, OUT and the copy: four times the size must fit, with room to spare
+        size_mib = max(64, min(size_mib, int(free * 0.8 / 4 / MiB) // 64 * 64))
+        notes.append("only %.1f GiB free on %s: size reduced to %d MiB" % (free / (1 << 30), work,
+                                                                          size_mib))
+    nbytes = size_mib * MiB
+    print("stage bench: %d MiB in %d tensors, %d runs, %s source, data in %s" % (
+        size_mib, len(tensor_layout(size_mib)), RUNS, "cold" if COLD else "warm", work))
+    for n in notes:
+        print("note: " + n)
+    expect = make_source(src, size_mib)
+
+    load_before = os.getloadavg()[0]
+    stage_total, stage_cp, commit, plain = [], [], [], []
+    problems = None
+    for r in range(RUNS):
+        total, cp_s, commit_s, out = bench_stage(ckptfs, src, work)
+        stage_total.append(total)
+        stage_cp.append(cp_s)
+        commit.append(commit_s)
+        if problems is None:
+            problems = check_out(out, expect)
+        os.unlink(out)
+        plain.append(bench_copy(src, work))
+        print("run %d: stage cp+commit %.2f s (cp %.2f, commit %.2f), cp+sync %.2f s" % (
+            r + 1, total, cp_s, commit_s, plain[-1]))
+
+    results = {
+        "bytes": nbytes,
+        "tensors": len(expect),
+        "runs": RUNS,
+        "cold_source": COLD,
+        "loadavg_1min": {"before": load_before, "after": os.getloadavg()[0]},
+        "notes": notes,
+        "included": {
+            "stage_cp_commit": "cp -r of raw files + sidecars into the staging mount, then "
+                               "ckptfs commit (validate, write OUT, fsync OUT and its "
+                               "directory, rename); mount, unmount and spool removal excluded",
+            "stage_cp": "the cp -r part of stage_cp_commit",
+            "commit": "the ckptfs commit part of stage_cp_commit",
+            "cp_sync": "cp -r of the same files to a directory on the same disk, then sync -f",
+        },
+        "seconds": {
+            "stage_cp_commit": summary(stage_total),
+            "stage_cp": summary(stage_cp),
+            "commit": summary(commit),
+            "cp_sync": summary(plain),
+        },
+        "throughput_ratio": statistics.median(plain) / statistics.median(stage_total),
+        "target_ratio": 0.6,
+        "out_sha256_ok": not problems,
+        "out_problems": problems,
+    }
+    results["meets_target"] = results["throughput_ratio"] >= 0.6
+    path = os.path.join(outdir, "bench-stage.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+
+    print()
+    print("%-34s %9s %17s %9s" % ("", "median s", "min-max s", "MB/s"))
+    for key, label in (("stage_cp_commit", "(a) stage: cp -r + ckptfs commit"),
+                       ("stage_cp", "    cp -r into the stage"),
+                       ("commit", "    ckptfs commit"),
+                       ("cp_sync", "(b) cp -r + sync -f")):
+        s = results["seconds"][key]
+        print("%-34s %9.2f %8.2f-%-8.2f %9.0f" % (label, s["median"], s["min"], s["max"],
+                                                 nbytes / 1e6 / s["median"]))
+    print("throughput ratio (b)/(a): %.2fx (target >= 0.6x)%s" % (
+        results["throughput_ratio"], "" if results["meets_target"] else "  BELOW TARGET"))
+    print("OUT's tensors: %s" % ("sha256 match the source" if not problems
+                                 else "; ".join(problems[:5])))
+    print("load average (1 min) %.2f before, %.2f after: other work on the machine skews the "
+          "figures" % (results["loadavg_1min"]["before"], results["loadavg_1min"]["after"]))
+    print("wrote " + path)
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""Seekable zstd sources: a .zst is read through its seek table, without decompressing it whole.
+
+Environment: CKPTFS (the binary), FIXTURES (where tests/gen/zstd_fixtures.py wrote zstd/).
+
+For every good case (frames of 1 MiB, of 1 byte, inside the header, larger than the reader's
+cache, skippable and empty frames, frames without content size or checksum, a GGUF file):
+random-offset preads from two threads, before anything is cached, equal the plain file's
+bytes; every tensor has the manifest's size and sha256, also through mmap and through two
+threads reading 1 MiB blocks in turn; every file of the mount equals the plain checkpoint's
+mount (sidecars and documents with the source's name changed); `ckptfs cat` and `ckptfs
+verify` read it too. Ordinary zstd files are refused with the way to a seekable one. Hostile
+seek tables and frames are refused (exit 2, one line naming the field) or mount safely; damage
+found only when a frame is read gives EIO for the tensors in it, the right bytes for the
+others, and the daemon lives on.
+"""
+
+import errno
+import hashlib
+import json
+import mmap
+import os
+import random
+import struct
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+import hostile  # noqa: E402
+from ckptfs_test import run_capture  # noqa: E402
+from mount_checks import case_dirs, mounted, read_bytes, read_json, run  # noqa: E402
+
+CLI_TIMEOUT = 60
+RANDOM_READS = 300
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def plain_tensors(path):
+    """{name: bytes} of a plain safetensors file, read here."""
+    data = read_bytes(path)
+    (hlen,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + hlen])
+    header.pop("__metadata__", None)
+    base = 8 + hlen
+    return {n: data[base + e["data_offsets"][0]:base + e["data_offsets"][1]]
+            for n, e in header.items()}
+
+
+def tree(mnt, rename=()):
+    """{path: bytes} of every file of the mount; in .json and .tsv files each (old, new) of
+    `rename` names the source file as the plain checkpoint's mount does."""
+    out = {}
+    for dirpath, _, files in os.walk(mnt):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            data = read_bytes(full)
+            if name.endswith((".json", ".tsv")):
+                for old, new in rename:
+                    data = data.replace(old.encode(), new.encode())
+            out[os.path.relpath(full, mnt)] = data
+    return out
+
+
+def drop_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def random_reads(tap, label, files, seed):
+    """files: [(mount path, expected bytes)]. Two threads pread random ranges (1 byte to
+    256 KiB) with FADV_RANDOM, before the mount has cached anything."""
+    problems = []
+
+    def worker(k):
+        rng = random.Random(seed * 10 + k)
+        fds = {}
+        try:
+            for path, _ in files:
+                fds[path] = os.open(path, os.O_RDONLY)
+                os.posix_fadvise(fds[path], 0, 0, os.POSIX_FADV_RANDOM)
+            weights = [max(1, len(want)) for _, want in files]
+            for _ in range(RANDOM_READS):
+                path, want = rng.choices(files, weights)[0]
+                if not want:
+                    continue
+                off = rng.randrange(len(want))
+                n = rng.choice((1, 7, 4096, 65536, 262144))
+                got = os.pread(fds[path], n, off)
+                if got != want[off:off + n]:
+                    problems.append("%s: %d bytes at %d differ" % (path, n, off))
+                    return
+        except OSError as e:
+            problems.append("thread %d: %s" % (k, e))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tap.ok(not problems, "%s: %d random preads from 2 threads equal the plain bytes"
+           % (label, 2 * RANDOM_READS), problems[:5])
+
+
+def interleaved_read(path, size):
+    """The file read by two threads taking 1 MiB blocks in turn, like readahead workers."""
+    blocks, errors = {}, []
+
+    def worker(k):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for i in range(k, (size + (1 << 20) - 1) >> 20, 2):
+                    blocks[i] = os.pread(fd, 1 << 20, i << 20)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return b"".join(blocks[i] for i in sorted(blocks))
+
+
+# ---------------------------------------------------------------------------
+
+def plain_mount(ckptfs, path, cache):
+    if path not in cache:
+        got = {}
+        mounted(_Silent(), ckptfs, path, path, lambda mnt: got.update(tree(mnt)))
+        cache[path] = got
+    return cache[path]
+
+
+class _Silent:
+    """A Tap that only counts, for mounting the reference checkpoint."""
+    failed = 0
+
+    def ok(self, cond, desc, diag=()):
+        if not cond:
+            self.failed += 1
+            print("# reference mount: %s: %s" % (desc, list(diag)))
+        return cond
+
+
+def run_good(tap, ckptfs, root, case, plain_cache):
+    d = os.path.join(root, case)
+    m = read_json(os.path.join(d, "manifest.json"))
+    src = os.path.join(d, m["source"])
+    plain = os.path.join(root, m["plain"])
+    reference = plain_mount(ckptfs, plain, plain_cache)
+    tensors = m["tensors"]
+
+    def checks(mnt):
+        if tensors:
+            files = [(os.path.join(mnt, t["path"]), reference.get(t["path"], b""))
+                     for t in tensors]
+            random_reads(tap, case, files, len(case))
+        problems = []
+        for t in tensors:
+            raw = os.path.join(mnt, t["path"])
+            try:
+                data = read_bytes(raw)
+                if len(data) != t["nbytes"] or sha(data) != t["sha256"]:
+                    problems.append("%s: %d bytes, sha256 differs" % (t["name"], len(data)))
+            except OSError as e:
+                problems.append("%s: %s" % (t["name"], e))
+        tap.ok(not problems, "%s: %d tensors: sizes and sha256 of the manifest"
+               % (case, len(tensors)), problems)
+        if tensors:
+            big = max(tensors, key=lambda t: t["nbytes"])
+            raw = os.path.join(mnt, big["path"])
+            problems = []
+            try:
+                with open(raw, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+                    if sha(mm[:]) != big["sha256"]:
+                        problems.append("mmap: sha256 differs")
+                drop_cache(raw)
+                if sha(interleaved_read(raw, big["nbytes"])) != big["sha256"]:
+                    problems.append("interleaved 1 MiB reads: sha256 differs")
+            except OSError as e:
+                problems.append(str(e))
+            tap.ok(not problems, "%s: %s through mmap and 2 threads of 1 MiB reads"
+                   % (case, big["name"]), problems)
+        got = tree(mnt, ((os.path.realpath(src), os.path.realpath(plain)),
+                         (m["source"], os.path.basename(plain))))
+        problems = ["missing " + p for p in sorted(set(reference) - set(got))]
+        problems += ["unexpected " + p for p in sorted(set(got) - set(reference))]
+        problems += ["differs: " + p for p in sorted(set(got) & set(reference))
+                     if got[p] != reference[p]]
+        tap.ok(not problems, "%s: all %d files equal the plain %s's mount"
+               % (case, len(got), os.path.basename(plain)), problems[:10])
+
+    mounted(tap, ckptfs, src, case, checks)
+
+    if not tensors:
+        return
+    t = tensors[len(tensors) // 2]
+    rc, out, err = run_capture([ckptfs, "cat", src, t["name"]], CLI_TIMEOUT)
+    tap.ok(rc == 0 and sha(out) == t["sha256"], "%s: ckptfs cat %s" % (case, t["name"]),
+           ["exit %r" % rc, err.decode(errors="replace")])
+    with tempfile.TemporaryDirectory() as work:
+        manifest = os.path.join(work, "manifest.json")
+        rc1, _, err1 = run_capture([ckptfs, "verify", plain, "--write-manifest", manifest],
+                                   CLI_TIMEOUT)
+        rc2, out2, err2 = run_capture([ckptfs, "verify", src, "--manifest", manifest],
+                                      CLI_TIMEOUT)
+    tap.ok(rc1 == 0 and rc2 == 0 and b"%d OK" % len(tensors) in out2,
+           "%s: ckptfs verify against the plain file's manifest" % case,
+           ["exit %r, %r" % (rc1, rc2), err1.decode(errors="replace"),
+            out2.decode(errors="replace")[-300:], err2.decode(errors="replace")])
+
+
+def run_options(tap, ckptfs, root):
+    """-o splice (the kernel cannot splice decompressed bytes: they are copied) and
+    -o as_dtype=f32 (GGUF blocks converted on read) give the plain file's bytes."""
+    for case, opts in (("aligned-1mib", "splice"), ("gguf-frames", "as_dtype=f32,splice")):
+        d = os.path.join(root, case)
+        m = read_json(os.path.join(d, "manifest.json"))
+        want, got = {}, {}
+        mounted(_Silent(), ckptfs, os.path.join(root, m["plain"]), case,
+                lambda mnt: want.update(tree(mnt)), options=["-o", opts])
+        mounted(tap, ckptfs, os.path.join(d, m["source"]), "%s -o %s" % (case, opts),
+                lambda mnt: got.update(tree(mnt)), options=["-o", opts])
+        paths = [t["path"] for t in m["tensors"]]
+        bad = [p for p in paths if got.get(p) is None or got.get(p) != want.get(p)]
+        tap.ok(paths and not bad, "%s -o %s: %d tensors equal the plain file's"
+               % (case, opts, len(paths)), bad)
+
+
+def run_changed(tap, ckptfs, root):
+    """A .zst that changes under the mount: reads fail with EIO, never other bytes."""
+    d = os.path.join(root, "aligned-1mib")
+    m = read_json(os.path.join(d, "manifest.json"))
+    t = max(m["tensors"], key=lambda x: x["nbytes"])
+    with tempfile.TemporaryDirectory() as work:
+        src = os.path.join(work, m["source"])
+        with open(os.path.join(d, m["source"]), "rb") as f, open(src, "wb") as g:
+            g.write(f.read())
+
+        def checks(mnt):
+            with open(src, "ab") as f:
+                f.write(b"\0")
+            try:
+                read_bytes(os.path.join(mnt, t["path"]))
+                tap.ok(False, "source grown under the mount: read fails with EIO")
+            except OSError as e:
+                tap.ok(e.errno == errno.EIO, "source grown under the mount: read fails with EIO",
+                       [str(e)])
+
+        mounted(tap, ckptfs, src, "changed source", checks)
+
+
+def run_nonseekable(tap, ckptfs, root):
+    d = os.path.join(root, "nonseekable")
+    for name in read_json(os.path.join(d, "cases.json")):
+        src = os.path.join(d, name)
+        hostile.check_refuse(tap, ckptfs, d, {"path": name, "options": "",
+                                              "needle": "without a seek table&zstd -d&ckptfs "
+                                              "convert", "description": "ordinary zstd"})
+        rc, _, err = run_capture([ckptfs, "ls", src], CLI_TIMEOUT)
+        tap.ok(rc == 2 and b"not seekable" in err, "%s: ckptfs ls refuses it too" % name,
+               ["exit %r" % rc, err.decode(errors="replace")])
+
+
+def run_late(tap, ckptfs, root):
+    hdir = os.path.join(root, "hostile")
+    late = read_json(os.path.join(hdir, "late.json"))
+    tap.ok(len(late) >= 5, "hostile/late.json lists %d files" % len(late))
+    for name, spec in sorted(late.items()):
+        src = os.path.join(hdir, name)
+        want = plain_tensors(os.path.join(root, spec["plain"]))
+
+        def checks(mnt):
+            problems = []
+            for t in spec["bad"]:
+                try:
+                    read_bytes(os.path.join(mnt, t))
+                    problems.append("%s: read without error" % t)
+                except OSError as e:
+                    if e.errno != errno.EIO:
+                        problems.append("%s: %s, want EIO" % (t, e))
+            for t in spec["good"]:
+                try:
+                    if read_bytes(os.path.join(mnt, t)) != want[t]:
+                        problems.append("%s: bytes differ" % t)
+                except OSError as e:
+                    problems.append("%s: %s" % (t, e))
+            try:
+                read_json(os.path.join(mnt, ".ckptfs", "summary.json"))
+            except (OSError, ValueError) as e:
+                problems.append("after the errors: summary.json: %s" % e)
+            tap.ok(not problems, "%s: EIO for %s, the right bytes for %s, still serving"
+                   % (name, spec["bad"], spec["good"]), problems)
+
+        mounted(tap, ckptfs, src, name, checks)
+        rc, _, err = run_capture([ckptfs, "cat", src, spec["bad"][0]], CLI_TIMEOUT)
+        text = err.decode(errors="replace").strip()
+        tap.ok(rc == 2 and "zstd frame" in text and "\n" not in text,
+               "%s: ckptfs cat %s fails naming the zstd frame" % (name, spec["bad"][0]),
+               ["exit %r" % rc, text])
+
+
+def body(tap, ckptfs, root):
+    cases = case_dirs(root)
+    tap.ok(len(cases) >= 6, "found %d good cases in %s" % (len(cases), root))
+    plain_cache = {}
+    for case in cases:
+        run_good(tap, ckptfs, root, case, plain_cache)
+    run_options(tap, ckptfs, root)
+    run_changed(tap, ckptfs, root)
+    run_nonseekable(tap, ckptfs, root)
+    hostile.run_cases(tap, ckptfs, os.path.join(root, "hostile"), min_cases=35, named=True)
+    run_late(tap, ckptfs, root)
+
+
+if __name__ == "__main__":
+    sys.exit(run(body, "zstd", "zstd_fixtures.py"))
