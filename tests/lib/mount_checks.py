@@ -102,6 +102,21 @@ def read_bytes(path):
         return f.read()
 
 
+def tree_bytes(mnt, rename=()):
+    """{path: bytes} of every file of the mount; in .json and .tsv files each (old, new) of
+    `rename` names the source file as another mount of the same checkpoint does."""
+    out = {}
+    for dirpath, _, files in os.walk(mnt):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            data = read_bytes(full)
+            if name.endswith((".json", ".tsv")):
+                for old, new in rename:
+                    data = data.replace(old.encode(), new.encode())
+            out[os.path.relpath(full, mnt)] = data
+    return out
+
+
 def read_json(path):
     return json.loads(read_bytes(path))
 

@@ -35,6 +35,16 @@ def file_sha(path, offset=0, length=None):
     return h.hexdigest()
 
 
+def tensor_count_problems(mnt, want):
+    """[] when the mount's summary counts `want` tensors, else what is wrong."""
+    try:
+        with open(os.path.join(mnt, ".ckptfs", "summary.json")) as f:
+            count = json.load(f).get("tensor_count")
+    except (OSError, ValueError) as e:
+        return [str(e)]
+    return [] if count == want else ["tensor_count %r, want %d" % (count, want)]
+
+
 def spool_of(out):
     """The default spool of OUT: .NAME.stage next to it."""
     out = out.rstrip("/")

@@ -29,7 +29,7 @@ import threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 import hostile  # noqa: E402
 from ckptfs_test import run_capture  # noqa: E402
-from mount_checks import case_dirs, mounted, read_bytes, read_json, run  # noqa: E402
+from mount_checks import case_dirs, mounted, read_bytes, read_json, run, tree_bytes  # noqa: E402
 
 CLI_TIMEOUT = 60
 RANDOM_READS = 300
@@ -50,19 +50,6 @@ def plain_tensors(path):
             for n, e in header.items()}
 
 
-def tree(mnt, rename=()):
-    """{path: bytes} of every file of the mount; in .json and .tsv files each (old, new) of
-    `rename` names the source file as the plain checkpoint's mount does."""
-    out = {}
-    for dirpath, _, files in os.walk(mnt):
-        for name in files:
-            full = os.path.join(dirpath, name)
-            data = read_bytes(full)
-            if name.endswith((".json", ".tsv")):
-                for old, new in rename:
-                    data = data.replace(old.encode(), new.encode())
-            out[os.path.relpath(full, mnt)] = data
-    return out
 
 
 def drop_cache(path):
@@ -141,7 +128,7 @@ def interleaved_read(path, size):
 def plain_mount(ckptfs, path, cache):
     if path not in cache:
         got = {}
-        mounted(_Silent(), ckptfs, path, path, lambda mnt: got.update(tree(mnt)))
+        mounted(_Silent(), ckptfs, path, path, lambda mnt: got.update(tree_bytes(mnt)))
         cache[path] = got
     return cache[path]
 
@@ -196,7 +183,7 @@ def run_good(tap, ckptfs, root, case, plain_cache):
                 problems.append(str(e))
             tap.ok(not problems, "%s: %s through mmap and 2 threads of 1 MiB reads"
                    % (case, big["name"]), problems)
-        got = tree(mnt, ((os.path.realpath(src), os.path.realpath(plain)),
+        got = tree_bytes(mnt, ((os.path.realpath(src), os.path.realpath(plain)),
                          (m["source"], os.path.basename(plain))))
         problems = ["missing " + p for p in sorted(set(reference) - set(got))]
         problems += ["unexpected " + p for p in sorted(set(got) - set(reference))]
@@ -233,9 +220,9 @@ def run_options(tap, ckptfs, root):
         m = read_json(os.path.join(d, "manifest.json"))
         want, got = {}, {}
         mounted(_Silent(), ckptfs, os.path.join(root, m["plain"]), case,
-                lambda mnt: want.update(tree(mnt)), options=["-o", opts])
+                lambda mnt: want.update(tree_bytes(mnt)), options=["-o", opts])
         mounted(tap, ckptfs, os.path.join(d, m["source"]), "%s -o %s" % (case, opts),
-                lambda mnt: got.update(tree(mnt)), options=["-o", opts])
+                lambda mnt: got.update(tree_bytes(mnt)), options=["-o", opts])
         paths = [t["path"] for t in m["tensors"]]
         bad = [p for p in paths if got.get(p) is None or got.get(p) != want.get(p)]
         tap.ok(paths and not bad, "%s -o %s: %d tensors equal the plain file's"

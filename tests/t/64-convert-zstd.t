@@ -27,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import is_mounted, run_capture, unmount  # noqa: E402
-from mount_checks import mounted, read_bytes, run  # noqa: E402
+from mount_checks import mounted, read_bytes, run, tree_bytes  # noqa: E402
 from staging import commit, daemon_pid, spool_of, stage, wait_gone  # noqa: E402
 
 CONVERT_TIMEOUT = 120
@@ -124,24 +124,13 @@ def zst_problems(zst, plain_bytes, boundaries=None):
 
 # ---------------------------------------------------------------------------
 
-def tree(mnt, rename=()):
-    out = {}
-    for dirpath, _, files in os.walk(mnt):
-        for name in files:
-            full = os.path.join(dirpath, name)
-            data = read_bytes(full)
-            if name.endswith((".json", ".tsv")):
-                for old, new in rename:
-                    data = data.replace(old.encode(), new.encode())
-            out[os.path.relpath(full, mnt)] = data
-    return out
 
 
 def same_mounts(tap, ckptfs, label, zst, plain):
     got, want = {}, {}
-    mounted(tap, ckptfs, plain, label + " (plain)", lambda m: want.update(tree(m)))
+    mounted(tap, ckptfs, plain, label + " (plain)", lambda m: want.update(tree_bytes(m)))
     mounted(tap, ckptfs, zst, label, lambda m: got.update(
-        tree(m, ((os.path.realpath(zst), os.path.realpath(plain)),
+        tree_bytes(m, ((os.path.realpath(zst), os.path.realpath(plain)),
                  (os.path.basename(zst), os.path.basename(plain))))))
     problems = ["missing " + p for p in sorted(set(want) - set(got))]
     problems += ["unexpected " + p for p in sorted(set(got) - set(want))]

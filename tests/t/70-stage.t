@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..
 from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import run, sidecar_path  # noqa: E402
 from staging import (COMMIT_TIMEOUT, MOUNT_TIMEOUT, commit, daemon_pid, file_sha,  # noqa: E402
-                     sha, spool_for, spool_of, stage, wait_gone, write_sidecar)
+                     sha, spool_for, spool_of, stage, tensor_count_problems, wait_gone,
+                     write_sidecar)
 
 ROUND_TRIP_CASES = ["dtypes", "sharded", "odd", "dcphf/dim1x4", "dcphf/grid"]
 
@@ -131,13 +132,7 @@ def check_output(tap, ckptfs, out, expect, what):
                         problems.append("%s: name %r, want %r" % (path, sc.get("name"), name))
                 except (OSError, ValueError) as e:
                     problems.append("%s: %s" % (path, e))
-            try:
-                with open(os.path.join(mnt, ".ckptfs", "summary.json")) as f:
-                    count = json.load(f).get("tensor_count")
-                if count != len(expect):
-                    problems.append("tensor_count %r, want %d" % (count, len(expect)))
-            except (OSError, ValueError) as e:
-                problems.append(str(e))
+            problems += tensor_count_problems(mnt, len(expect))
         tap.ok(not problems, "%s: mounted OUT: same names, sha256 and count" % what,
                problems[:20])
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..
 from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import mount_prefix, run  # noqa: E402
 from staging import (COMMIT_TIMEOUT, MOUNT_TIMEOUT, commit, daemon_pid,  # noqa: E402
-                     file_sha, spool_of, wait_gone, write_sidecar)
+                     file_sha, spool_of, tensor_count_problems, wait_gone, write_sidecar)
 
 CHECK_TIMEOUT = 120
 HELPER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "mount-helpers",
@@ -101,13 +101,7 @@ def check_out(tap, ckptfs, out, expect, what):
                         problems.append("%s: sha256 differs" % path)
                 except OSError as e:
                     problems.append("%s: %s" % (path, e))
-            try:
-                with open(os.path.join(mnt, ".ckptfs", "summary.json")) as f:
-                    count = json.load(f).get("tensor_count")
-                if count != len(expect):
-                    problems.append("tensor_count %r, want %d" % (count, len(expect)))
-            except (OSError, ValueError) as e:
-                problems.append(str(e))
+            problems += tensor_count_problems(mnt, len(expect))
         if dog.fired:
             problems.append("watchdog aborted the mount")
         tap.ok(not problems, "%s: OUT holds the %d expected tensors, same sha256"
