@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,19 +49,38 @@ typedef struct ready_ctx {
     const char *mountpoint;
     void (*on_ready)(void *ctx, dev_t dev);
     void *ctx;
+    dev_t dev; /* of the live mount, 0 if unknown */
 } ready_ctx;
 
 static void *ready_thread(void *arg) {
     ready_ctx *rc = arg;
     struct stat st;
-    if (stat(rc->mountpoint, &st) == 0 && rc->on_ready) rc->on_ready(rc->ctx, st.st_dev);
+    if (stat(rc->mountpoint, &st) == 0) {
+        rc->dev = st.st_dev;
+        if (rc->on_ready) rc->on_ready(rc->ctx, st.st_dev);
+    }
     daemon_report_ready(0);
     return NULL;
 }
 
+/* Is a file system with this device number still in our mount table? */
+static bool dev_mounted(dev_t dev) {
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f) return true; /* unknown: keep the error */
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned maj, min;
+        if (sscanf(line, "%*s %*s %u:%u", &maj, &min) == 2)
+            found = maj == major(dev) && min == minor(dev);
+    }
+    fclose(f);
+    return found;
+}
+
 int daemon_serve(struct fuse_session *se, const char *mountpoint, bool single, unsigned max_threads,
                  void (*on_ready)(void *ctx, dev_t dev), void *ctx) {
-    ready_ctx rc = {mountpoint, on_ready, ctx};
+    ready_ctx rc = {mountpoint, on_ready, ctx, 0};
     pthread_t ready;
     bool have_ready = pthread_create(&ready, NULL, ready_thread, &rc) == 0;
     if (!have_ready) daemon_report_ready(0);
@@ -75,5 +96,9 @@ int daemon_serve(struct fuse_session *se, const char *mountpoint, bool single, u
         fuse_loop_cfg_destroy(cfg);
     }
     if (have_ready) pthread_join(ready, NULL);
+    /* The kernel ends a lazily unmounted connection whose last user left with ECONNABORTED
+     * (libfuse expects ENODEV and reports an error): with our mount gone, that is a clean
+     * unmount. A connection aborted through /sys/fs/fuse/connections leaves the mount. */
+    if ((loop == -ECONNABORTED || loop == ECONNABORTED) && rc.dev && !dev_mounted(rc.dev)) loop = 0;
     return loop;
 }
