@@ -3,7 +3,8 @@
 #   make check      install missing Debian packages, build, run the TAP suite with prove
 #   make check SANITIZE=1   the same suite built with ASan + UBSan (in build-san/)
 #   make demo       mount a generated sample checkpoint and show it
-#   make bench      read-path figures against the source file and a bare FUSE daemon
+#   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
+#                   mounts, staging, .zst (tests/bench/, results in $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
