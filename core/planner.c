@@ -18,17 +18,14 @@ struct ckpt_piece_index {
     uint64_t **strides; /* per piece: element strides (explicit or row-major) */
     uint32_t *contig;   /* per piece: first dim of its contiguous suffix, ndim = none */
     int32_t *cells;     /* piece per grid cell, -1 = hole */
-    uint32_t *nbounds;  /* per dim, in the same allocation: one index per tensor, so its size */
-    uint64_t *bounds[]; /* follows ndim (a fixed CKPT_MAX_DIMS cost 400 bytes a tensor) */
+    uint32_t *nbounds;  /* per dim */
+    uint64_t *bounds[]; /* per dim, 2 * npieces + 2 room; sized by ndim, not CKPT_MAX_DIMS */
 };
 
 void piece_index_free(ckpt_piece_index *ix) {
     if (!ix) return;
-    free(ix->strides);
-    free(ix->contig);
-    for (uint32_t d = 0; d < ix->ndim; d++) free(ix->bounds[d]);
     free(ix->cells);
-    free(ix);
+    free(ix); /* everything else lives in its allocation */
 }
 
 static int u64_cmp(const void *a, const void *b) {
@@ -118,9 +115,7 @@ static int build_grid(ckpt_piece_index *ix, const ckpt_catalog *cat, ckpt_tensor
     uint32_t nd = t->ndim;
     size_t ncells = 1;
     for (uint32_t d = 0; d < nd; d++) {
-        uint64_t *b = malloc((2 * (size_t)t->npieces + 2) * sizeof *b);
-        if (!b) return ckpt_fail(err, -ENOMEM, "out of memory");
-        ix->bounds[d] = b;
+        uint64_t *b = ix->bounds[d]; /* room for 2 * npieces + 2 */
         size_t n = 0;
         b[n++] = 0;
         b[n++] = t->shape[d];
@@ -217,19 +212,28 @@ int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
                          "%s: tensor \"%.*s\": a %s tensor must be one contiguous piece", cat->root,
                          NAME_ARGS(t), ckpt_dtype_info_of(t->dtype)->name);
 
-    size_t nd_alloc = t->ndim;
-    ckpt_piece_index *ix =
-        calloc(1, sizeof *ix + nd_alloc * (sizeof ix->bounds[0] + sizeof ix->nbounds[0]));
-    if (!ix) return ckpt_fail(err, -ENOMEM, "out of memory");
-    ix->nbounds = (uint32_t *)(ix->bounds + nd_alloc);
-    t->index = ix;
-    ix->ndim = t->ndim;
-    ix->esz = esz;
+    /* One allocation per tensor for all but the cells (a DCP checkpoint has an index for every
+     * tensor: separate blocks cost a fifth of the daemon's memory at 100k tensors). Pointers
+     * and u64 arrays first, u32 arrays last, so every part is aligned. */
     uint32_t np = t->npieces, nd = t->ndim;
-    ix->strides = calloc(np ? np : 1, sizeof *ix->strides + (nd ? nd : 1) * sizeof(uint64_t));
-    ix->contig = calloc(np ? np : 1, sizeof *ix->contig);
-    if (!ix->strides || !ix->contig) return ckpt_fail(err, -ENOMEM, "out of memory");
-    uint64_t *stride_mem = (uint64_t *)(ix->strides + (np ? np : 1));
+    size_t np1 = np ? np : 1, nd1 = nd ? nd : 1, nb = 2 * (size_t)np + 2;
+    size_t bytes = sizeof(ckpt_piece_index) + nd * sizeof(uint64_t *) + np1 * sizeof(uint64_t *) +
+                   np1 * nd1 * sizeof(uint64_t) + nd * nb * sizeof(uint64_t) +
+                   (nd + np1) * sizeof(uint32_t);
+    ckpt_piece_index *ix = calloc(1, bytes);
+    if (!ix) return ckpt_fail(err, -ENOMEM, "out of memory");
+    t->index = ix;
+    ix->ndim = nd;
+    ix->esz = esz;
+    char *at = (char *)(ix->bounds + nd);
+    ix->strides = (uint64_t **)(void *)at;
+    at += np1 * sizeof(uint64_t *);
+    uint64_t *stride_mem = (uint64_t *)(void *)at;
+    at += np1 * nd1 * sizeof(uint64_t);
+    for (uint32_t d = 0; d < nd; d++) ix->bounds[d] = (uint64_t *)(void *)at + d * nb;
+    at += nd * nb * sizeof(uint64_t);
+    ix->nbounds = (uint32_t *)(void *)at;
+    ix->contig = ix->nbounds + nd;
     for (uint32_t k = 0; k < np; k++) {
         const ckpt_piece *p = &t->pieces[k];
         uint64_t *st = stride_mem + (size_t)k * nd;

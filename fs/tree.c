@@ -39,7 +39,7 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
     n->name_len = (uint32_t)len;
     n->parent = parent;
     n->kind = kind;
-    n->ref = ref;
+    n->ref = (uint32_t)ref;
     *out = (uint32_t)tr->nnodes++;
     return 0;
 }
@@ -141,6 +141,9 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
     tr->cat = cat;
     tr->view = view;
     builder b = {.tr = tr};
+    if (cat->ntensors >= UINT32_MAX || cat->nsources >= UINT32_MAX ||
+        (view && view->nfiles >= UINT32_MAX))
+        return ckpt_fail(err, -E2BIG, "%zu tensors: more than a tree can index", cat->ntensors);
     /* About one directory per tensor in real models; the map grows if there are more. */
     if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16))
         return ckpt_fail(err, -ENOMEM, "out of memory");

@@ -27,7 +27,7 @@ typedef struct node {
     node_kind kind;
     uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+nchildren] */
     uint32_t nchildren;
-    size_t ref;
+    uint32_t ref; /* tensor, document, source or view file index (tree_build checks the range) */
     _Atomic uint64_t size_plus1; /* cached size + 1 for generated files, 0 = not yet known */
 } node;
 
