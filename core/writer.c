@@ -505,8 +505,10 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
     chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700 */
     if (!rc && rename(tmp, out) != 0)
         rc = ckpt_fail(err, -errno, "%s: cannot move the finished directory into place: %s", out,
-                       errno == ENOTEMPTY || errno == EEXIST ? "it exists and is not empty"
-                                                             : strerror(errno));
+                       errno == ENOTEMPTY || errno == EEXIST
+                           ? "it exists and is not empty (a directory is never merged into: "
+                             "remove it or give a new name)"
+                           : strerror(errno));
     if (rc) {
         for (size_t i = 0; i < view.nfiles + cat->naux; i++) {
             char path[PATH_MAX];
