@@ -450,12 +450,6 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
     return ckpt_read_segments(fs->cat, seg, n, dst, scratch);
 }
 
-static uint64_t segments_length(const ckpt_segment *seg, size_t n) {
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) total += seg[i].length;
-    return total;
-}
-
 /* The kernel can splice only bytes that lie in a file as they are: not those of a .zst. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -532,7 +526,7 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
             fuse_reply_err(req, e);
             return;
         }
-        got += segments_length(seg, nseg);
+        got += done; /* what the planner says the segments cover */
     }
     ckpt_to_f32(t->dtype, src, nblocks, out);
     fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
@@ -578,7 +572,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             fuse_reply_err(req, e);
             return;
         }
-        filled += segments_length(seg, nseg);
+        filled += done;
         if (filled >= size || done == 0) break;
         nseg = plan_node(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
         if (nseg == 0) break;
@@ -629,7 +623,7 @@ static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
         ckpt_segment seg[SEG_BATCH];
         uint64_t done, want = t->nbytes - off < MAX_READ ? t->nbytes - off : MAX_READ;
         size_t n = ckpt_plan(t, off, want, seg, SEG_BATCH, &done);
-        size_t filled = (size_t)segments_length(seg, n);
+        size_t filled = (size_t)done;
         e = n ? read_segments(fs, seg, n, buf) : EIO;
         sha256_update(&ctx, buf, filled);
         off += done;
