@@ -148,7 +148,10 @@ static inline int fz_unpack(const char *dir, const uint8_t *d, size_t n,
         char *slash = strchr(name, '/');
         if (slash) {
             snprintf(path, sizeof path, "%s/%.*s", dir, (int)(slash - name), name);
-            if (mkdir(path, 0700) != 0 && errno != EEXIST) return -1;
+            struct stat parent;
+            if (mkdir(path, 0700) != 0 &&
+                (errno != EEXIST || stat(path, &parent) != 0 || !S_ISDIR(parent.st_mode)))
+                return -1; /* "x" then "x/y": x is a file, the pack is rejected */
         }
         snprintf(path, sizeof path, "%s/%s", dir, name);
         struct stat st;
