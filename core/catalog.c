@@ -1,4 +1,5 @@
 #include "catalog.h"
+#include "pipeline.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -284,6 +285,19 @@ static int attach_pieces(ckpt_catalog *cat, ckpt_err *err) {
     return 0;
 }
 
+typedef struct index_job {
+    ckpt_catalog *cat;
+    int rc;
+    ckpt_err err;
+} index_job;
+
+static void *build_indexes(void *arg) {
+    index_job *job = arg;
+    for (size_t i = 0; !job->rc && i < job->cat->ntensors; i++)
+        job->rc = piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
+    return NULL;
+}
+
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     int rc = attach_pieces(cat, err);
     if (rc) return rc;
@@ -295,11 +309,21 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
                              cat->root, SHOWN(t->name_len), t->name);
         }
     }
+    /* Piece indexes (malloc'd, one per tensor) and paths (in the arena) touch different
+     * fields: they are built side by side. */
+    index_job job = {.cat = cat};
+    ckpt_side_job side;
+    ckpt_side_start(&side, build_indexes, &job, cat->ntensors >= 4096);
+    rc = treepath_assign(cat, err);
+    ckpt_side_join(&side);
+    if (job.rc) {
+        *err = job.err;
+        return job.rc; /* the index's complaint comes first, as when built one after the other */
+    }
+    if (rc) return rc;
     size_t incomplete = 0;
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        rc = piece_index_build(cat, &cat->tensors[i], err);
-        if (rc) return rc;
         if (t->incomplete && incomplete++ < 10)
             catalog_warn(cat,
                          "tensor \"%.*s\" is incomplete: part of it is in no file (reads "
@@ -307,5 +331,5 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
                          SHOWN(t->name_len), t->name);
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
-    return treepath_assign(cat, err);
+    return 0;
 }

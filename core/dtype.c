@@ -66,8 +66,11 @@ unsigned ckpt_dtype_elem_size(ckpt_dtype dt) {
 }
 
 bool ckpt_dtype_parse(const char *s, size_t len, ckpt_dtype *out) {
+    if (len == 0) return false;
+    /* Called once per tensor entry of every header: the first byte rules out most names. */
     for (int i = 0; i < CKPT_DTYPE_COUNT; i++) {
-        if (strlen(table[i].name) == len && memcmp(table[i].name, s, len) == 0) {
+        const char *name = table[i].name;
+        if (name[0] == s[0] && strnlen(name, len + 1) == len && memcmp(name, s, len) == 0) {
             *out = (ckpt_dtype)i;
             return true;
         }

@@ -39,15 +39,39 @@ static bool valid_utf8(const char *s, size_t n) {
     return true;
 }
 
-static const ckpt_catalog *sort_cat;
-static int view_order(const void *a, const void *b) {
-    const ckpt_tensor *x = &sort_cat->tensors[*(const size_t *)a];
-    const ckpt_tensor *y = &sort_cat->tensors[*(const size_t *)b];
-    int rx = dtype_rank(x->dtype), ry = dtype_rank(y->dtype);
-    if (rx != ry) return rx - ry;
+static int name_order(const void *a, const void *b, void *cat) {
+    const ckpt_tensor *x = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)a];
+    const ckpt_tensor *y = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)b];
     size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
     int c = memcmp(x->name, y->name, n);
     return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Writer order: dtype rank, then name. A stable counting sort by rank keeps the catalog's name
+ * order, so a group only needs sorting when prefixes (which the catalog sorts by first) put
+ * names out of order: O(n) for the usual catalog instead of a comparison sort of every name. */
+static int sort_view_order(const ckpt_catalog *cat, size_t *order, size_t n) {
+    enum { RANKS = CKPT_DTYPE_COUNT + 1 };
+    int rank_of[CKPT_DTYPE_COUNT];
+    for (int d = 0; d < CKPT_DTYPE_COUNT; d++) rank_of[d] = dtype_rank((ckpt_dtype)d);
+    size_t start[RANKS + 1] = {0};
+    for (size_t i = 0; i < n; i++) start[rank_of[cat->tensors[order[i]].dtype] + 1]++;
+    for (int r = 0; r < RANKS; r++) start[r + 1] += start[r];
+    size_t *sorted = malloc((n ? n : 1) * sizeof *sorted), fill[RANKS];
+    if (!sorted) return -ENOMEM;
+    memcpy(fill, start, sizeof fill);
+    for (size_t i = 0; i < n; i++) sorted[fill[rank_of[cat->tensors[order[i]].dtype]]++] = order[i];
+    memcpy(order, sorted, n * sizeof *order);
+    free(sorted);
+    for (int r = 0; r < RANKS; r++) {
+        size_t *group = order + start[r], len = start[r + 1] - start[r];
+        for (size_t i = 1; i < len; i++)
+            if (name_order(&group[i - 1], &group[i], (void *)cat) > 0) {
+                qsort_r(group, len, sizeof *group, name_order, (void *)cat);
+                break;
+            }
+    }
+    return 0;
 }
 
 static int add_file(ckpt_hfview *v, const char *name, ckpt_err *err) {
@@ -180,8 +204,11 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
         else
             order[n++] = i;
     }
-    sort_cat = cat;
-    if (n > 1) qsort(order, n, sizeof *order, view_order);
+    if (sort_view_order(cat, order, n) != 0) {
+        free(order);
+        free(shard_of);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
 
     /* Greedy packing in writer order, as huggingface_hub splits: a shard closes when the next
      * tensor would push it past the limit; a tensor bigger than the limit gets its own. */

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 typedef struct parser {
     const char *buf;
@@ -96,23 +99,45 @@ static size_t put_utf8(char *o, unsigned cp) {
     return 4;
 }
 
+/* Bytes a string scan must stop at: '"', '\\', controls (< 0x20) and non-ASCII (>= 0x80, whose
+ * UTF-8 is checked). Returns how many plain bytes start b[0..n). Headers are mostly long names,
+ * so this runs 16 (SSE2) or 8 bytes per step. */
+static size_t plain_run(const char *b, size_t n) {
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
+    for (; n - i >= 16; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(b + i));
+        /* Signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too. */
+        __m128i stop =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
+                         _mm_cmplt_epi8(v, space));
+        unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+        if (mask) return i + (size_t)__builtin_ctz(mask);
+    }
+#endif
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    for (; n - i >= 8; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        uint64_t q = w ^ (ones * '"'), s = w ^ (ones * '\\');
+        /* Borrows only run upwards, so the lowest flagged byte is a real stop. */
+        uint64_t stop = (((q - ones) & ~q) | ((s - ones) & ~s) | (w - ones * 0x20) | w) & highs;
+        if (stop) return i + (size_t)__builtin_ctzll(stop) / 8;
+    }
+    while (i < n && b[i] != '"' && b[i] != '\\' && (unsigned char)b[i] >= 0x20 &&
+           (unsigned char)b[i] < 0x80)
+        i++;
+    return i;
+}
+
 /* Parses a string at p->pos (the opening quote). Unescaped strings are not copied. */
 static int parse_string(parser *p, const char **out, size_t *out_len) {
     size_t start = ++p->pos;
     bool escaped = false;
     while (p->pos < p->len) {
-        /* Eight plain ASCII bytes at a time (no quote, backslash, control or high byte):
-         * headers are mostly long names. */
-        while (p->len - p->pos >= 8) {
-            uint64_t w;
-            memcpy(&w, p->buf + p->pos, 8);
-            const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-            uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-            uint64_t special =
-                ((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20) | w;
-            if (special & highs) break;
-            p->pos += 8;
-        }
+        p->pos += plain_run(p->buf + p->pos, p->len - p->pos);
         if (p->pos >= p->len) break;
         unsigned char c = (unsigned char)p->buf[p->pos];
         if (c == '"') break;
@@ -122,13 +147,9 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
             continue;
         }
         if (c < 0x20) return fail(p, p->pos, "control character in string");
-        if (c >= 0x80) {
-            size_t k = utf8_seq_len((const unsigned char *)p->buf + p->pos, p->len - p->pos);
-            if (!k) return fail(p, p->pos, "invalid UTF-8 in string");
-            p->pos += k;
-            continue;
-        }
-        p->pos++;
+        size_t k = utf8_seq_len((const unsigned char *)p->buf + p->pos, p->len - p->pos);
+        if (!k) return fail(p, p->pos, "invalid UTF-8 in string");
+        p->pos += k;
     }
     if (p->pos >= p->len) return fail(p, start - 1, "unterminated string");
     size_t end = p->pos++;
@@ -142,10 +163,14 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
     if (!o) return oom(p);
     size_t n = 0;
     for (size_t i = start; i < end;) {
-        char c = p->buf[i];
-        if (c != '\\') {
-            o[n++] = c;
-            i++;
+        if (p->buf[i] != '\\') {
+            /* Copy up to the next escape in one go: an escaped JSON document inside a string
+             * (DCP_SHARDING_INFO) has one every few bytes, a long name none. */
+            const char *next = memchr(p->buf + i, '\\', end - i);
+            size_t run = next ? (size_t)(next - (p->buf + i)) : end - i;
+            memcpy(o + n, p->buf + i, run);
+            n += run;
+            i += run;
             continue;
         }
         char e = p->buf[i + 1];

@@ -49,27 +49,62 @@ void treepath_escape_component(strbuf *sb, const char *p, size_t n) {
     }
 }
 
-static void escape_component(strbuf *sb, const char *p, size_t n) {
+/* Returns true when the component was shortened (two names may then share a path). */
+static bool escape_component(strbuf *sb, const char *p, size_t n) {
     size_t start = sb->len;
     treepath_escape_component(sb, p, n);
-    if (!sb->failed && sb->len - start > LONG_NAME) {
+    if (sb->failed || sb->len - start <= LONG_NAME) return false;
+    {
         sb->len = start + LONG_KEEP;
         /* Do not cut an escape in half. */
         for (size_t k = 1; k <= 2; k++)
             if (sb->data[sb->len - k] == '%') sb->len -= k;
         sb_printf(sb, "%%#%016llx", (unsigned long long)treepath_hash(p, n));
     }
+    return true;
 }
 
-static void escape_name(strbuf *sb, const char *name, size_t len) {
+/* Returns true when the path may equal another name's: the name holds a '/' (a.b and a/b
+ * meet) or a component was shortened. Otherwise escaping is one-to-one. */
+static bool escape_name(strbuf *sb, const char *name, size_t len) {
+    bool may_repeat = false;
     size_t s = 0;
     for (size_t i = 0; i <= len; i++) {
         if (i == len || name[i] == '.' || name[i] == '/') {
             if (s) sb_putc(sb, '/');
-            escape_component(sb, name + s, i - s);
+            may_repeat |= escape_component(sb, name + s, i - s);
+            may_repeat |= i < len && name[i] == '/';
             s = i + 1;
         }
     }
+    return may_repeat;
+}
+
+/* True when escaping would only turn '.' into '/': no byte to escape, no '/', no empty or long
+ * component. Most names are like that, and copying them is far cheaper than escaping. */
+static bool plain_name(const char *name, size_t len) {
+    size_t component = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '.') {
+            if (component == 0) return false;
+            component = 0;
+        } else if (c < 0x20 || c == 0x7f || c == '%' || c == '/' || ++component > LONG_NAME) {
+            return false;
+        }
+    }
+    return component > 0;
+}
+
+/* prefix + name with '.' -> '/', in the arena. */
+static char *plain_path(arena *mem, const char *prefix, const char *name, size_t len) {
+    size_t plen = prefix ? strlen(prefix) : 0;
+    char *p = arena_alloc(mem, plen + len + 1);
+    if (!p) return NULL;
+    if (plen) memcpy(p, prefix, plen);
+    for (size_t i = 0; i < len; i++) p[plen + i] = name[i] == '.' ? '/' : name[i];
+    p[plen + len] = '\0';
+    return p;
 }
 
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
@@ -77,11 +112,20 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     size_t n = cat->ntensors;
     strbuf sb;
     sb_init(&sb);
+    bool may_repeat = false;
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor *t = &cat->tensors[i];
+        if (plain_name(t->name, t->name_len)) {
+            may_repeat |= t->prefix != NULL;
+            if (!(t->path = plain_path(mem, t->prefix, t->name, t->name_len))) {
+                sb_free(&sb);
+                return ckpt_fail(err, -ENOMEM, "out of memory");
+            }
+            continue;
+        }
         sb_clear(&sb);
         if (t->prefix) sb_puts(&sb, t->prefix);
-        escape_name(&sb, t->name, t->name_len);
+        may_repeat |= escape_name(&sb, t->name, t->name_len) || t->prefix;
         if (sb.failed || !(t->path = arena_memdup(mem, sb.data, sb.len))) {
             sb_free(&sb);
             return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -91,10 +135,11 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     if (n == 0) return 0;
 
     /* Repeated paths are numbered in name order (the tensors are sorted by name): a hash of
-     * path -> times seen. "%~" cannot occur in an escaped path, so a numbered one is new. */
+     * path -> times seen. "%~" cannot occur in an escaped path, so a numbered one is new.
+     * Names are unique, so without a prefix, a '/' or a shortened component nothing repeats. */
     hashmap seen;
-    if (!hm_init(&seen, n)) return ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
+    if (!hm_init(&seen, may_repeat ? n : 0)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; may_repeat && i < n; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         size_t len = strlen(t->path);
         bool added;
@@ -116,12 +161,11 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     }
     hm_free(&seen);
 
-    /* Directories: every proper prefix ending before a '/'. */
-    size_t prefixes = 0;
-    for (size_t i = 0; i < n; i++)
-        for (const char *c = cat->tensors[i].path; *c; c++) prefixes += *c == '/';
+    /* Directories: every proper prefix ending before a '/'. A model has far fewer directories
+     * than tensors (one per layer and module), so the map starts small and grows: sizing it
+     * for every '/' of every path made a 32 MiB table at 100k tensors. */
     hashmap dirs;
-    if (!hm_init(&dirs, prefixes)) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!hm_init(&dirs, n / 4)) return ckpt_fail(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         /* Deepest first: once a prefix is already known, so are all of its ancestors. */
         const char *p = cat->tensors[i].path;

@@ -2,6 +2,7 @@
  * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
  * holds what every subcommand shares: -o options, opening the source, messages, output. */
 #include "cli.h"
+#include "heap.h"
 #include "cli_internal.h"
 
 #include <errno.h>
@@ -71,6 +72,7 @@ int cli_main(int argc, char **argv) {
     /* A closed pipe must end the output quietly (`ckptfs cat ... | head -c 10`): writes then
      * fail with EPIPE, which cli_write_all turns into a silent exit status 4. */
     signal(SIGPIPE, SIG_IGN);
+    heap_for_loading(); /* a command opens one catalog and exits: no need to give memory back */
     if (strcmp(argv[0], "help") == 0) return help(argc, argv);
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (strcmp(argv[0], commands[i].name) == 0) return commands[i].run(argc, argv);

@@ -7,9 +7,11 @@
 #include "ckptfs.h"
 #include "cli.h"
 #include "daemon.h"
+#include "heap.h"
 #include "stage.h"
 #include "readahead.h"
 #include "size.h"
+#include "view_job.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -290,16 +292,20 @@ int main(int argc, char **argv) {
     fs.readahead_kb = o.readahead_kb;
     status = EXIT_SOURCE;
     ckpt_options copts = {.tp_split = o.tp_split};
+    heap_for_loading();
     if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         goto out;
     }
-    if (ckpt_hfview_build(fs.cat, max_shard, &view, &err) != 0 ||
-        tree_build(&fs.tr, fs.cat, &view, hf_root, o.npy != 0, fs.as_f32, &err) != 0) {
+    view_job job;
+    view_job_start(&job, fs.cat, max_shard, &view);
+    if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
+        0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
         goto out;
     }
 
+    heap_for_serving();
     fuse_opt_add_arg(&args, "-osubtype=ckptfs");
     char *fsname = NULL;
     if (fuse_opt_add_opt_escaped(&fsname, o.source) == 0) {

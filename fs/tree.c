@@ -17,7 +17,10 @@ static const char *const doc_paths[DOC_COUNT] = {
 typedef struct builder {
     tree *tr;
     size_t cap;
-    hashmap dirs; /* full directory path -> node index */
+    hashmap dirs;         /* full directory path -> node index */
+    const char *last_dir; /* the directory of the previous file: the next is mostly there too */
+    size_t last_len;
+    uint32_t last_node;
     char **owned; /* paths we had to allocate (aux files) */
     size_t nowned;
 } builder;
@@ -48,6 +51,10 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
  * Looks up the deepest existing ancestor first, so a file whose directory exists costs one
  * hash lookup however deep it is (rehashing every prefix made mounts of 100k tensors slow). */
 static int dir_node(builder *b, const char *path, size_t len, uint32_t *out) {
+    if (b->last_dir && len == b->last_len && memcmp(path, b->last_dir, len) == 0) {
+        *out = b->last_node;
+        return 0;
+    }
     uint32_t at = 0; /* root */
     size_t have = len;
     while (have > 0) {
@@ -72,6 +79,9 @@ static int dir_node(builder *b, const char *path, size_t len, uint32_t *out) {
         at = d;
     }
     *out = at;
+    b->last_dir = path; /* paths outlive the builder */
+    b->last_len = len;
+    b->last_node = at;
     return 0;
 }
 
@@ -135,27 +145,48 @@ static bool shows_npy(const ckpt_tensor *t, bool as_f32) {
     return ckpt_dtype_info_of(t->dtype)->numpy && !(as_f32 && ckpt_to_f32_supported(t->dtype));
 }
 
-int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root, bool npy,
-               bool as_f32, ckpt_err *err) {
+/* Adds the view's files (after the aux files, which share its directory). */
+static int add_view(builder *b, const ckpt_hfview *view, const char *hf_dir) {
+    if (view->nfiles >= UINT32_MAX) return -E2BIG;
+    char **owned = realloc(b->owned, (b->nowned + view->nfiles + 1) * sizeof *owned);
+    if (!owned) return -ENOMEM;
+    b->owned = owned;
+    for (size_t i = 0; i < view->nfiles; i++) {
+        size_t len = strlen(hf_dir) + strlen(view->files[i].name);
+        char *p = malloc(len + 1);
+        if (!p) return -ENOMEM;
+        snprintf(p, len + 1, "%s%s", hf_dir, view->files[i].name);
+        b->owned[b->nowned++] = p;
+        int rc = add_path(b, p, NODE_VIEW, i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
+               bool hf_root, bool npy, bool as_f32, ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cat = cat;
-    tr->view = view;
     builder b = {.tr = tr};
-    if (cat->ntensors >= UINT32_MAX || cat->nsources >= UINT32_MAX ||
-        (view && view->nfiles >= UINT32_MAX))
+    const ckpt_hfview *view;
+    if (cat->ntensors >= UINT32_MAX || cat->nsources >= UINT32_MAX) {
+        get_view(view_ctx, &view, err); /* lets a thread building it finish */
         return ckpt_fail(err, -E2BIG, "%zu tensors: more than a tree can index", cat->ntensors);
+    }
     /* About one directory per tensor in real models; the map grows if there are more. */
-    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16))
+    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16)) {
+        get_view(view_ctx, &view, err);
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    size_t nview = view ? view->nfiles : 0;
+    }
     size_t nnpy = 0;
     for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)
         nnpy += shows_npy(&cat->tensors[i], as_f32);
-    b.owned = calloc(cat->naux + nview + nnpy + 1, sizeof *b.owned);
+    b.owned = calloc(cat->naux + nnpy + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
-    /* Sized up front (three files and about one directory a tensor): doubling would copy
-     * and, at its peak, hold 1.5x the table; pages never touched cost no memory. */
-    b.cap = 5 * cat->ntensors + cat->naux + nview + DOC_COUNT + 64;
+    /* Sized up front (three files and about one directory a tensor, room for a view of a few
+     * hundred shards): doubling would copy and, at its peak, hold 1.5x the table; pages
+     * never touched cost no memory. */
+    b.cap = 5 * cat->ntensors + cat->naux + DOC_COUNT + 512;
     tr->nodes = malloc(b.cap * sizeof *tr->nodes);
     uint32_t root;
     int rc = b.owned && tr->nodes ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
@@ -178,9 +209,8 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
         }
     }
     for (int d = 0; !rc && d < DOC_COUNT; d++) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
-    for (size_t i = 0; !rc && i < cat->naux + nview; i++) {
-        bool aux = i < cat->naux;
-        const char *name = aux ? cat->aux[i].name : view->files[i - cat->naux].name;
+    for (size_t i = 0; !rc && i < cat->naux; i++) {
+        const char *name = cat->aux[i].name;
         size_t len = strlen(hf_dir) + strlen(name);
         char *p = malloc(len + 1);
         if (!p) {
@@ -189,14 +219,20 @@ int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool 
         }
         snprintf(p, len + 1, "%s%s", hf_dir, name);
         b.owned[b.nowned++] = p;
-        rc = add_path(&b, p, aux ? NODE_AUX : NODE_VIEW, aux ? cat->aux[i].source : i - cat->naux);
+        rc = add_path(&b, p, NODE_AUX, cat->aux[i].source);
     }
+    ckpt_err view_err;
+    int view_rc = get_view(view_ctx, &view, &view_err);
+    if (!rc && !view_rc) rc = add_view(&b, view, hf_dir);
+    tr->view = view_rc ? NULL : view;
     hm_free(&b.dirs);
-    if (rc) {
+    if (rc || view_rc) {
         for (size_t i = 0; i < b.nowned; i++) free(b.owned[i]);
         free(b.owned);
         tree_free(tr);
-        return ckpt_fail(err, rc, "building the tree: %s", strerror(-rc));
+        if (rc) return ckpt_fail(err, rc, "building the tree: %s", strerror(-rc));
+        *err = view_err;
+        return view_rc;
     }
     /* Aux names must outlive the builder: keep them in the tree's lifetime via the nodes. */
     tr->owned = b.owned;

@@ -42,10 +42,14 @@ typedef struct tree {
     size_t nowned;
 } tree;
 
+/* Hands over the HF view, or returns a negative errno with err filled. */
+typedef int (*tree_view_fn)(void *ctx, const ckpt_hfview **view, ckpt_err *err);
+
 /* The HF view's files go to .ckptfs/hf/, or with hf_root to the root in place of the tensor
- * tree (.ckptfs/ keeps the summary, metadata and table). */
-int tree_build(tree *tr, const ckpt_catalog *cat, const ckpt_hfview *view, bool hf_root,
-               bool npy, bool as_f32, ckpt_err *err);
+ * tree (.ckptfs/ keeps the summary, metadata and table). The view is asked for once the
+ * tensors are in, so another thread can build it meanwhile. */
+int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
+               bool hf_root, bool npy, bool as_f32, ckpt_err *err);
 void tree_free(tree *tr);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);

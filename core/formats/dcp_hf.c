@@ -7,6 +7,7 @@
 #include "safetensors.h"
 
 #include "../hashmap.h"
+#include "../pipeline.h"
 #include "../strbuf.h"
 
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
 
 static bool is_shard_name(const char *name) {
     unsigned r, i, n;
@@ -54,7 +54,8 @@ bool dcp_hf_probe(const char *dir) {
 
 typedef struct dcp_ctx {
     ckpt_catalog *cat;
-    hashmap tensors; /* name -> catalog tensor index */
+    hashmap tensors;       /* name -> catalog tensor index */
+    uint32_t first_source; /* of the rank files, in name order */
     ckpt_err *err;
 } dcp_ctx;
 
@@ -145,49 +146,87 @@ static int metadata_doc(dcp_ctx *c, uint32_t source, const st_header *h, const j
     return rc;
 }
 
-static int load_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const char *name) {
+static int add_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const char *name) {
     char path[PATH_MAX], rel[PATH_MAX];
     int w1 = snprintf(path, sizeof path, "%s/%s", dir, name);
     int w2 = snprintf(rel, sizeof rel, "%s%s", rel_prefix, name);
     if (w1 < 0 || w1 >= (int)sizeof path || w2 < 0 || w2 >= (int)sizeof rel)
         return ckpt_fail(c->err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
     uint32_t source;
-    int rc = catalog_add_source(c->cat, path, rel, &source, c->err);
-    if (rc) return rc;
+    return catalog_add_source(c->cat, path, rel, &source, c->err);
+}
+
+/* One rank file, read and parsed ahead (pipeline.h): its header, its DCP_SHARDING_INFO and
+ * that info indexed by name. */
+typedef struct file_slot {
     st_header h;
-    if ((rc = safetensors_read_header(c->cat, source, &h, c->err))) return rc;
-    const ckpt_source *src = &c->cat->sources[source];
-    const json_value *raw = json_member(h.metadata, "DCP_SHARDING_INFO");
-    json_doc info_doc = {0};
-    const json_value *info = NULL;
+    json_doc info_doc;
+    const json_value *info;
+    hashmap index;
+    ckpt_err err;
+} file_slot;
+
+static void file_slot_free(file_slot *f) {
+    hm_free(&f->index);
+    if (f->info) json_doc_free(&f->info_doc);
+    safetensors_header_free(&f->h);
+}
+
+static int read_file(void *ctx, size_t i, void *slot) {
+    const dcp_ctx *c = ctx;
+    file_slot *f = slot;
+    const ckpt_catalog *cat = c->cat;
+    uint32_t source = c->first_source + (uint32_t)i;
+    int rc = safetensors_read_header(cat, source, &f->h, &f->err);
+    if (rc) return rc;
+    const char *path = cat->sources[source].path;
+    const json_value *raw = json_member(f->h.metadata, "DCP_SHARDING_INFO");
     if (raw) {
         json_error jerr;
-        rc = json_parse(&info_doc, raw->str, raw->len, &jerr);
-        if (rc)
-            rc = ckpt_fail(c->err, rc, "%s: DCP_SHARDING_INFO is not valid JSON: %s (at %zu)",
-                           src->path, jerr.msg, jerr.pos);
-        else if ((info = info_doc.root)->type != JSON_OBJECT)
-            rc =
-                ckpt_fail(c->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object", src->path);
+        if ((rc = json_parse(&f->info_doc, raw->str, raw->len, &jerr))) {
+            rc = ckpt_fail(&f->err, rc, "%s: DCP_SHARDING_INFO is not valid JSON: %s (at %zu)",
+                           path, jerr.msg, jerr.pos);
+        } else {
+            f->info = f->info_doc.root;
+            if (f->info->type != JSON_OBJECT)
+                rc =
+                    ckpt_fail(&f->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object", path);
+        }
     }
-    hashmap index = {0};
-    if (!rc && info) {
+    if (!rc && f->info) {
         bool added;
-        if (!hm_init(&index, info->count)) rc = ckpt_fail(c->err, -ENOMEM, "out of memory");
-        for (const json_value *m = info->head; !rc && m; m = m->next)
-            if (!hm_put(&index, m->key, m->key_len, (size_t)m, &added))
-                rc = ckpt_fail(c->err, -ENOMEM, "out of memory");
+        if (!hm_init(&f->index, f->info->count)) rc = ckpt_fail(&f->err, -ENOMEM, "out of memory");
+        for (const json_value *m = f->info->head; !rc && m; m = m->next)
+            if (!hm_put(&f->index, m->key, m->key_len, (size_t)m, &added))
+                rc = ckpt_fail(&f->err, -ENOMEM, "out of memory");
     }
-    for (size_t i = 0; !rc && i < h.nentries; i++) {
-        uint64_t origin[CKPT_MAX_DIMS];
-        rc = chunk_origin(c, src, info, &index, &h.entries[i], origin);
-        if (!rc) rc = add_chunk(c, source, &h.entries[i], origin);
-    }
-    hm_free(&index);
-    if (!rc) rc = metadata_doc(c, source, &h, info);
-    if (raw) json_doc_free(&info_doc);
-    safetensors_header_free(&h);
+    if (rc) file_slot_free(f);
     return rc;
+}
+
+static int add_file_chunks(void *ctx, size_t i, void *slot, int prepared) {
+    dcp_ctx *c = ctx;
+    file_slot *f = slot;
+    if (prepared) {
+        *c->err = f->err;
+        return prepared;
+    }
+    uint32_t source = c->first_source + (uint32_t)i;
+    const ckpt_source *src = &c->cat->sources[source];
+    int rc = 0;
+    for (size_t k = 0; !rc && k < f->h.nentries; k++) {
+        uint64_t origin[CKPT_MAX_DIMS];
+        rc = chunk_origin(c, src, f->info, &f->index, &f->h.entries[k], origin);
+        if (!rc) rc = add_chunk(c, source, &f->h.entries[k], origin);
+    }
+    if (!rc) rc = metadata_doc(c, source, &f->h, f->info);
+    file_slot_free(f);
+    return rc;
+}
+
+static void drop_file(void *ctx, size_t i, void *slot, int prepared) {
+    (void)ctx, (void)i;
+    if (!prepared) file_slot_free(slot);
 }
 
 /* A missing rank file can leave no hole (the shape just comes out smaller): say so. */
@@ -226,7 +265,12 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     cat->format = "dcp-hf";
     dcp_ctx c = {.cat = cat, .err = err};
     if (!hm_init(&c.tensors, 1024)) rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++) rc = load_file(&c, where, rel_prefix, names[i]);
+    /* Every file is registered first: the sources must stay put while headers are read on
+     * two threads. */
+    c.first_source = cat->nsources;
+    for (size_t i = 0; !rc && i < n; i++) rc = add_file(&c, where, rel_prefix, names[i]);
+    static const ckpt_pipeline_ops file_ops = {read_file, add_file_chunks, drop_file};
+    if (!rc) rc = ckpt_pipeline_run(n, sizeof(file_slot), 4, &file_ops, &c);
     warn_rank_gaps(cat, names, n);
     /* Shapes grew while chunks arrived: recompute sizes with overflow checks. */
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {

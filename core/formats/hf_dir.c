@@ -5,7 +5,9 @@
 
 #include "../hashmap.h"
 #include "../json.h"
+#include "../pipeline.h"
 #include "../strbuf.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -140,6 +142,41 @@ static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t firs
     return 0;
 }
 
+/* Shard headers are read ahead on a second thread (pipeline.h) and added in shard order. */
+typedef struct shard_run {
+    ckpt_catalog *cat;
+    uint32_t first_source;
+    ckpt_err *err;
+} shard_run;
+
+typedef struct shard_slot {
+    st_header h;
+    ckpt_err err;
+} shard_slot;
+
+static int read_shard(void *ctx, size_t i, void *slot) {
+    const shard_run *r = ctx;
+    shard_slot *s = slot;
+    return safetensors_read_header(r->cat, r->first_source + (uint32_t)i, &s->h, &s->err);
+}
+
+static int add_shard(void *ctx, size_t i, void *slot, int prepared) {
+    shard_run *r = ctx;
+    shard_slot *s = slot;
+    if (prepared) {
+        *r->err = s->err;
+        return prepared;
+    }
+    int rc = safetensors_add_tensors(r->cat, r->first_source + (uint32_t)i, &s->h, r->err);
+    safetensors_header_free(&s->h);
+    return rc;
+}
+
+static void drop_shard(void *ctx, size_t i, void *slot, int prepared) {
+    (void)ctx, (void)i;
+    if (!prepared) safetensors_header_free(&((shard_slot *)slot)->h);
+}
+
 static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     char index_path[PATH_MAX], root_real[PATH_MAX];
     int rc = join(index_path, sizeof index_path, cat->root, index_rel, err);
@@ -181,17 +218,25 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
         if ((rc = check_shard_name(e, index_path, err))) goto out;
         shards[n++] = e;
     }
-    /* The shards transformers loads: sorted unique weight_map values. */
+    /* The shards transformers loads: sorted unique weight_map values. All are registered
+     * first, so that the catalog's sources stay put while headers are read on two threads. */
     qsort(shards, n, sizeof *shards, shard_cmp);
-    size_t first_tensor = cat->ntensors;
+    size_t first_tensor = cat->ntensors, nfiles = 0;
+    uint32_t first_source = cat->nsources;
     for (size_t i = 0; i < n; i++) {
         if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
         if ((rc = check_shard_file(root_real, cat->root, shards[i], index_path, err))) goto out;
-        char rel[PATH_MAX];
+        char rel[PATH_MAX], path[PATH_MAX];
         snprintf(rel, sizeof rel, "%.*s", (int)shards[i]->len, shards[i]->str);
         uint32_t src;
-        if ((rc = load_file(cat, rel, &src, err))) goto out;
+        if ((rc = join(path, sizeof path, cat->root, rel, err)) ||
+            (rc = catalog_add_source(cat, path, rel, &src, err)))
+            goto out;
+        nfiles++;
     }
+    shard_run run = {cat, first_source, err};
+    static const ckpt_pipeline_ops shard_ops = {read_shard, add_shard, drop_shard};
+    if ((rc = ckpt_pipeline_run(nfiles, sizeof(shard_slot), 4, &shard_ops, &run))) goto out;
     if ((rc = check_weight_map(cat, wm, first_tensor, index_path, err))) goto out;
     const json_value *meta = json_member(doc.root, "metadata");
     strbuf sb;

@@ -234,17 +234,22 @@ out:
     return rc;
 }
 
-static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
-    st_header h;
-    int rc = safetensors_read_header(cat, source, &h, err);
-    if (rc) return rc;
-    for (size_t i = 0; !rc && i < h.nentries; i++) {
-        const st_entry *e = &h.entries[i];
+int safetensors_add_tensors(ckpt_catalog *cat, uint32_t source, const st_header *h, ckpt_err *err) {
+    int rc = 0;
+    for (size_t i = 0; !rc && i < h->nentries; i++) {
+        const st_entry *e = &h->entries[i];
         size_t idx;
         rc = catalog_add_tensor(cat, e->name, e->name_len, e->dtype, e->ndim, e->shape, &idx, err);
         if (!rc) rc = catalog_add_piece(cat, idx, source, e->offset, NULL, NULL, NULL, err);
     }
-    if (!rc) rc = safetensors_metadata_doc(cat, source, &h, err);
+    return rc ? rc : safetensors_metadata_doc(cat, source, h, err);
+}
+
+static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
+    st_header h;
+    int rc = safetensors_read_header(cat, source, &h, err);
+    if (rc) return rc;
+    rc = safetensors_add_tensors(cat, source, &h, err);
     safetensors_header_free(&h);
     return rc;
 }

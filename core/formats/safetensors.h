@@ -25,12 +25,13 @@ typedef struct st_header {
     uint64_t data_start;
 } st_header;
 
-/* Reads and validates the whole header of a registered source (see safetensors.c). */
-int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h,
-                            ckpt_err *err);
+/* Reads and validates the whole header of a registered source (see safetensors.c). Only reads
+ * the catalog, so headers of several sources may be read on several threads. */
+int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h, ckpt_err *err);
 void safetensors_header_free(st_header *h);
+/* Adds every tensor of a header read from source, whole, and its metadata document. */
+int safetensors_add_tensors(ckpt_catalog *cat, uint32_t source, const st_header *h, ckpt_err *err);
 /* Adds {"__metadata__": {...}} under the file's relative path to metadata.json. */
-int safetensors_metadata_doc(ckpt_catalog *cat, uint32_t source, const st_header *h,
-                             ckpt_err *err);
+int safetensors_metadata_doc(ckpt_catalog *cat, uint32_t source, const st_header *h, ckpt_err *err);
 
 #endif

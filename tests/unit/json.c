@@ -18,6 +18,54 @@ static void refuses(const char *text, size_t len, const char *needle, size_t pos
     if (!rc) json_doc_free(&doc);
 }
 
+/* The string scanner steps 16 or 8 bytes at a time: put each kind of stop byte at every offset
+ * of the first blocks and check it is found exactly where it is. */
+static void stops_at_every_offset(void) {
+    int bad = 0;
+    for (size_t k = 0; k < 48; k++) {
+        char text[128];
+        json_doc doc;
+        json_error err;
+        size_t n = 0;
+        text[n++] = '"';
+        for (size_t i = 0; i < k; i++) text[n++] = (char)('a' + i % 26);
+        size_t at = n;
+        /* a control byte, an invalid UTF-8 byte: refused at exactly 1 + k */
+        const char *refused[] = {"\x01", "\xff"};
+        for (int r = 0; r < 2; r++) {
+            memcpy(text + at, refused[r], 1);
+            memset(text + at + 1, 'z', 20);
+            text[at + 21] = '"';
+            if (json_parse(&doc, text, at + 22, &err) == 0) {
+                json_doc_free(&doc);
+                bad++;
+            } else if (err.pos != at) {
+                bad++;
+            }
+        }
+        /* an escape and a 2-byte UTF-8 letter: decoded at k */
+        memcpy(text + at, "\\n\xc3\xa9", 4);
+        memset(text + at + 4, 'z', 20);
+        text[at + 24] = '"';
+        if (json_parse(&doc, text, at + 25, &err) != 0) {
+            bad++;
+            continue;
+        }
+        const json_value *v = doc.root;
+        if (v->len != k + 23 || memcmp(v->str, text + 1, k) != 0 || v->str[k] != '\n' ||
+            memcmp(v->str + k + 1, "\xc3\xa9", 2) != 0 || v->str[k + 3] != 'z')
+            bad++;
+        json_doc_free(&doc);
+        /* the closing quote itself: the string ends there */
+        text[at] = '"';
+        int rc = json_parse(&doc, text, at + 1, &err);
+        if (rc != 0 || doc.root->len != k) bad++;
+        if (rc == 0) json_doc_free(&doc);
+    }
+    ok(bad == 0, "stop bytes at offsets 0..47 of a string are found where they are (%d wrong)",
+       bad);
+}
+
 int main(void) {
     json_doc doc;
     json_error err;
@@ -70,5 +118,6 @@ int main(void) {
     ok(json_parse(&doc, text, 256, &err) == 0, "128-deep nesting is fine");
     json_doc_free(&doc);
     free(text);
+    stops_at_every_offset();
     return tap_done();
 }

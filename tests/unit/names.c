@@ -31,6 +31,8 @@ int main(void) {
         {"tab\tz\x7f", 6, "tab%09z%7F"},
         {"", 0, "%_"},
         {"a.b%~2", 6, "a/b%25~2"},
+        {"trail.", 6, "trail/%_"},
+        {"caf\xc3\xa9.w", 7, "caf\xc3\xa9/w"},
     };
     size_t n = sizeof cases / sizeof *cases;
     for (size_t i = 0; i < n; i++) {
@@ -71,6 +73,31 @@ int main(void) {
            strstr(cat->tensors[0].path, "%#"),
        "600-byte component shortened with a hash: %.40s...", cat->tensors[0].path);
     ckpt_close(cat);
+
+    /* 224 bytes is the longest component kept whole */
+    cat = catalog_new("/unit", "unit");
+    catalog_add_source(cat, path, "f", &src, &err);
+    catalog_add_tensor(cat, longname, 224, CKPT_U8, 1, shape, &ti, &err);
+    catalog_add_piece(cat, ti, src, 0, NULL, NULL, NULL, &err);
+    ok(catalog_finish(cat, &err) == 0 && strlen(cat->tensors[0].path) == 224 &&
+           !strchr(cat->tensors[0].path, '%'),
+       "a 224-byte component is kept as it is");
+    ckpt_close(cat);
+
+    /* a prefix can make a plain name meet another: "opt/" + "x" and "opt.x" */
+    cat = catalog_new("/unit", "unit");
+    catalog_add_source(cat, path, "f", &src, &err);
+    size_t plain_i, prefixed_i;
+    catalog_add_tensor(cat, "x", 1, CKPT_U8, 1, shape, &prefixed_i, &err);
+    catalog_add_piece(cat, prefixed_i, src, 0, NULL, NULL, NULL, &err);
+    catalog_set_prefix(cat, prefixed_i, "opt/", false, &err);
+    catalog_add_tensor(cat, "opt.x", 5, CKPT_U8, 1, shape, &plain_i, &err);
+    catalog_add_piece(cat, plain_i, src, 1, NULL, NULL, NULL, &err);
+    ok(catalog_finish(cat, &err) == 0 && strcmp(cat->tensors[0].path, "opt/x") == 0 &&
+           strcmp(cat->tensors[1].path, "opt/x%~2") == 0,
+       "prefixed x and opt.x: opt/x and opt/x%%~2 (got %s, %s)", cat->tensors[0].path,
+       cat->tensors[1].path);
+    ckpt_close(cat);
     unlink(path);
 
     ckpt_dtype dt;
@@ -90,8 +117,12 @@ int main(void) {
     ok(ckpt_dtype_parse("Q4_K", 4, &dt) && ckpt_dtype_info_of(dt)->block == 256 &&
            ckpt_dtype_info_of(dt)->block_bytes == 144,
        "Q4_K: 256 elements in 144 bytes");
-    ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->block == 2 && ckpt_dtype_info_of(dt)->block_bytes == 1, "F4 packs 2 elements per byte");
-    ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->block == 4 && ckpt_dtype_info_of(dt)->block_bytes == 3, "F6 packs 4 elements in 3 bytes");
+    ok(ckpt_dtype_parse("F4", 2, &dt) && ckpt_dtype_info_of(dt)->block == 2 &&
+           ckpt_dtype_info_of(dt)->block_bytes == 1,
+       "F4 packs 2 elements per byte");
+    ok(ckpt_dtype_parse("F6_E3M2", 7, &dt) && ckpt_dtype_info_of(dt)->block == 4 &&
+           ckpt_dtype_info_of(dt)->block_bytes == 3,
+       "F6 packs 4 elements in 3 bytes");
     ok(ckpt_dtype_parse("BF16", 4, &dt) && !ckpt_dtype_info_of(dt)->numpy,
        "BF16 has no numpy dtype");
     ok(ckpt_dtype_parse("C64", 3, &dt) && strcmp(ckpt_dtype_info_of(dt)->numpy, "<c8") == 0,
