@@ -269,8 +269,15 @@ static bool same_key(const json_value *a, const json_value *b) {
     return a->key_len == b->key_len && memcmp(a->key, b->key, a->key_len) == 0;
 }
 
+static int key_order(const json_value *a, const json_value *b) {
+    size_t n = a->key_len < b->key_len ? a->key_len : b->key_len;
+    int c = memcmp(a->key, b->key, n);
+    return c ? c : (a->key_len > b->key_len) - (a->key_len < b->key_len);
+}
+
 /* Pairwise for the small objects a header is made of (a tensor entry has three keys), a hash
- * set for large ones; members come in document order, so the one found second is the later. */
+ * set for large ones unless the keys are strictly increasing (an HF index's weight_map is
+ * written sorted); members come in document order, so the one found second is the later. */
 static int check_duplicates(parser *p, json_value *obj) {
     if (obj->count < 2) return 0;
     if (obj->count <= 8) {
@@ -279,6 +286,9 @@ static int check_duplicates(parser *p, json_value *obj) {
                 if (same_key(e, m)) return duplicate(p, m);
         return 0;
     }
+    const json_value *run = obj->head;
+    while (run->next && key_order(run, run->next) < 0) run = run->next;
+    if (!run->next) return 0;
     hashmap seen;
     if (!hm_init(&seen, obj->count)) return oom(p);
     int rc = 0;

@@ -59,18 +59,16 @@ typedef struct dcp_ctx {
     ckpt_err *err;
 } dcp_ctx;
 
-/* The saved_offsets of one tensor from a file's DCP_SHARDING_INFO (indexed by name). */
+/* The saved_offsets of one tensor from its DCP_SHARDING_INFO member t (NULL: none). */
 static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *info,
-                        const hashmap *index, const st_entry *e, uint64_t *origin) {
+                        const json_value *t, const st_entry *e, uint64_t *origin) {
     memset(origin, 0, sizeof(uint64_t) * CKPT_MAX_DIMS);
     if (!info) return 0;
-    const hm_entry *h = hm_get(index, e->name, e->name_len);
-    if (!h)
+    if (!t)
         return ckpt_fail(c->err, -EINVAL,
                          "%s: tensor \"%.*s\" (header byte offset %zu) has no entry in "
                          "DCP_SHARDING_INFO",
                          src->path, SHOWN(e->name_len), e->name, 8 + e->v->pos);
-    const json_value *t = (const json_value *)h->value;
     const json_value *so = json_member(t, "saved_offsets");
     uint32_t k = 0;
     if (so && so->type == JSON_ARRAY && so->count == e->ndim)
@@ -157,19 +155,49 @@ static int add_file(dcp_ctx *c, const char *dir, const char *rel_prefix, const c
 }
 
 /* One rank file, read and parsed ahead (pipeline.h): its header, its DCP_SHARDING_INFO and
- * that info indexed by name. */
+ * each header entry's member of that info (NULL where it has none). */
 typedef struct file_slot {
     st_header h;
     json_doc info_doc;
     const json_value *info;
-    hashmap index;
+    const json_value **member;
     ckpt_err err;
 } file_slot;
 
 static void file_slot_free(file_slot *f) {
-    hm_free(&f->index);
+    free(f->member);
+    f->member = NULL;
     if (f->info) json_doc_free(&f->info_doc);
     safetensors_header_free(&f->h);
+}
+
+static bool same_name(const json_value *m, const st_entry *e) {
+    return m->key_len == e->name_len && memcmp(m->key, e->name, e->name_len) == 0;
+}
+
+/* The writer lists the info in the order it wrote the tensors, which is the header's entries by
+ * offset: walk both together, and index the info by name only when they part. */
+static int match_members(file_slot *f) {
+    size_t n = f->h.nentries;
+    if (!(f->member = calloc(n ? n : 1, sizeof *f->member))) return -ENOMEM;
+    const json_value *m = f->info->head;
+    size_t k = 0;
+    for (; k < n && m && same_name(m, &f->h.entries[k]); k++, m = m->next) f->member[k] = m;
+    if (k == n) return 0;
+    hashmap index;
+    if (!hm_init(&index, f->info->count)) return -ENOMEM;
+    bool added;
+    for (m = f->info->head; m; m = m->next)
+        if (!hm_put(&index, m->key, m->key_len, (size_t)m, &added)) {
+            hm_free(&index);
+            return -ENOMEM;
+        }
+    for (; k < n; k++) {
+        const hm_entry *h = hm_get(&index, f->h.entries[k].name, f->h.entries[k].name_len);
+        f->member[k] = h ? (const json_value *)h->value : NULL;
+    }
+    hm_free(&index);
+    return 0;
 }
 
 static int read_file(void *ctx, size_t i, void *slot) {
@@ -193,13 +221,7 @@ static int read_file(void *ctx, size_t i, void *slot) {
                     ckpt_fail(&f->err, -EINVAL, "%s: DCP_SHARDING_INFO is not a JSON object", path);
         }
     }
-    if (!rc && f->info) {
-        bool added;
-        if (!hm_init(&f->index, f->info->count)) rc = ckpt_fail(&f->err, -ENOMEM, "out of memory");
-        for (const json_value *m = f->info->head; !rc && m; m = m->next)
-            if (!hm_put(&f->index, m->key, m->key_len, (size_t)m, &added))
-                rc = ckpt_fail(&f->err, -ENOMEM, "out of memory");
-    }
+    if (!rc && f->info && match_members(f) != 0) rc = ckpt_fail(&f->err, -ENOMEM, "out of memory");
     if (rc) file_slot_free(f);
     return rc;
 }
@@ -216,7 +238,7 @@ static int add_file_chunks(void *ctx, size_t i, void *slot, int prepared) {
     int rc = 0;
     for (size_t k = 0; !rc && k < f->h.nentries; k++) {
         uint64_t origin[CKPT_MAX_DIMS];
-        rc = chunk_origin(c, src, f->info, &f->index, &f->h.entries[k], origin);
+        rc = chunk_origin(c, src, f->info, f->info ? f->member[k] : NULL, &f->h.entries[k], origin);
         if (!rc) rc = add_chunk(c, source, &f->h.entries[k], origin);
     }
     if (!rc) rc = metadata_doc(c, source, &f->h, f->info);

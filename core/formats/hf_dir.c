@@ -216,7 +216,8 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     size_t n = 0;
     for (const json_value *e = wm->head; e; e = e->next) {
         if ((rc = check_shard_name(e, index_path, err))) goto out;
-        shards[n++] = e;
+        /* Neighbours mostly name the same shard: keep one of each run before sorting. */
+        if (n == 0 || shard_cmp(&shards[n - 1], &e) != 0) shards[n++] = e;
     }
     /* The shards transformers loads: sorted unique weight_map values. All are registered
      * first, so that the catalog's sources stay put while headers are read on two threads. */

@@ -96,6 +96,25 @@ int main(void) {
     json_doc_free(&doc);
 
     refuses("{\"a\":1,\"b\":2,\"a\":3}", 19, "duplicate", 13, "duplicate key found at its 2nd use");
+    /* objects over 8 keys: sorted ones skip the hash set, which must not hide a repeat */
+    char big[512];
+    size_t at = 0;
+    at += (size_t)snprintf(big + at, sizeof big - at, "{");
+    for (int i = 0; i < 20; i++)
+        at += (size_t)snprintf(big + at, sizeof big - at, "%s\"k%02d\":%d", i ? "," : "", i, i);
+    snprintf(big + at, sizeof big - at, "}");
+    ok(parse(big, &doc, &err) == 0 && doc.root->count == 20, "20 sorted keys");
+    json_doc_free(&doc);
+    refuses("{\"k00\":0,\"k01\":1,\"k02\":2,\"k03\":3,\"k04\":4,\"k05\":5,\"k05\":6,"
+            "\"k07\":7,\"k08\":8,\"k09\":9}",
+            81, "duplicate", 49, "sorted keys but one repeated next to itself");
+    refuses("{\"k09\":0,\"k01\":1,\"k02\":2,\"k03\":3,\"k04\":4,\"k05\":5,\"k06\":6,"
+            "\"k07\":7,\"k08\":8,\"k09\":9}",
+            81, "duplicate", 73, "unsorted keys, the first one repeated last");
+    ok(parse("{\"a\":0,\"ab\":1,\"abc\":2,\"abd\":3,\"b\":4,\"ba\":5,\"c\":6,\"d\":7,\"e\":8}",
+             &doc, &err) == 0,
+       "keys that are prefixes of the next are in order");
+    json_doc_free(&doc);
     refuses("[1,2", 4, "truncated", 4, "truncated array");
     refuses("\"\xff\"", 3, "UTF-8", 1, "invalid UTF-8 byte");
     refuses("\"\xc0\xaf\"", 4, "UTF-8", 1, "overlong encoding");
