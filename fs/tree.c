@@ -145,22 +145,27 @@ static bool shows_npy(const ckpt_tensor *t, bool as_f32) {
     return ckpt_dtype_info_of(t->dtype)->numpy && !(as_f32 && ckpt_to_f32_supported(t->dtype));
 }
 
+/* Adds dir + name, a path the builder allocates and keeps (b->owned has room for it). */
+static int add_owned_path(builder *b, const char *dir, const char *name, node_kind kind,
+                          size_t ref) {
+    size_t len = strlen(dir) + strlen(name);
+    char *p = malloc(len + 1);
+    if (!p) return -ENOMEM;
+    snprintf(p, len + 1, "%s%s", dir, name);
+    b->owned[b->nowned++] = p;
+    return add_path(b, p, kind, ref);
+}
+
 /* Adds the view's files (after the aux files, which share its directory). */
 static int add_view(builder *b, const ckpt_hfview *view, const char *hf_dir) {
     if (view->nfiles >= UINT32_MAX) return -E2BIG;
     char **owned = realloc(b->owned, (b->nowned + view->nfiles + 1) * sizeof *owned);
     if (!owned) return -ENOMEM;
     b->owned = owned;
-    for (size_t i = 0; i < view->nfiles; i++) {
-        size_t len = strlen(hf_dir) + strlen(view->files[i].name);
-        char *p = malloc(len + 1);
-        if (!p) return -ENOMEM;
-        snprintf(p, len + 1, "%s%s", hf_dir, view->files[i].name);
-        b->owned[b->nowned++] = p;
-        int rc = add_path(b, p, NODE_VIEW, i);
-        if (rc) return rc;
-    }
-    return 0;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < view->nfiles; i++)
+        rc = add_owned_path(b, hf_dir, view->files[i].name, NODE_VIEW, i);
+    return rc;
 }
 
 int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
@@ -209,18 +214,8 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
         }
     }
     for (int d = 0; !rc && d < DOC_COUNT; d++) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
-    for (size_t i = 0; !rc && i < cat->naux; i++) {
-        const char *name = cat->aux[i].name;
-        size_t len = strlen(hf_dir) + strlen(name);
-        char *p = malloc(len + 1);
-        if (!p) {
-            rc = -ENOMEM;
-            break;
-        }
-        snprintf(p, len + 1, "%s%s", hf_dir, name);
-        b.owned[b.nowned++] = p;
-        rc = add_path(&b, p, NODE_AUX, cat->aux[i].source);
-    }
+    for (size_t i = 0; !rc && i < cat->naux; i++)
+        rc = add_owned_path(&b, hf_dir, cat->aux[i].name, NODE_AUX, cat->aux[i].source);
     ckpt_err view_err;
     int view_rc = get_view(view_ctx, &view, &view_err);
     if (!rc && !view_rc) rc = add_view(&b, view, hf_dir);
