@@ -4,14 +4,14 @@
  *
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
-#include "ckptfs.h"
-#include "cli.h"
+#include "mount/ckptfs.h"
+#include "cli/cli.h"
 #include "daemon.h"
 #include "heap.h"
-#include "stage.h"
-#include "readahead.h"
+#include "stage/stage.h"
+#include "mount/readahead.h"
 #include "size.h"
-#include "view_job.h"
+#include "mount/view_job.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -42,7 +42,7 @@ compile() { # src obj
 }
 active=0
 build_failed=0
-for src in core/*.c core/formats/*.c; do
+for src in $(find core -name "*.c" | sort); do
     obj="$B/obj/$(echo "${src%.c}" | tr / _).o"
     objs+=("$obj")
     compile "$src" "$obj" &

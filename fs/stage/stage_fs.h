@@ -19,9 +19,9 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "../core/ckpt.h"
-#include "../core/hashmap.h"
-#include "../core/strbuf.h"
+#include "core/ckpt.h"
+#include "core/hashmap.h"
+#include "core/strbuf.h"
 
 typedef enum {
     SN_DIR,

@@ -5,7 +5,7 @@
  * made at open (status) or by the commit run through the handle. */
 #include "stage_ops.h"
 
-#include "../core/segread.h"
+#include "core/segread.h"
 
 #include <errno.h>
 #include <fcntl.h>

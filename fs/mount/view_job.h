@@ -3,8 +3,8 @@
 #ifndef CKPTFS_VIEW_JOB_H
 #define CKPTFS_VIEW_JOB_H
 
-#include "../core/hfview.h"
-#include "../core/pipeline.h"
+#include "core/hfview.h"
+#include "core/pipeline.h"
 
 typedef struct view_job {
     const ckpt_catalog *cat;

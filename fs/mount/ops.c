@@ -2,10 +2,10 @@
  * (the content cannot change), READ is answered from the planner's file segments. */
 #include "ckptfs.h"
 
-#include "../core/dequant.h"
-#include "../core/segread.h"
-#include "../core/sha256.h"
-#include "../core/zstd_seekable.h"
+#include "core/dequant.h"
+#include "core/segread.h"
+#include "core/sha256.h"
+#include "core/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>

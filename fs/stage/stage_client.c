@@ -6,11 +6,11 @@
  * descriptor then gives that commit's report: "exit N", a summary line, one line per problem.
  * While the write waits, MOUNTPOINT/.ckptfs/status shows the progress, which is drawn on
  * stderr when it is a terminal. */
-#include "cli_internal.h"
+#include "cli/cli_internal.h"
 #include "stage.h"
 #include "stage_fs.h"
 
-#include "../core/json.h"
+#include "core/json.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * Data files no journal record refers to are removed once the journal was rewritten. */
 #include "stage_fs.h"
 
-#include "../core/hashmap.h"
+#include "core/hashmap.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
  * replay ignores a last line without its newline. */
 #include "stage_fs.h"
 
-#include "../core/hashmap.h"
+#include "core/hashmap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,9 +6,9 @@
 #ifndef CKPTFS_CLI_MANIFEST_H
 #define CKPTFS_CLI_MANIFEST_H
 
-#include "../core/ckpt.h"
-#include "../core/json.h"
-#include "../core/sha256.h"
+#include "core/ckpt.h"
+#include "core/json.h"
+#include "core/sha256.h"
 
 #include <stdbool.h>
 #include <stddef.h>

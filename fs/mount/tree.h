@@ -3,8 +3,8 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
-#include "../core/ckpt.h"
-#include "../core/hfview.h"
+#include "core/ckpt.h"
+#include "core/hfview.h"
 
 #include <stdatomic.h>
 

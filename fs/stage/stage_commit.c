@@ -7,9 +7,9 @@
  * restart. */
 #include "stage_fs.h"
 
-#include "../core/arena.h"
-#include "../core/staged.h"
-#include "../core/writer.h"
+#include "core/arena.h"
+#include "core/staged.h"
+#include "core/writer.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 #include "tree.h"
 
-#include "../core/dequant.h"
-#include "../core/hashmap.h"
+#include "core/dequant.h"
+#include "core/hashmap.h"
 
 #include <errno.h>
 #include <stdio.h>

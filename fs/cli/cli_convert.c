@@ -3,8 +3,8 @@
 #include "cli_internal.h"
 #include "size.h"
 
-#include "../core/profile.h"
-#include "../core/writer.h"
+#include "core/profile.h"
+#include "core/writer.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -3,8 +3,8 @@
 #ifndef CKPTFS_CLI_INTERNAL_H
 #define CKPTFS_CLI_INTERNAL_H
 
-#include "../core/ckpt.h"
-#include "../core/strbuf.h"
+#include "core/ckpt.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stdint.h>
