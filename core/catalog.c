@@ -205,6 +205,24 @@ int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members,
     return cat->tensors[index].extra_json ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
 }
 
+int catalog_set_summary_extra(ckpt_catalog *cat, const char *json_members, ckpt_err *err) {
+    cat->summary_extra = arena_strdup(&cat->priv->mem, json_members);
+    return cat->summary_extra ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+}
+
+int catalog_prefix_docs(ckpt_catalog *cat, size_t first, const char *prefix, ckpt_err *err) {
+    for (size_t i = first; i < cat->ndocs; i++) {
+        size_t a = strlen(prefix), b = strlen(cat->docs[i].key);
+        char *k = arena_alloc(&cat->priv->mem, a + b + 2);
+        if (!k) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(k, prefix, a);
+        k[a] = '/';
+        memcpy(k + a + 1, cat->docs[i].key, b + 1);
+        cat->docs[i].key = k;
+    }
+    return 0;
+}
+
 int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
                     ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;

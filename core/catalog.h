@@ -44,6 +44,10 @@ int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members,
 int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
                     ckpt_err *err);
 int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err);
+int catalog_set_summary_extra(ckpt_catalog *cat, const char *json_members, ckpt_err *err);
+/* Renames the documents from index `first` on to "PREFIX/KEY", so that several files of one
+ * format (the shards of a .bin repo) keep one document each in metadata.json. */
+int catalog_prefix_docs(ckpt_catalog *cat, size_t first, const char *prefix, ckpt_err *err);
 int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sorts tensors by name, refuses duplicate names, checks every piece against its tensor and its
  * file, builds piece indexes and tree paths. */

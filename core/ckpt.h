@@ -81,11 +81,11 @@ typedef enum {
 /* Sizes are per block: `block` elements take `block_bytes` bytes. Plain types have block 1;
  * F4 is 2 elements per byte, F6 4 elements per 3 bytes, ggml Q4_0 32 elements per 18 bytes. */
 typedef struct ckpt_dtype_info {
-    const char *name;   /* safetensors spelling, or the ggml type name */
-    unsigned block;     /* elements per block */
+    const char *name; /* safetensors spelling, or the ggml type name */
+    unsigned block;   /* elements per block */
     unsigned block_bytes;
-    const char *numpy;  /* numpy dtype string, NULL when numpy has none */
-    bool safetensors;   /* a dtype safetensors files may use */
+    const char *numpy; /* numpy dtype string, NULL when numpy has none */
+    bool safetensors;  /* a dtype safetensors files may use */
 } ckpt_dtype_info;
 
 const ckpt_dtype_info *ckpt_dtype_info_of(ckpt_dtype dt);
@@ -164,6 +164,8 @@ typedef struct ckpt_aux_file {
 typedef struct ckpt_options {
     /* Tensor-parallel split dimensions, "GLOB:DIM[,GLOB:DIM...]" (fnmatch on tensor names). */
     const char *tp_split;
+    /* Hugging Face cache repo folder: the ref or commit whose snapshot is mounted (NULL: main). */
+    const char *revision;
 } ckpt_options;
 
 typedef struct ckpt_catalog ckpt_catalog;
@@ -181,6 +183,9 @@ struct ckpt_catalog {
     size_t naux;
     char **warnings;
     size_t nwarnings;
+    /* Members `"k": v, ...` that summary.json shows after "format" (which weights were chosen
+     * over which, the checkpoints of a folder), or NULL. */
+    const char *summary_extra;
     ckpt_options opts;
     struct ckpt_catalog_private *priv;
 };
@@ -235,8 +240,7 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
 
 char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len);
 /* The sidecar of the tensor as shown converted to F32 (-o as_dtype=f32) when as_f32. */
-char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool as_f32,
-                           size_t *len);
+char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool as_f32, size_t *len);
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);

@@ -97,7 +97,12 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
     }
     strbuf sb;
     sb_init(&sb);
-    sb_printf(&sb, "{\n  \"format\": \"%s\",\n  \"source\": ", cat->format);
+    sb_printf(&sb, "{\n  \"format\": \"%s\",\n  ", cat->format);
+    if (cat->summary_extra) {
+        sb_puts(&sb, cat->summary_extra);
+        sb_puts(&sb, ",\n  ");
+    }
+    sb_puts(&sb, "\"source\": ");
     sb_json_str(&sb, cat->root, strlen(cat->root));
     sb_puts(&sb, ",\n  \"files\": [");
     for (uint32_t i = 0; i < cat->nsources; i++) {

@@ -82,15 +82,37 @@ int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ck
         int e = errno;
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
     }
+    /* An HF cache repo folder stands for one of its snapshots. */
+    char snapshot[PATH_MAX];
+    strbuf cache_doc;
+    sb_init(&cache_doc);
+    const char *revision = opts ? opts->revision : NULL;
+    if (S_ISDIR(st.st_mode) && hf_cache_probe(path)) {
+        int rc = hf_cache_resolve(path, revision, snapshot, sizeof snapshot, &cache_doc, err);
+        if (rc) {
+            sb_free(&cache_doc);
+            return rc;
+        }
+        path = snapshot;
+    } else if (revision) {
+        return ckpt_fail(err, -EINVAL,
+                         "%s: -o revision= needs a Hugging Face cache repo folder "
+                         "(models--ORG--NAME with refs/ and snapshots/)",
+                         path);
+    }
     /* Absolute paths: the daemon changes directory, and a replaced source is detected by
      * looking its path up again. */
     char abs[PATH_MAX];
     if (!realpath(path, abs)) {
         int e = errno;
+        sb_free(&cache_doc);
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
     }
     ckpt_catalog *cat = catalog_new(abs, "unknown");
-    if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!cat) {
+        sb_free(&cache_doc);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
     if (opts) cat->opts = *opts;
     int rc;
     if (S_ISDIR(st.st_mode))
@@ -99,6 +121,9 @@ int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ck
         rc = open_file(cat, abs, err);
     else
         rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+    if (!rc && cache_doc.len)
+        rc = catalog_add_doc(cat, "hf_cache", cache_doc.data, cache_doc.len, err);
+    sb_free(&cache_doc);
     if (!rc) rc = catalog_finish(cat, err);
     if (rc) {
         ckpt_close(cat);

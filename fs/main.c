@@ -38,6 +38,7 @@ typedef struct options {
     char *view;           /* "tree" (default) or "hf" */
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
+    char *revision;       /* HF cache repo folder: the ref or commit to mount */
     char *as_dtype;       /* "f32": convert narrow and quantized tensors on read */
     char *stage;          /* OUT: a staging mount instead of a read-only one */
     char *spool;          /* staging: where staged bytes go */
@@ -74,6 +75,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("view=%s", view, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
+    OPT("revision=%s", revision, 0),
     OPT("as_dtype=%s", as_dtype, 0),
     OPT("stage=%s", stage, 0),
     OPT("spool=%s", spool, 0),
@@ -86,6 +88,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("timeout=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("view=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("tp_split=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("revision=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("spool=", KEY_STAGING_OPT),
     FUSE_OPT_KEY("nocommit", KEY_STAGING_OPT),
@@ -122,6 +125,7 @@ static void usage(FILE *out) {
             "                     shards + index) at the root instead of .ckptfs/hf/\n"
             "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
             "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
+            "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
             "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
             "  allow_other        let other users in (with default_permissions)\n"
             "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
@@ -291,7 +295,7 @@ int main(int argc, char **argv) {
     fs.splice = o.splice != 0;
     fs.readahead_kb = o.readahead_kb;
     status = EXIT_SOURCE;
-    ckpt_options copts = {.tp_split = o.tp_split};
+    ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision};
     heap_for_loading();
     if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
@@ -351,6 +355,7 @@ out:
     free(o.view);
     free(o.max_shard_size);
     free(o.tp_split);
+    free(o.revision);
     free(o.as_dtype);
     free(o.stage);
     free(o.spool);

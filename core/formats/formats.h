@@ -57,6 +57,12 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
 bool nemo_step_probe(const char *dir);
 int nemo_step_load(ckpt_catalog *cat, ckpt_err *err);
 
+/* A Hugging Face hub cache repo folder (refs/ + snapshots/, hf_cache.c): the snapshot directory
+ * `revision` (NULL: main) names goes to snapshot, and a JSON object saying which to doc. */
+bool hf_cache_probe(const char *dir);
+int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
+                     strbuf *doc, ckpt_err *err);
+
 /* The regular files of dir whose names end in suffix, sorted (dirlist.c). */
 int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
 void free_files(char **names, size_t count);

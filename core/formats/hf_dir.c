@@ -1,6 +1,10 @@
 /* A Hugging Face model directory: model.safetensors, or model.safetensors.index.json naming
- * shards. The single file wins when both exist, as transformers resolves them. Config and
- * tokenizer files are kept as auxiliary files for the HF view. */
+ * shards, or the torch-pickle equivalents pytorch_model.bin and pytorch_model.bin.index.json.
+ * transformers' order decides which one is loaded when several are there: safetensors before
+ * .bin, the single file before the index; summary.json says which won over which. Shards are
+ * read wherever their symlinks lead (an HF cache snapshot links into ../../blobs/); only the
+ * names the index itself gives are held to the directory. Config and tokenizer files are kept
+ * as auxiliary files for the HF view. */
 #include "formats.h"
 
 #include "../hashmap.h"
@@ -8,6 +12,7 @@
 #include "../pipeline.h"
 #include "../strbuf.h"
 #include "safetensors.h"
+#include "torch_zip.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -27,14 +32,6 @@ static int join(char *out, size_t cap, const char *dir, const char *name, ckpt_e
     if (n < 0 || (size_t)n >= cap)
         return ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
     return 0;
-}
-
-static int load_file(ckpt_catalog *cat, const char *rel, uint32_t *source, ckpt_err *err) {
-    char path[PATH_MAX];
-    int rc = join(path, sizeof path, cat->root, rel, err);
-    if (!rc) rc = catalog_add_source(cat, path, rel, source, err);
-    if (!rc) rc = format_safetensors.load(cat, *source, err);
-    return rc;
 }
 
 /* A shard name from the index: a string, relative, no ".." component. */
@@ -59,24 +56,19 @@ static int check_shard_name(const json_value *v, const char *index_path, ckpt_er
     return 0;
 }
 
-/* A shard file: exists, is a regular file, and (after symlinks) lies inside the directory.
- * Checked once per distinct shard, not per weight_map entry. */
-static int check_shard_file(const char *root_real, const char *root, const json_value *v,
-                            const char *index_path, ckpt_err *err) {
-    char path[PATH_MAX], real[PATH_MAX];
+/* A shard file: exists and is a regular file. Where its symlinks lead is the user's business
+ * (an HF cache snapshot links every file into ../../blobs/); only the index's own text is
+ * held to the directory, by check_shard_name. Checked once per distinct shard. */
+static int check_shard_file(const char *root, const json_value *v, const char *index_path,
+                            ckpt_err *err) {
+    char path[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
     if (n < 0 || (size_t)n >= sizeof path)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: shard name too long", index_path);
-    if (!realpath(path, real) || !is_file(real))
+    if (!is_file(path))
         return ckpt_fail(err, -ENOENT,
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
                          "is missing or not a regular file",
-                         index_path, SHOWN(v->len), v->str, v->pos);
-    size_t rl = strlen(root_real);
-    if (strncmp(real, root_real, rl) != 0 || real[rl] != '/')
-        return ckpt_fail(err, -EINVAL,
-                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
-                         "resolves outside the model directory",
                          index_path, SHOWN(v->len), v->str, v->pos);
     return 0;
 }
@@ -177,12 +169,24 @@ static void drop_shard(void *ctx, size_t i, void *slot, int prepared) {
     if (!prepared) safetensors_header_free(&((shard_slot *)slot)->h);
 }
 
-static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
-    char index_path[PATH_MAX], root_real[PATH_MAX];
+/* The shards of a .bin index, one after another: each torch file's documents are kept
+ * under its name. */
+static int load_torch_shards(ckpt_catalog *cat, uint32_t first_source, size_t nfiles,
+                             ckpt_err *err) {
+    for (size_t i = 0; i < nfiles; i++) {
+        uint32_t src = first_source + (uint32_t)i;
+        size_t first_doc = cat->ndocs;
+        int rc = format_torch_zip.load(cat, src, err);
+        if (!rc) rc = catalog_prefix_docs(cat, first_doc, cat->sources[src].relpath, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int load_index(ckpt_catalog *cat, const char *index_rel, bool torch, ckpt_err *err) {
+    char index_path[PATH_MAX];
     int rc = join(index_path, sizeof index_path, cat->root, index_rel, err);
     if (rc) return rc;
-    if (!realpath(cat->root, root_real))
-        return ckpt_fail(err, -errno, "%s: %s", cat->root, strerror(errno));
     uint32_t isrc;
     if ((rc = catalog_add_source(cat, index_path, index_rel, &isrc, err))) return rc;
     uint64_t size = cat->sources[isrc].size;
@@ -226,7 +230,7 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     uint32_t first_source = cat->nsources;
     for (size_t i = 0; i < n; i++) {
         if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
-        if ((rc = check_shard_file(root_real, cat->root, shards[i], index_path, err))) goto out;
+        if ((rc = check_shard_file(cat->root, shards[i], index_path, err))) goto out;
         char rel[PATH_MAX], path[PATH_MAX];
         snprintf(rel, sizeof rel, "%.*s", (int)shards[i]->len, shards[i]->str);
         uint32_t src;
@@ -237,7 +241,9 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, ckpt_err *err) {
     }
     shard_run run = {cat, first_source, err};
     static const ckpt_pipeline_ops shard_ops = {read_shard, add_shard, drop_shard};
-    if ((rc = ckpt_pipeline_run(nfiles, sizeof(shard_slot), 4, &shard_ops, &run))) goto out;
+    rc = torch ? load_torch_shards(cat, first_source, nfiles, err)
+               : ckpt_pipeline_run(nfiles, sizeof(shard_slot), 4, &shard_ops, &run);
+    if (rc) goto out;
     if ((rc = check_weight_map(cat, wm, first_tensor, index_path, err))) goto out;
     const json_value *meta = json_member(doc.root, "metadata");
     strbuf sb;
@@ -273,34 +279,77 @@ out:
     return rc;
 }
 
+/* transformers' order: safetensors before .bin, the single file before the index. */
+static const struct weights_file {
+    const char *name;
+    bool index, torch;
+    const char *format;
+} weights_files[] = {
+    {"model.safetensors", false, false, "safetensors"},
+    {"model.safetensors.index.json", true, false, "safetensors-sharded"},
+    {"pytorch_model.bin", false, true, "torch-bin"},
+    {"pytorch_model.bin.index.json", true, true, "torch-bin-sharded"},
+};
+enum { NWEIGHTS = sizeof weights_files / sizeof *weights_files };
+
 bool hf_dir_probe(const char *dir) {
     char path[PATH_MAX];
-    const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
-    for (size_t i = 0; i < 2; i++)
-        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path && is_file(path))
+    for (size_t i = 0; i < NWEIGHTS; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, weights_files[i].name) < (int)sizeof path &&
+            is_file(path))
             return true;
     return false;
 }
 
+/* summary.json's "weights": the file loaded and the ones it won over. */
+static int note_choice(ckpt_catalog *cat, size_t chosen, const bool present[NWEIGHTS],
+                       ckpt_err *err) {
+    strbuf sb;
+    sb_init(&sb);
+    sb_printf(&sb, "\"weights\": {\"loaded\": \"%s\", \"not_loaded\": [",
+              weights_files[chosen].name);
+    bool first = true;
+    for (size_t i = chosen + 1; i < NWEIGHTS; i++) {
+        if (!present[i]) continue;
+        sb_printf(&sb, "%s\"%s\"", first ? "" : ", ", weights_files[i].name);
+        first = false;
+    }
+    sb_puts(&sb, "], \"rule\": \"safetensors before .bin, the single file before the index, "
+                 "as transformers chooses\"}");
+    int rc = sb.failed ? ckpt_fail(err, -ENOMEM, "out of memory")
+                       : catalog_set_summary_extra(cat, sb.data, err);
+    sb_free(&sb);
+    return rc;
+}
+
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     char path[PATH_MAX];
+    bool present[NWEIGHTS];
+    size_t chosen = NWEIGHTS, npresent = 0;
     int rc;
-    if ((rc = join(path, sizeof path, cat->root, "model.safetensors", err))) return rc;
-    if (is_file(path)) {
-        uint32_t src;
-        cat->format = "safetensors";
-        rc = load_file(cat, "model.safetensors", &src, err);
-    } else {
-        if ((rc = join(path, sizeof path, cat->root, "model.safetensors.index.json", err)))
-            return rc;
-        if (!is_file(path))
-            return ckpt_fail(err, -ENOENT,
-                             "%s: no model.safetensors or "
-                             "model.safetensors.index.json in this directory",
-                             cat->root);
-        cat->format = "safetensors-sharded";
-        rc = load_index(cat, "model.safetensors.index.json", err);
+    for (size_t i = 0; i < NWEIGHTS; i++) {
+        if ((rc = join(path, sizeof path, cat->root, weights_files[i].name, err))) return rc;
+        present[i] = is_file(path);
+        npresent += present[i];
+        if (present[i] && chosen == NWEIGHTS) chosen = i;
     }
+    if (chosen == NWEIGHTS)
+        return ckpt_fail(err, -ENOENT,
+                         "%s: no model.safetensors, model.safetensors.index.json, "
+                         "pytorch_model.bin or pytorch_model.bin.index.json in this directory",
+                         cat->root);
+    const struct weights_file *w = &weights_files[chosen];
+    cat->format = w->format;
+    if (w->index) {
+        rc = load_index(cat, w->name, w->torch, err);
+    } else {
+        uint32_t src;
+        if ((rc = join(path, sizeof path, cat->root, w->name, err)) ||
+            (rc = catalog_add_source(cat, path, w->name, &src, err)))
+            return rc;
+        rc = (w->torch ? format_torch_zip : format_safetensors).load(cat, src, err);
+    }
+    if (!rc && npresent > 1) rc = note_choice(cat, chosen, present, err);
     if (rc) return rc;
     for (size_t i = 0; i < hf_aux_count; i++) {
         if ((rc = join(path, sizeof path, cat->root, hf_aux_names[i], err))) return rc;

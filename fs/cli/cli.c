@@ -137,19 +137,23 @@ static const char *const mount_only[] = {
 static int apply_option(cli_common *c, const char *opt) {
     const char *eq = strchr(opt, '=');
     size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
-    if (klen == 8 && strncmp(opt, "tp_split", 8) == 0 && eq) {
+    char **value = NULL;
+    if (klen == 8 && strncmp(opt, "tp_split", 8) == 0 && eq) value = &c->tp_split;
+    if (klen == 8 && strncmp(opt, "revision", 8) == 0 && eq) value = &c->revision;
+    if (value) {
         char *v = strdup(eq + 1);
         if (!v) {
             cli_error(c->cmd, "out of memory");
             return CLI_USAGE;
         }
-        free(c->tp_split);
-        c->tp_split = v;
+        free(*value);
+        *value = v;
         return 0;
     }
     for (size_t i = 0; i < sizeof mount_only / sizeof *mount_only; i++)
         if (strlen(mount_only[i]) == klen && strncmp(opt, mount_only[i], klen) == 0) return 0;
-    cli_error(c->cmd, "unknown -o option %.200s (subcommands use tp_split=RULES)", opt);
+    cli_error(c->cmd, "unknown -o option %.200s (subcommands use tp_split=RULES, revision=REV)",
+              opt);
     return CLI_USAGE;
 }
 
@@ -180,11 +184,13 @@ int cli_parse_o(cli_common *c, const char *arg) {
 void cli_common_free(cli_common *c) {
     free(c->tp_split);
     c->tp_split = NULL;
+    free(c->revision);
+    c->revision = NULL;
 }
 
 int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat) {
     ckpt_err err = {{0}};
-    ckpt_options opts = {.tp_split = c->tp_split};
+    ckpt_options opts = {.tp_split = c->tp_split, .revision = c->revision};
     if (ckpt_open(source, &opts, cat, &err) != 0) {
         cli_error(c->cmd, "%s", err.msg);
         *cat = NULL;

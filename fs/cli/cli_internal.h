@@ -23,6 +23,7 @@ enum cli_exit {
 typedef struct cli_common {
     const char *cmd; /* "ls", "info", ... for messages */
     char *tp_split;  /* -o tp_split=RULES */
+    char *revision;  /* -o revision=REV (HF cache repo folders) */
 } cli_common;
 
 /* Handles one -o argument (comma-separated, "\," for a literal comma). Returns 0 or CLI_USAGE

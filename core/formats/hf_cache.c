@@ -1,0 +1,119 @@
+/* A Hugging Face hub cache repo folder (~/.cache/huggingface/hub/models--org--name):
+ *   refs/main              the commit hash the branch points at (no newline)
+ *   snapshots/<commit>/    the files of that commit, symlinks into ../../blobs/<hash>
+ *   blobs/<hash>           the bytes
+ * Mounting the repo folder mounts the snapshot refs/main names, or the one -o revision= names:
+ * a ref (refs/<revision>, which may be "pr/1") or a commit hash that has a snapshot. The
+ * snapshot itself is then opened as any model directory; its symlinks are the user's own and
+ * are followed like any other file. */
+#include "formats.h"
+
+#include "../strbuf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool hf_cache_probe(const char *dir) {
+    char refs[PATH_MAX], snaps[PATH_MAX];
+    int a = snprintf(refs, sizeof refs, "%s/refs", dir);
+    int b = snprintf(snaps, sizeof snaps, "%s/snapshots", dir);
+    return a > 0 && (size_t)a < sizeof refs && b > 0 && (size_t)b < sizeof snaps && is_dir(snaps) &&
+           is_dir(refs);
+}
+
+/* A revision names something under refs/ or snapshots/: no empty, "." or ".." component, no
+ * leading '/', printable ASCII only (it is also shown in messages). */
+static bool revision_ok(const char *rev) {
+    size_t n = strlen(rev);
+    if (n == 0 || n > 255 || rev[0] == '/') return false;
+    for (size_t s = 0, i = 0; i <= n; i++) {
+        if (i < n && (rev[i] <= 0x20 || rev[i] >= 0x7f)) return false;
+        if (i == n || rev[i] == '/') {
+            size_t len = i - s;
+            if (len == 0 || (len == 1 && rev[s] == '.') ||
+                (len == 2 && rev[s] == '.' && rev[s + 1] == '.'))
+                return false;
+            s = i + 1;
+        }
+    }
+    return true;
+}
+
+/* What the ref file holds: a commit hash (hex), possibly followed by a newline. */
+static int read_ref(const char *path, char *commit, size_t cap, ckpt_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    ssize_t n = read(fd, commit, cap - 1);
+    int e = errno;
+    close(fd);
+    if (n < 0) return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    while (n > 0 && (commit[n - 1] == '\n' || commit[n - 1] == '\r' || commit[n - 1] == ' ')) n--;
+    commit[n] = '\0';
+    bool hex = n > 0 && (size_t)n < cap - 1;
+    for (ssize_t i = 0; hex && i < n; i++)
+        hex = (commit[i] >= '0' && commit[i] <= '9') || (commit[i] >= 'a' && commit[i] <= 'f');
+    if (!hex)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: expected a commit hash (hex digits, at byte offset 0), found "
+                         "something else",
+                         path);
+    return 0;
+}
+
+int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
+                     strbuf *doc, ckpt_err *err) {
+    const char *rev = revision ? revision : "main";
+    if (!revision_ok(rev))
+        return ckpt_fail(err, -EINVAL,
+                         "revision=%.120s: not a branch, tag or commit name (empty, absolute, "
+                         "'.' or '..' components, or control bytes)",
+                         rev);
+    char ref[PATH_MAX], commit[128];
+    int n = snprintf(ref, sizeof ref, "%s/refs/%s", repo, rev);
+    if (n < 0 || (size_t)n >= sizeof ref)
+        return ckpt_fail(err, -ENAMETOOLONG, "%s/refs/%s: path too long", repo, rev);
+    int rc = read_ref(ref, commit, sizeof commit, err);
+    bool from_ref = rc == 0;
+    if (rc == -ENOENT || rc == -ENOTDIR || rc == -EISDIR) {
+        /* Not a ref: a commit hash whose snapshot is there. */
+        snprintf(commit, sizeof commit, "%.*s", (int)sizeof commit - 1, rev);
+        rc = 0;
+    }
+    if (rc) return rc;
+    n = snprintf(snapshot, cap, "%s/snapshots/%s", repo, commit);
+    if (n < 0 || (size_t)n >= cap)
+        return ckpt_fail(err, -ENAMETOOLONG, "%s/snapshots/%s: path too long", repo, commit);
+    if (!is_dir(snapshot)) {
+        if (from_ref)
+            return ckpt_fail(err, -ENOENT,
+                             "%s: refs/%s names commit %s, but snapshots/%s is missing (an "
+                             "interrupted download? fetch it again, or pick another with -o "
+                             "revision=)",
+                             repo, rev, commit, commit);
+        return ckpt_fail(err, -ENOENT,
+                         "%s: revision \"%s\" is neither a ref under refs/ nor a snapshot "
+                         "under snapshots/",
+                         repo, rev);
+    }
+    char real[PATH_MAX];
+    const char *shown = realpath(repo, real) ? real : repo;
+    sb_puts(doc, "{\"repo\": ");
+    sb_json_str(doc, shown, strlen(shown));
+    sb_puts(doc, ", \"revision\": ");
+    sb_json_str(doc, rev, strlen(rev));
+    sb_puts(doc, ", \"commit\": ");
+    sb_json_str(doc, commit, strlen(commit));
+    sb_puts(doc, "}");
+    return doc->failed ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
+}
