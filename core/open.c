@@ -4,10 +4,12 @@
 #include "zstd_seekable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const ckpt_format *const formats[] = {
     &format_gguf, &format_torch_zip,   &format_gptrs,   &format_burnpack,
@@ -22,6 +24,23 @@ static const char *base_name(const char *path) {
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The decoder whose magic the first bytes carry (MLFramework, which has none, excluded). */
+static const ckpt_format *probe_head(const unsigned char *head, size_t n, uint64_t size) {
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+        if (formats[i] != &format_mlfw_tp && formats[i]->probe(head, n, size)) return formats[i];
+    return NULL;
+}
+
+const ckpt_format *probe_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    unsigned char head[PROBE_BYTES];
+    struct stat st;
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, head, sizeof head, 0) : -1;
+    close(fd);
+    return n > 0 ? probe_head(head, (size_t)n, (uint64_t)st.st_size) : NULL;
 }
 
 static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
@@ -67,11 +86,13 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     if (dcp_probe(cat->root)) return dcp_load(cat, err);
     if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
     if (mlfw_tp_dir_probe(cat->root)) return mlfw_tp_dir_load(cat, err);
+    if (folder_probe(cat->root)) return folder_load(cat, err);
     return ckpt_fail(err, -ENOENT,
                      "%s: no checkpoint in this directory (looked for model.safetensors, "
-                     "model.safetensors.index.json, NeMo step dirs model/ + optim/, PEFT "
-                     "adapter_model.safetensors, DCP .metadata, DCP shards "
-                     "shard-*-model-*.safetensors, MLFramework metadata.bin + shard_rank0.pt)",
+                     "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index."
+                     "json, NeMo step dirs model/ + optim/, PEFT adapter_model.safetensors, DCP "
+                     ".metadata, DCP shards shard-*-model-*.safetensors, MLFramework "
+                     "metadata.bin + shard_rank0.pt, checkpoint files of a known format)",
                      cat->root);
 }
 

@@ -63,6 +63,13 @@ bool hf_cache_probe(const char *dir);
 int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
                      strbuf *doc, ckpt_err *err);
 
+/* A folder of single-file checkpoints (folder.c): one is mounted as the model, several each
+ * as a subtree named after its file. */
+bool folder_probe(const char *dir);
+int folder_load(ckpt_catalog *cat, ckpt_err *err);
+/* The decoder a file's first bytes call for (by magic; open.c), or NULL. */
+const ckpt_format *probe_path(const char *path);
+
 /* The regular files of dir whose names end in suffix, sorted (dirlist.c). */
 int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
 void free_files(char **names, size_t count);
