@@ -114,9 +114,46 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
     s->mode = st.st_mode;
     s->dev = st.st_dev;
     s->ino = st.st_ino;
+    s->file_size = (uint64_t)st.st_size;
     if (!s->path || !s->relpath) {
         zst_table_free(zst);
         s->zst = NULL;
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    *index = cat->nsources++;
+    return 0;
+}
+
+int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,
+                       uint64_t size, uint32_t *index, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    const ckpt_source *a = &cat->sources[archive];
+    if (a->zst || a->member_of)
+        return ckpt_fail(err, -EOPNOTSUPP,
+                         "%s: member \"%.120s\": archives are read in place only when they are "
+                         "plain files (not compressed, not inside another archive)",
+                         a->path, name);
+    if (base > a->size || size > a->size - base)
+        return ckpt_fail(err, -EINVAL, "%s: member \"%.120s\" at offset %llu runs past the end",
+                         a->path, name, (unsigned long long)base);
+    if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", a->path);
+    if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    a = &cat->sources[archive];
+    int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: %s", a->path, strerror(e));
+    }
+    ckpt_source *s = &cat->sources[cat->nsources];
+    *s = *a;
+    s->fd = fd;
+    s->relpath = arena_strdup(&pv->mem, name);
+    s->member_of = a->relpath;
+    s->base = base;
+    s->size = size;
+    if (!s->relpath) {
         close(fd);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }

@@ -28,6 +28,10 @@ ckpt_catalog *catalog_new(const char *root, const char *format);
 /* Opens path read-only and records its size and mtime. relpath is what sidecars show. */
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err);
+/* Registers the member `name` of the tar archive `archive` (a registered source): its `size`
+ * bytes at `base` of the archive file, read in place through a descriptor of its own. */
+int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,
+                       uint64_t size, uint32_t *index, ckpt_err *err);
 /* Adds a tensor; returns its index via *index. The name is copied. shape may be NULL if ndim=0. */
 int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
                        uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err);

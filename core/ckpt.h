@@ -108,6 +108,11 @@ typedef struct ckpt_source {
     dev_t dev;
     ino_t ino;
     struct zst_table *zst; /* a seekable zstd file: size and reads are its decompressed content */
+    /* A member of a tar archive: path is the archive, relpath the member's name in it, and the
+     * content is the `size` bytes at `base` of the archive (file_size bytes on disk). */
+    const char *member_of; /* the archive's relpath, or NULL for a file of its own */
+    uint64_t base;
+    uint64_t file_size;
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number

@@ -56,10 +56,17 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
     for (uint32_t k = 0; k < t->npieces; k++) {
         const ckpt_piece *p = &t->pieces[k];
         sb_puts(&sb, k ? ",\n    {\"file\": " : "\n    {\"file\": ");
-        const char *rel = cat->sources[p->source].relpath;
+        /* A tar member's bytes are named by the archive and their offset in it, so that the
+         * sidecar alone still says where to read them. */
+        const ckpt_source *src = &cat->sources[p->source];
+        const char *rel = src->member_of ? src->member_of : src->relpath;
         sb_json_str(&sb, rel, strlen(rel));
+        if (src->member_of) {
+            sb_puts(&sb, ", \"member\": ");
+            sb_json_str(&sb, src->relpath, strlen(src->relpath));
+        }
         sb_puts(&sb, ", \"offset\": ");
-        sb_u64(&sb, p->file_offset);
+        sb_u64(&sb, src->base + p->file_offset);
         sb_puts(&sb, ", \"length\": ");
         sb_u64(&sb, piece_bytes(t, p));
         if (!whole && t->ndim) {
@@ -111,6 +118,12 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
         sb_json_str(&sb, s->relpath, strlen(s->relpath));
         sb_puts(&sb, ", \"size\": ");
         sb_u64(&sb, s->size);
+        if (s->member_of) {
+            sb_puts(&sb, ", \"in_archive\": ");
+            sb_json_str(&sb, s->member_of, strlen(s->member_of));
+            sb_puts(&sb, ", \"offset\": ");
+            sb_u64(&sb, s->base);
+        }
         sb_putc(&sb, '}');
     }
     sb_printf(&sb, "%s],\n  \"tensor_count\": %zu,\n  \"parameter_count\": ",

@@ -12,9 +12,21 @@
 #include <unistd.h>
 
 static const ckpt_format *const formats[] = {
-    &format_gguf, &format_torch_zip,   &format_gptrs,   &format_burnpack,
-    &format_lwt,  &format_safetensors, &format_mlfw_tp,
+    &format_gguf, &format_torch_zip, &format_gptrs,       &format_burnpack,
+    &format_lwt,  &format_tar,       &format_safetensors, &format_mlfw_tp,
 };
+
+/* Compressed streams have no random access: ckptfs reads nothing through them. */
+static const char *compression_of(const unsigned char *head, size_t n) {
+    if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return "gzip";
+    if (n >= 3 && memcmp(head, "BZh", 3) == 0) return "bzip2";
+    if (n >= 6 && memcmp(head,
+                         "\xfd"
+                         "7zXZ\0",
+                         6) == 0)
+        return "xz";
+    return NULL;
+}
 
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
@@ -27,7 +39,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* The decoder whose magic the first bytes carry (MLFramework, which has none, excluded). */
-static const ckpt_format *probe_head(const unsigned char *head, size_t n, uint64_t size) {
+const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
         if (formats[i] != &format_mlfw_tp && formats[i]->probe(head, n, size)) return formats[i];
     return NULL;
@@ -40,7 +52,7 @@ const ckpt_format *probe_path(const char *path) {
     struct stat st;
     ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, head, sizeof head, 0) : -1;
     close(fd);
-    return n > 0 ? probe_head(head, (size_t)n, (uint64_t)st.st_size) : NULL;
+    return n > 0 ? probe_bytes(head, (size_t)n, (uint64_t)st.st_size) : NULL;
 }
 
 static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
@@ -66,12 +78,20 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     if (!f && (ends_with(path, ".safetensors") ||
                (cat->sources[src].zst && ends_with(path, ".safetensors.zst"))))
         f = &format_safetensors;
+    const char *packed = f ? NULL : compression_of(head, n);
+    if (packed)
+        return ckpt_fail(err, -EPROTONOSUPPORT,
+                         "%s: %s-compressed (a .tar.gz, or a .nemo of old NeMo versions?); ckptfs "
+                         "reads archives in place, so only uncompressed: decompress it once "
+                         "(%s -dc FILE > FILE.tar) and mount that, or make one checkpoint file "
+                         "of that with ckptfs convert FILE.tar OUT.safetensors",
+                         path, packed, packed);
     if (!f)
         return ckpt_fail(
             err, -EPROTONOSUPPORT,
             "%s: not a checkpoint format ckptfs knows (first "
             "bytes match none of safetensors, GGUF, torch zip, gpt-rs, Burnpack, LightwatchAI2, "
-            "MLFramework)",
+            "MLFramework, tar)",
             path);
     cat->format = f->name;
     return f->load(cat, src, err);

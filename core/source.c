@@ -7,6 +7,11 @@
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
     if (s->zst) return zst_pread(s->zst, buf, len, off);
+    if (s->member_of) { /* never past the member's end into the next one */
+        if (off >= s->size) return 0;
+        if (len > s->size - off) len = (size_t)(s->size - off);
+        off += s->base;
+    }
     for (;;) {
         ssize_t r = pread(s->fd, buf, len, (off_t)off);
         if (r >= 0) return r;

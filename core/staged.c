@@ -689,8 +689,12 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
              * commit may have replaced it (--from OUT edits OUT in place). */
             char proc[64];
             snprintf(proc, sizeof proc, "/proc/self/fd/%d", s->fd);
-            if (catalog_add_source(cat, proc, s->relpath, &lower_src[ls], b->err) != 0 &&
-                (rc = catalog_add_source(cat, s->path, s->relpath, &lower_src[ls], b->err)))
+            const char *rel = s->member_of ? s->member_of : s->relpath;
+            if (catalog_add_source(cat, proc, rel, &lower_src[ls], b->err) != 0 &&
+                (rc = catalog_add_source(cat, s->path, rel, &lower_src[ls], b->err)))
+                return rc;
+            if (s->member_of && (rc = catalog_add_member(cat, lower_src[ls], s->relpath, s->base,
+                                                         s->size, &lower_src[ls], b->err)))
                 return rc;
             const ckpt_source *now = &cat->sources[lower_src[ls]];
             if (now->size != s->size || now->mtime.tv_sec != s->mtime.tv_sec ||

@@ -163,7 +163,7 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
     if (f->failed) return true;
     uint64_t done = 0;
     while (done < len) {
-        loff_t in = (loff_t)(off + done);
+        loff_t in = (loff_t)(s->base + off + done); /* base: a tar member's start */
         size_t want = len - done < COPY_RANGE_CHUNK ? (size_t)(len - done) : COPY_RANGE_CHUNK;
         ssize_t r = copy_file_range(s->fd, &in, f->fd, NULL, want, 0);
         if (r < 0 && errno == EINTR) continue;

@@ -83,58 +83,48 @@ bool folder_probe(const char *dir) {
     return found;
 }
 
-/* Loads one checkpoint file; with a subtree, its tensors go under "NAME/" and aside. */
-static int load_one(ckpt_catalog *cat, const candidate *c, bool subtree, strbuf *list,
-                    ckpt_err *err) {
-    char path[PATH_MAX];
-    int w = snprintf(path, sizeof path, "%s/%s", cat->root, c->name);
-    if (w < 0 || (size_t)w >= sizeof path)
-        return ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", cat->root, c->name);
+/* Loads one registered checkpoint file; with a subtree, its tensors go under "NAME/", aside. */
+static int load_one(ckpt_catalog *cat, uint32_t src, const ckpt_format *f, bool subtree,
+                    strbuf *list, ckpt_err *err) {
+    const char *name = cat->sources[src].relpath;
     size_t first_tensor = cat->ntensors, first_doc = cat->ndocs;
-    uint32_t src;
-    int rc = catalog_add_source(cat, path, c->name, &src, err);
-    if (!rc) rc = c->format->load(cat, src, err);
+    cat->format = f->name;
+    int rc = f->load(cat, src, err);
     if (rc || !subtree) return rc;
-    if ((rc = catalog_prefix_docs(cat, first_doc, c->name, err))) return rc;
+    if ((rc = catalog_prefix_docs(cat, first_doc, name, err))) return rc;
     uint64_t params = 0, bytes = 0;
-    size_t len = strlen(c->name);
+    size_t len = strlen(name);
     for (size_t i = first_tensor; i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         const char *inner = t->prefix ? t->prefix : "";
-        char *prefix = malloc(len + strlen(inner) + 2);
+        size_t cap = len + strlen(inner) + 2;
+        char *prefix = malloc(cap);
         if (!prefix) return ckpt_fail(err, -ENOMEM, "out of memory");
-        snprintf(prefix, len + strlen(inner) + 2, "%s/%s", c->name, inner);
+        snprintf(prefix, cap, "%s/%s", name, inner);
         if (!t->aside) params += t->numel, bytes += t->nbytes;
         rc = catalog_set_prefix(cat, i, prefix, true, err);
         free(prefix);
         if (rc) return rc;
     }
     sb_puts(list, list->len ? ",\n    {\"file\": " : "\n    {\"file\": ");
-    sb_json_str(list, c->name, strlen(c->name));
+    sb_json_str(list, name, strlen(name));
     sb_printf(list, ", \"format\": \"%s\", \"dir\": ", cat->format);
-    sb_json_str(list, c->name, strlen(c->name));
+    sb_json_str(list, name, strlen(name));
     sb_printf(list, ", \"tensors\": %zu, \"parameters\": %llu, \"bytes\": %llu}",
               cat->ntensors - first_tensor, (unsigned long long)params, (unsigned long long)bytes);
     return 0;
 }
 
-int folder_load(ckpt_catalog *cat, ckpt_err *err) {
-    candidate *c;
-    size_t n;
-    int rc = find_checkpoints(cat, &c, &n, err);
-    if (rc) return rc;
-    if (n == 0) {
-        free(c);
-        return ckpt_fail(err, -ENOENT, "%s: no checkpoint file in this directory", cat->root);
-    }
+int load_checkpoint_set(ckpt_catalog *cat, const uint32_t *sources,
+                        const ckpt_format *const *formats, size_t n, const char *set_format,
+                        ckpt_err *err) {
     strbuf list;
     sb_init(&list);
-    for (size_t i = 0; i < n && !rc; i++) {
-        cat->format = c[i].format->name;
-        rc = load_one(cat, &c[i], n > 1, &list, err);
-    }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = load_one(cat, sources[i], formats[i], n > 1, &list, err);
     if (!rc && n > 1) {
-        cat->format = "folder";
+        cat->format = set_format;
         strbuf sb;
         sb_init(&sb);
         sb_puts(&sb, "\"checkpoints\": [");
@@ -145,7 +135,33 @@ int folder_load(ckpt_catalog *cat, ckpt_err *err) {
         sb_free(&sb);
     }
     sb_free(&list);
+    return rc;
+}
+
+int folder_load(ckpt_catalog *cat, ckpt_err *err) {
+    candidate *c = NULL;
+    size_t n = 0;
+    int rc = find_checkpoints(cat, &c, &n, err);
+    if (rc) return rc;
+    uint32_t *srcs = calloc(n ? n : 1, sizeof *srcs);
+    const ckpt_format **fmts = calloc(n ? n : 1, sizeof *fmts);
+    if (!srcs || !fmts) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!rc && n == 0)
+        rc = ckpt_fail(err, -ENOENT, "%s: no checkpoint file in this directory", cat->root);
+    /* All registered first: a split GGUF's first part registers its other parts as it loads. */
+    for (size_t i = 0; i < n && !rc; i++) {
+        char path[PATH_MAX];
+        int w = snprintf(path, sizeof path, "%s/%s", cat->root, c[i].name);
+        if (w < 0 || (size_t)w >= sizeof path)
+            rc = ckpt_fail(err, -ENAMETOOLONG, "%s/%s: path too long", cat->root, c[i].name);
+        else
+            rc = catalog_add_source(cat, path, c[i].name, &srcs[i], err);
+        fmts[i] = c[i].format;
+    }
+    if (!rc) rc = load_checkpoint_set(cat, srcs, fmts, n, "folder", err);
     for (size_t i = 0; i < n; i++) free(c[i].name);
     free(c);
+    free(srcs);
+    free(fmts);
     return rc;
 }

@@ -27,6 +27,7 @@ extern const ckpt_format format_gptrs;
 extern const ckpt_format format_burnpack;
 extern const ckpt_format format_lwt;
 extern const ckpt_format format_mlfw_tp; /* no magic: probed last */
+extern const ckpt_format format_tar;     /* a container: its members are checkpoints */
 
 /* Directory formats, tried in this order by ckpt_open: a Hugging Face model directory (single
  * file or index + shards), a NeMo Automodel step directory (or PEFT adapter directory), a native
@@ -67,6 +68,14 @@ int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, siz
  * as a subtree named after its file. */
 bool folder_probe(const char *dir);
 int folder_load(ckpt_catalog *cat, ckpt_err *err);
+/* Loads the registered sources as checkpoints of the given formats: one is the model, several
+ * are subtrees named after their relpaths, set aside, listed in summary.json; set_format names
+ * the whole in that case. */
+int load_checkpoint_set(ckpt_catalog *cat, const uint32_t *sources,
+                        const ckpt_format *const *formats, size_t n, const char *set_format,
+                        ckpt_err *err);
+/* The decoder first bytes call for (by magic; open.c), or NULL. */
+const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size);
 /* The decoder a file's first bytes call for (by magic; open.c), or NULL. */
 const ckpt_format *probe_path(const char *path);
 

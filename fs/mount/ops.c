@@ -283,7 +283,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 /* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
     struct stat st;
-    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->size;
+    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
     return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
            st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
 }
