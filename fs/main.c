@@ -135,9 +135,8 @@ static void usage(FILE *out) {
             "\n"
             "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
             "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-            "Unmount with: fusermount3 -u MOUNTPOINT\n"
-            "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
-            "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
+            "Unmount with: fusermount3 -u MOUNTPOINT. See ckptfs(1) and ckptfs(5).\n"
+            "Exit status: 0 mounted, 1 usage, 2 bad or unreadable source, 3 mount failed.\n");
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
