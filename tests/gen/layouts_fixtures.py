@@ -362,6 +362,25 @@ def gen_tars(out, rng, cases, hostile):
         cases.append(dict(base, name=name, src="tars/" + name, format="safetensors",
                           tensors=records(st), aux={"config.json": "tars/config.json"},
                           hf_view=True, archive="tars/" + name))
+    # Sizes as the >8 GiB writers give them: GNU base-256, and a pax size= record (with the
+    # ustar field zeroed, so only the record tells).
+    for name, fmt, pax in (("gnu-base256.tar", tarfile.GNU_FORMAT, False),
+                           ("pax-size.tar", tarfile.PAX_FORMAT, True)):
+        path = os.path.join(root, name)
+        with tarfile.open(path, "w", format=fmt) as tf:
+            add_bytes(tf, "model.safetensors", st_bytes,
+                      pax_headers={"size": str(len(st_bytes))} if pax else {})
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        at = 1024 if pax else 0  # the member's own header (after the pax header and its data)
+        assert data[at:at + 17] == b"model.safetensors"
+        data[at + 124:at + 136] = (b"%011o\0" % 0) if pax else \
+            b"\x80" + len(st_bytes).to_bytes(11, "big")
+        data[at + 148:at + 156] = b"        "
+        data[at + 148:at + 156] = b"%06o\0 " % sum(data[at:at + 512])
+        write(path, bytes(data))
+        cases.append(dict(base, name=name, src="tars/" + name, format="safetensors",
+                          tensors=records(st), aux={}, hf_view=True, archive="tars/" + name))
     # NeMo 1.x: tarfile, arcname "./..." (NeMo's SaveRestoreConnector).
     yaml = b"precision: 16\ntensor_model_parallel_size: 1\nencoder_seq_length: 64\n"
     write(os.path.join(root, "model_config.yaml"), yaml)
