@@ -246,6 +246,13 @@ def main():
             c.add_file("hostile-" + f, p)
         counts[harness] = c.count()
 
+    c = Corpus(out, "tar")
+    for f, p in small_files(os.path.join(fx, "layouts", "tars"), r"\.(tar|nemo)$", 8):
+        c.add_file(f, p)
+    for f, p in small_files(os.path.join(fx, "layouts", "hostile"), r"\.(tar|nemo)$"):
+        c.add_file("hostile-" + f, p)
+    counts["tar"] = c.count()
+
     c = Corpus(out, "mlfw_tp")
     for case, p in case_dirs(os.path.join(fx, "mlfw")):
         for f, q in small_files(p, r"\.ckpt$", 2):
