@@ -25,7 +25,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
-CORE_LIBS   := -lcbor -lz -lzstd
+CORE_LIBS   := -lcbor -lz -lzstd -lm -lpthread
 
 # Sources are found, not listed: a new file in any folder of core/ or fs/ is built without edits.
 CORE_SRC := $(sort $(shell find core -name '*.c'))
