@@ -164,7 +164,7 @@ static double nice_step(double span, int want) {
 }
 
 static void axis_fit(axis *a, double lo, double hi, bool allow_log) {
-    a->log = allow_log && lo > 0 && hi / lo > 100;
+    a->log = allow_log && lo > 0 && hi / lo > 20;
     if (a->log) {
         a->lo = floor(log10(lo));
         a->hi = ceil(log10(hi));
@@ -307,16 +307,24 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
                           py + ph - axis_pos(&ay, v) * ph, se->color);
             }
     }
+    /* A layer with NaN or Inf: a red band across the plot, its count on a white label. */
+    double band = p->npoints > 1 ? pw * (1 - 2 * xpad) / xspan : 12;
+    if (band < 4) band = 4;
     for (size_t k = 0; p->alarm && k < p->npoints; k++) {
         if (!p->alarm[k]) continue;
         double fx = xmax == xmin ? px + pw / 2
                                  : px + (xpad + (double)(p->layer[k] - xmin) / xspan *
                                                     (1 - 2 * xpad)) * pw;
+        char count[24];
+        int lw = snprintf(count, sizeof count, "%llu", (unsigned long long)p->alarm[k]) * 7 + 18;
         sb_printf(sb,
-                  "<path d=\"M%.1f %.1f h10 l-5 9 z\" fill=\"#d62728\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#d62728\" "
-                  "font-size=\"11\">%llu</text>\n",
-                  fx - 5, py + 3, fx, py + 24, (unsigned long long)p->alarm[k]);
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#d62728\" "
+                  "fill-opacity=\"0.15\"/>\n"
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"16\" rx=\"3\" fill=\"white\" "
+                  "stroke=\"#d62728\"/><path d=\"M%.1f %.1f h8 l-4 7 z\" fill=\"#d62728\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d62728\" font-size=\"11\">%s</text>\n",
+                  fx - band / 2, py, band, ph, fx - lw / 2.0, py + 3, lw, fx - lw / 2.0 + 4, py + 7.5,
+                  fx - lw / 2.0 + 15, py + 15, count);
     }
 }
 

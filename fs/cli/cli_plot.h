@@ -40,7 +40,7 @@ int plot_group(const char *const *names, const size_t *name_lens, const double *
 void plot_panels_free(plot_panel *p, size_t n);
 
 /* The SVG of the panels, 1200 px wide, three to a row. y axes are logarithmic when every value
- * is positive and they span more than two decades. */
+ * is positive and the largest is more than 20 times the smallest. */
 void plot_panels_svg(strbuf *sb, const char *title, const char *y_label, const plot_panel *p,
                      size_t n);
 /* A histogram of counts over nbins equal bins of [lo, hi]. */

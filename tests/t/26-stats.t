@@ -14,6 +14,7 @@ import importlib.machinery
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -288,6 +289,7 @@ def main(tap, ckptfs, fixtures):
 
     mounted(tap, ckptfs, src, "stats mount", checks)
 
+    shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__":
     sys.exit(run(main))

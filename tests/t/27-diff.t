@@ -220,6 +220,7 @@ def main(tap, ckptfs, fixtures):
         ok, texts = False, [str(e)]
     tap.ok(ok, "--plot: one panel, the relative change rising with the layer", [rc, err, texts[:8]])
 
+    shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__":
     sys.exit(run(main))
