@@ -14,6 +14,7 @@ import importlib.machinery
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -195,6 +196,23 @@ def check_source(tap, ckptfs, src, label, values):
     return doc
 
 
+def check_help(tap, ckptfs, cmd):
+    """--help fits a screen and every option it lists is in ckptfs(1)."""
+    rc, out, _ = ck(ckptfs, cmd, "--help")
+    text = out.decode()
+    lines = text.splitlines()
+    tap.ok(rc == 0 and text.startswith("Usage: ckptfs " + cmd) and len(lines) <= 24 and
+           max(map(len, lines)) <= 80, "ckptfs %s --help fits a screen" % cmd)
+    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "man",
+                           "ckptfs.1")) as f:
+        man = f.read()
+    opts = set(re.findall(r"^ +(?:-\w, )?(--?[a-z][a-z-]*)", text, re.M))
+    missing = [o for o in opts if o.replace("-", "\\-") not in man]
+    tap.ok(opts and not missing, "ckptfs %s: every option of --help is in ckptfs(1)" % cmd, missing)
+    rc2, out2, _ = ck(ckptfs, "help", cmd)
+    tap.ok(rc2 == 0 and out2 == out, "ckptfs help %s = ckptfs %s --help" % (cmd, cmd))
+
+
 def main(tap, ckptfs, fixtures):
     rng = np.random.default_rng(26)
     tmp = tempfile.mkdtemp(prefix="ckptfs-t26.")
@@ -289,6 +307,7 @@ def main(tap, ckptfs, fixtures):
 
     mounted(tap, ckptfs, src, "stats mount", checks)
 
+    check_help(tap, ckptfs, "stats")
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__":

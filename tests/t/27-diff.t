@@ -9,6 +9,7 @@ read); exit statuses 0/1/2 as diff(1); the --plot SVG.
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -60,6 +61,23 @@ def result(out):
 
 def close(a, b, rel=1e-12):
     return a is not None and b is not None and abs(a - b) <= rel * max(abs(b), 1e-300)
+
+
+def check_help(tap, ckptfs, cmd):
+    """--help fits a screen and every option it lists is in ckptfs(1)."""
+    rc, out, _ = ck(ckptfs, cmd, "--help")
+    text = out.decode()
+    lines = text.splitlines()
+    tap.ok(rc == 0 and text.startswith("Usage: ckptfs " + cmd) and len(lines) <= 24 and
+           max(map(len, lines)) <= 80, "ckptfs %s --help fits a screen" % cmd)
+    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "man",
+                           "ckptfs.1")) as f:
+        man = f.read()
+    opts = set(re.findall(r"^ +(?:-\w, )?(--?[a-z][a-z-]*)", text, re.M))
+    missing = [o for o in opts if o.replace("-", "\\-") not in man]
+    tap.ok(opts and not missing, "ckptfs %s: every option of --help is in ckptfs(1)" % cmd, missing)
+    rc2, out2, _ = ck(ckptfs, "help", cmd)
+    tap.ok(rc2 == 0 and out2 == out, "ckptfs help %s = ckptfs %s --help" % (cmd, cmd))
 
 
 def main(tap, ckptfs, fixtures):
@@ -220,6 +238,7 @@ def main(tap, ckptfs, fixtures):
         ok, texts = False, [str(e)]
     tap.ok(ok, "--plot: one panel, the relative change rising with the layer", [rc, err, texts[:8]])
 
+    check_help(tap, ckptfs, "diff")
     shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__":
