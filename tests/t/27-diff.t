@@ -200,6 +200,20 @@ def main(tap, ckptfs, fixtures):
     tap.ok(rc == 0 and rc2 == 0 and "0 differ" in out.decode(),
            "an HF directory and the GGUF converted from it: equal, exit 0", [err, err2, out[-300:]])
 
+    # A DCP checkpoint (tensors split over 4 ranks) and the safetensors file written from it.
+    dcp = os.path.join(fixtures, "dcphf", "dim1x4")
+    conv = os.path.join(tmp, "dcp.safetensors")
+    rc, _, err = ck(ckptfs, "convert", dcp, conv)
+    rc2, out, err2 = ck(ckptfs, "diff", "--json", dcp, conv)
+    try:
+        doc = json.loads(out)
+        ok = rc == 0 and rc2 == 0 and doc["equal"] and len(doc["tensors"]) >= 5 and all(
+            t["status"] == "same" and not t["not_read"] for t in doc["tensors"])
+    except ValueError:
+        ok = False
+    tap.ok(ok, "a DCP folder split over ranks and the safetensors converted from it: same",
+           [rc, err, rc2, err2, out[-300:]])
+
     # The fast path: the same file is not read.
     rc, out, err = ck(ckptfs, "diff", "--json", pa, pa)
     doc, by = result(out)
