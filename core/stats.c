@@ -93,11 +93,11 @@ bool ckpt_stats_supported(ckpt_dtype dt) {
     }
 }
 
-#define CONVERT(T)                                                                             \
-    for (size_t i = 0; i < n; i++) {                                                           \
-        T v;                                                                                   \
-        memcpy(&v, src + i * sizeof v, sizeof v);                                              \
-        dst[i] = (double)v;                                                                    \
+#define CONVERT(T)                                                                                 \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        T v;                                                                                       \
+        memcpy(&v, src + i * sizeof v, sizeof v);                                                  \
+        dst[i] = (double)v;                                                                        \
     }
 
 /* The AMD "fnuz" float8 formats: no infinities, no negative zero, 0x80 is the only NaN; the
@@ -248,7 +248,7 @@ typedef struct cascade {
     size_t size, depth;
     unsigned level[CASCADE];
     unsigned char slot[CASCADE][sizeof(ckpt_stats) > sizeof(ckpt_diff) ? sizeof(ckpt_stats)
-                                                                         : sizeof(ckpt_diff)];
+                                                                       : sizeof(ckpt_diff)];
 } cascade;
 
 static void cascade_init(cascade *c, void (*merge)(void *, const void *), size_t size) {
@@ -410,13 +410,12 @@ static int read_elems(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t fi
     while (pos < len) {
         uint64_t done;
         size_t nseg = ckpt_plan(t, off + pos, len - pos, seg, SEGS, &done);
-        int e = nseg && done ? ckpt_read_segments(cat, seg, nseg, (char *)dst + pos, scratch)
-                             : EIO;
+        int e = nseg && done ? ckpt_read_segments(cat, seg, nseg, (char *)dst + pos, scratch) : EIO;
         if (e)
             return ckpt_fail(err, -e, "tensor %.*s: reading bytes %llu..%llu: %s",
                              (int)(t->name_len > 120 ? 120 : t->name_len), t->name,
-                             (unsigned long long)(off + pos),
-                             (unsigned long long)(off + len - 1), strerror(e));
+                             (unsigned long long)(off + pos), (unsigned long long)(off + len - 1),
+                             strerror(e));
         pos += done;
     }
     return 0;
@@ -502,8 +501,8 @@ static int run_diff_unit(job *j, size_t i, uint64_t u, worker_buf *w, ckpt_diff 
     if (j->bytes_only[i]) {
         uint64_t len = n / ia->block * ia->block_bytes, differ = 0;
         for (uint64_t k = 0; k < len; k++) differ += w->raw[0][k] != w->raw[1][k];
-        *out = (ckpt_diff){.count = n, .bytes_only = true, .bytes_identical = !differ,
-                           .beyond = differ};
+        *out = (ckpt_diff){
+            .count = n, .bytes_only = true, .bytes_identical = !differ, .beyond = differ};
         return 0;
     }
     bool same = ta->dtype == tb->dtype &&
@@ -534,8 +533,7 @@ static void *worker(void *arg) {
     w.x[1] = malloc(BLOCK * sizeof(double));
     w.dev = malloc(BLOCK * sizeof(double));
     w.tmp = malloc(BLOCK * sizeof(float));
-    bool ok = w.raw[0] && (w.raw[1] || !j->diff) && w.scratch && w.x[0] && w.x[1] && w.dev &&
-              w.tmp;
+    bool ok = w.raw[0] && (w.raw[1] || !j->diff) && w.scratch && w.x[0] && w.x[1] && w.dev && w.tmp;
     uint64_t total = j->first_unit[j->n];
     for (;;) {
         uint64_t g = atomic_fetch_add(&j->next, 1);
@@ -627,24 +625,29 @@ static int refuse(const ckpt_tensor *t, int *status, ckpt_err *msg) {
     ckpt_err *e = msg ? msg : &dummy;
     int shown = (int)(t->name_len > 120 ? 120 : t->name_len);
     if (!ckpt_stats_supported(t->dtype))
-        *status = ckpt_fail(e, -ENOTSUP, "tensor %.*s: values of dtype %s are not supported",
-                            shown, t->name, ckpt_dtype_info_of(t->dtype)->name);
+        *status = ckpt_fail(e, -ENOTSUP, "tensor %.*s: values of dtype %s are not supported", shown,
+                            t->name, ckpt_dtype_info_of(t->dtype)->name);
     else if (t->incomplete)
-        *status = ckpt_fail(e, -EIO, "tensor %.*s: some bytes are in no file (incomplete)",
-                            shown, t->name);
+        *status = ckpt_fail(e, -EIO, "tensor %.*s: some bytes are in no file (incomplete)", shown,
+                            t->name);
     return *status;
 }
 
-int ckpt_stats_run(const ckpt_catalog *cat, const ckpt_tensor *const *t, size_t n,
-                   unsigned threads, ckpt_stats *out, int *status, ckpt_err *msgs,
-                   ckpt_stats_progress progress, void *ctx) {
+int ckpt_stats_run(const ckpt_catalog *cat, const ckpt_tensor *const *t, size_t n, unsigned threads,
+                   ckpt_stats *out, int *status, ckpt_err *msgs, ckpt_stats_progress progress,
+                   void *ctx) {
     for (size_t i = 0; i < n; i++) {
         out[i] = (ckpt_stats){.count = t[i]->numel};
         status[i] = 0;
         refuse(t[i], &status[i], msgs ? &msgs[i] : NULL);
     }
-    job j = {.cat = {cat, cat}, .t = {t, t}, .n = n, .status = status, .msgs = msgs,
-             .progress = progress, .ctx = ctx};
+    job j = {.cat = {cat, cat},
+             .t = {t, t},
+             .n = n,
+             .status = status,
+             .msgs = msgs,
+             .progress = progress,
+             .ctx = ctx};
     return run_job(&j, threads, out, sizeof *out);
 }
 
@@ -674,9 +677,9 @@ static bool same_bytes(const ckpt_catalog *ca, const ckpt_tensor *a, const ckpt_
 }
 
 int ckpt_diff_run(const ckpt_catalog *ca, const ckpt_tensor *const *a, const ckpt_catalog *cb,
-                  const ckpt_tensor *const *b, size_t n, double atol, double rtol,
-                  unsigned threads, ckpt_diff *out, int *status, ckpt_err *msgs,
-                  ckpt_stats_progress progress, void *ctx) {
+                  const ckpt_tensor *const *b, size_t n, double atol, double rtol, unsigned threads,
+                  ckpt_diff *out, int *status, ckpt_err *msgs, ckpt_stats_progress progress,
+                  void *ctx) {
     bool *bytes_only = calloc(n ? n : 1, sizeof *bytes_only);
     if (!bytes_only) return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -684,9 +687,9 @@ int ckpt_diff_run(const ckpt_catalog *ca, const ckpt_tensor *const *a, const ckp
         status[i] = 0;
         ckpt_err dummy, *e = msgs ? &msgs[i] : &dummy;
         if (a[i]->numel != b[i]->numel) {
-            status[i] = ckpt_fail(e, -EINVAL, "tensors of %llu and %llu elements cannot be compared",
-                                  (unsigned long long)a[i]->numel,
-                                  (unsigned long long)b[i]->numel);
+            status[i] =
+                ckpt_fail(e, -EINVAL, "tensors of %llu and %llu elements cannot be compared",
+                          (unsigned long long)a[i]->numel, (unsigned long long)b[i]->numel);
         } else if (same_bytes(ca, a[i], cb, b[i])) {
             out[i].not_read = true;
             status[i] = 1; /* done: run_job skips it */
@@ -697,8 +700,16 @@ int ckpt_diff_run(const ckpt_catalog *ca, const ckpt_tensor *const *a, const ckp
             refuse(b[i], &status[i], e);
         }
     }
-    job j = {.cat = {ca, cb}, .t = {a, b}, .n = n, .diff = true, .atol = atol, .rtol = rtol,
-             .bytes_only = bytes_only, .status = status, .msgs = msgs, .progress = progress,
+    job j = {.cat = {ca, cb},
+             .t = {a, b},
+             .n = n,
+             .diff = true,
+             .atol = atol,
+             .rtol = rtol,
+             .bytes_only = bytes_only,
+             .status = status,
+             .msgs = msgs,
+             .progress = progress,
              .ctx = ctx};
     int rc = run_job(&j, threads, out, sizeof *out);
     free(bytes_only);
@@ -753,8 +764,7 @@ size_t ckpt_stats_json_members(const ckpt_stats *s, char *buf) {
         "\"count\": %llu, \"finite\": %llu, \"nan\": %llu, \"posinf\": %llu, \"neginf\": %llu, "
         "\"zeros\": %llu",
         (unsigned long long)s->count, (unsigned long long)s->finite, (unsigned long long)s->nan,
-        (unsigned long long)s->posinf, (unsigned long long)s->neginf,
-        (unsigned long long)s->zeros);
+        (unsigned long long)s->posinf, (unsigned long long)s->neginf, (unsigned long long)s->zeros);
     bool any = s->finite > 0;
     n += put_num(buf + n, CKPT_STATS_JSON_MAX - n, "min", s->min, any);
     n += put_num(buf + n, CKPT_STATS_JSON_MAX - n, "max", s->max, any);

@@ -59,7 +59,9 @@ static int help(int argc, char **argv) {
             return commands[i].run(2, args);
         }
     }
-    cli_error("help", "no command named %.100s (commands: ls, info, cat, verify, convert, stats, diff)", argv[1]);
+    cli_error("help",
+              "no command named %.100s (commands: ls, info, cat, verify, convert, stats, diff)",
+              argv[1]);
     return CLI_USAGE;
 }
 

@@ -140,8 +140,7 @@ static int load_map(differ *d) {
     if (strcmp(d->map, "hf-to-meta") == 0) return add_rules(d, meta_to_hf, true);
     FILE *f = fopen(d->map, "r");
     if (!f) {
-        cli_error(d->cmd, "--map %.200s: %s (or: meta-to-hf, hf-to-meta)", d->map,
-                  strerror(errno));
+        cli_error(d->cmd, "--map %.200s: %s (or: meta-to-hf, hf-to-meta)", d->map, strerror(errno));
         return EXIT_TROUBLE;
     }
     strbuf sb;
@@ -214,8 +213,8 @@ typedef struct pair {
 
 static void put_shape(strbuf *sb, const ckpt_tensor *t) {
     sb_putc(sb, '[');
-    for (uint32_t k = 0; k < t->ndim; k++) sb_printf(sb, "%s%llu", k ? "," : "",
-                                                    (unsigned long long)t->shape[k]);
+    for (uint32_t k = 0; k < t->ndim; k++)
+        sb_printf(sb, "%s%llu", k ? "," : "", (unsigned long long)t->shape[k]);
     sb_putc(sb, ']');
 }
 
@@ -278,8 +277,8 @@ static void text_line(strbuf *sb, const pair *p) {
         put_shape(sb, tb);
         break;
     case R_SAME:
-        sb_puts(sb, p->diff.not_read ? "same bytes of the same file (not read)"
-                                     : "identical bytes");
+        sb_puts(sb,
+                p->diff.not_read ? "same bytes of the same file (not read)" : "identical bytes");
         break;
     default:
         put_figures(sb, &p->diff);
@@ -310,13 +309,13 @@ static void json_pair(strbuf *sb, const pair *p, bool first) {
         sb_json_str(sb, p->msg.msg, strlen(p->msg.msg));
     } else if (p->compared) {
         const ckpt_diff *x = &p->diff;
-        sb_printf(sb,
-                  ", \"bytes_identical\": %s, \"not_read\": %s, \"bytes_only\": %s, \"count\": %llu, "
-                  "\"beyond\": %llu, \"nonfinite_mismatch\": %llu",
-                  x->bytes_identical ? "true" : "false", x->not_read ? "true" : "false",
-                  x->bytes_only ? "true" : "false",
-                  (unsigned long long)x->count, (unsigned long long)x->beyond,
-                  (unsigned long long)x->nonfinite_mismatch);
+        sb_printf(
+            sb,
+            ", \"bytes_identical\": %s, \"not_read\": %s, \"bytes_only\": %s, \"count\": %llu, "
+            "\"beyond\": %llu, \"nonfinite_mismatch\": %llu",
+            x->bytes_identical ? "true" : "false", x->not_read ? "true" : "false",
+            x->bytes_only ? "true" : "false", (unsigned long long)x->count,
+            (unsigned long long)x->beyond, (unsigned long long)x->nonfinite_mismatch);
         json_num(sb, "max_abs", x->max_abs);
         json_num(sb, "max_rel", x->max_rel);
         json_num(sb, "rms", ckpt_diff_rms(x));
@@ -338,8 +337,7 @@ static void json_names(strbuf *sb, const char *key, named *v, size_t n, bool wan
     sb_putc(sb, ']');
 }
 
-static int draw(const differ *d, const char *a_path, const char *b_path, const pair *p,
-                size_t n) {
+static int draw(const differ *d, const char *a_path, const char *b_path, const pair *p, size_t n) {
     const char **names = calloc(n ? n : 1, sizeof *names);
     size_t *lens = calloc(n ? n : 1, sizeof *lens);
     double *vals = calloc(n ? n : 1, sizeof *vals);
@@ -406,7 +404,8 @@ static int run(differ *d, const char *a_path, const char *b_path) {
         pairs[np++] = (pair){.a = &va[i], .b = hit->t, .b_name = bn};
     }
     /* Values of pairs of one shape are compared; the rest are shape changes. */
-    const ckpt_tensor **ta = calloc(np ? np : 1, sizeof *ta), **tb = calloc(np ? np : 1, sizeof *tb);
+    const ckpt_tensor **ta = calloc(np ? np : 1, sizeof *ta),
+                      **tb = calloc(np ? np : 1, sizeof *tb);
     ckpt_diff *res = calloc(np ? np : 1, sizeof *res);
     int *status = calloc(np ? np : 1, sizeof *status);
     ckpt_err *msgs = calloc(np ? np : 1, sizeof *msgs);
@@ -479,9 +478,10 @@ static int run(differ *d, const char *a_path, const char *b_path) {
                   np, counts[R_SAME], counts[R_CLOSE], counts[R_DIFFERS], counts[R_SHAPE],
                   counts[R_DTYPE], counts[R_ERROR], removed, added);
     }
-    rc = cli_out_finish(&o) ? EXIT_TROUBLE : counts[R_ERROR] ? EXIT_TROUBLE
-                                           : different       ? EXIT_DIFFERENT
-                                                             : EXIT_SAME;
+    rc = cli_out_finish(&o) ? EXIT_TROUBLE
+         : counts[R_ERROR]  ? EXIT_TROUBLE
+         : different        ? EXIT_DIFFERENT
+                            : EXIT_SAME;
     for (size_t i = 0; i < np; i++)
         if (pairs[i].v == R_ERROR) cli_error(d->cmd, "%s", pairs[i].msg.msg);
     if (rc != EXIT_TROUBLE && d->plot && draw(d, a_path, b_path, pairs, np)) rc = EXIT_TROUBLE;
@@ -551,8 +551,7 @@ int cli_diff(int argc, char **argv) {
             break;
         case 'j':
             if (!cli_parse_u64(optarg, &d.threads) || d.threads == 0 || d.threads > 256) {
-                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s",
-                          optarg);
+                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s", optarg);
                 rc = EXIT_TROUBLE;
             }
             break;

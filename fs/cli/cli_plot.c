@@ -11,8 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { WIDTH = 1200, PANEL_H = 290, HEADER_H = 70, MARGIN_L = 78, MARGIN_R = 16, MARGIN_T = 34,
-       MARGIN_B = 48, COLUMNS = 3, MARKS_UPTO = 48 };
+enum {
+    WIDTH = 1200,
+    PANEL_H = 290,
+    HEADER_H = 70,
+    MARGIN_L = 78,
+    MARGIN_R = 16,
+    MARGIN_T = 34,
+    MARGIN_B = 48,
+    COLUMNS = 3,
+    MARKS_UPTO = 48
+};
 
 /* ---- grouping names into families ---- */
 
@@ -283,9 +292,10 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
                 open = false;
                 continue;
             }
-            double fx = xmax == xmin ? px + pw / 2
-                                     : px + (xpad + (double)(p->layer[k] - xmin) / xspan *
-                                                        (1 - 2 * xpad)) * pw;
+            double fx =
+                xmax == xmin
+                    ? px + pw / 2
+                    : px + (xpad + (double)(p->layer[k] - xmin) / xspan * (1 - 2 * xpad)) * pw;
             double fy = py + ph - axis_pos(&ay, v) * ph;
             if (!open)
                 sb_printf(sb,
@@ -300,9 +310,10 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
             for (size_t k = 0; k < p->npoints; k++) {
                 double v = se->y[k];
                 if (!isfinite(v) || (ay.log && v <= 0)) continue;
-                double fx = xmax == xmin ? px + pw / 2
-                                         : px + (xpad + (double)(p->layer[k] - xmin) / xspan *
-                                                            (1 - 2 * xpad)) * pw;
+                double fx =
+                    xmax == xmin
+                        ? px + pw / 2
+                        : px + (xpad + (double)(p->layer[k] - xmin) / xspan * (1 - 2 * xpad)) * pw;
                 sb_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", fx,
                           py + ph - axis_pos(&ay, v) * ph, se->color);
             }
@@ -312,9 +323,9 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
     if (band < 4) band = 4;
     for (size_t k = 0; p->alarm && k < p->npoints; k++) {
         if (!p->alarm[k]) continue;
-        double fx = xmax == xmin ? px + pw / 2
-                                 : px + (xpad + (double)(p->layer[k] - xmin) / xspan *
-                                                    (1 - 2 * xpad)) * pw;
+        double fx = xmax == xmin
+                        ? px + pw / 2
+                        : px + (xpad + (double)(p->layer[k] - xmin) / xspan * (1 - 2 * xpad)) * pw;
         char count[24];
         int lw = snprintf(count, sizeof count, "%llu", (unsigned long long)p->alarm[k]) * 7 + 18;
         sb_printf(sb,
@@ -323,8 +334,8 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"16\" rx=\"3\" fill=\"white\" "
                   "stroke=\"#d62728\"/><path d=\"M%.1f %.1f h8 l-4 7 z\" fill=\"#d62728\"/>"
                   "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d62728\" font-size=\"11\">%s</text>\n",
-                  fx - band / 2, py, band, ph, fx - lw / 2.0, py + 3, lw, fx - lw / 2.0 + 4, py + 7.5,
-                  fx - lw / 2.0 + 15, py + 15, count);
+                  fx - band / 2, py, band, ph, fx - lw / 2.0, py + 3, lw, fx - lw / 2.0 + 4,
+                  py + 7.5, fx - lw / 2.0 + 15, py + 15, count);
     }
 }
 
@@ -348,8 +359,8 @@ void plot_panels_svg(strbuf *sb, const char *title, const char *y_label, const p
     sb_puts(sb, "</svg>\n");
 }
 
-void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi,
-                        const uint64_t *bins, size_t nbins, const char *note) {
+void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi, const uint64_t *bins,
+                        size_t nbins, const char *note) {
     const int height = 560;
     svg_open(sb, height, title);
     sb_puts(sb, "<text x=\"16\" y=\"52\" fill=\"#444\">");

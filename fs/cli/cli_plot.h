@@ -22,8 +22,8 @@ typedef struct plot_series {
 typedef struct plot_panel {
     char *title;
     size_t npoints;
-    uint64_t *layer;  /* ascending */
-    uint64_t *alarm;  /* per point: a count drawn as a red mark when not 0 (NaN/Inf), or NULL */
+    uint64_t *layer; /* ascending */
+    uint64_t *alarm; /* per point: a count drawn as a red mark when not 0 (NaN/Inf), or NULL */
     plot_series series[PLOT_MAX_SERIES];
     size_t nseries;
 } plot_panel;
@@ -44,8 +44,8 @@ void plot_panels_free(plot_panel *p, size_t n);
 void plot_panels_svg(strbuf *sb, const char *title, const char *y_label, const plot_panel *p,
                      size_t n);
 /* A histogram of counts over nbins equal bins of [lo, hi]. */
-void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi,
-                        const uint64_t *bins, size_t nbins, const char *note);
+void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi, const uint64_t *bins,
+                        size_t nbins, const char *note);
 
 /* Writes the document to path (0, or an errno with a message already printed). */
 int plot_write(const char *cmd, const char *path, const strbuf *sb);

@@ -106,8 +106,7 @@ static void text_table(strbuf *sb, const ckpt_tensor *const *t, const ckpt_stats
     for (size_t i = 0; i < n; i++) {
         sb_printf(sb, "%-6s", ckpt_dtype_info_of(t[i]->dtype)->name);
         if (status[i]) {
-            sb_printf(sb, "  (%s)  ", status[i] == -ENOTSUP ? "dtype not supported"
-                                                           : msgs[i].msg);
+            sb_printf(sb, "  (%s)  ", status[i] == -ENOTSUP ? "dtype not supported" : msgs[i].msg);
             cli_put_display_name(sb, t[i]);
             sb_putc(sb, '\n');
             continue;
@@ -147,8 +146,7 @@ static int draw_layers(const char *cmd, const char *path, const char *source,
         rows[k] = vals[k];
         alarm[k++] = s[i].nan + s[i].posinf + s[i].neginf;
     }
-    static const plot_series proto[] = {{"L2 norm", "#1f77b4", NULL},
-                                        {"absmax", "#ff7f0e", NULL}};
+    static const plot_series proto[] = {{"L2 norm", "#1f77b4", NULL}, {"absmax", "#ff7f0e", NULL}};
     plot_panel *panels = NULL;
     size_t np = 0;
     if (!rc && plot_group(names, lens, rows, alarm, k, proto, 2, &panels, &np) != 0) rc = ENOMEM;
@@ -312,15 +310,13 @@ int cli_stats(int argc, char **argv) {
             break;
         case CLI_LONG + 'b':
             if (!cli_parse_u64(optarg, &o.bins) || o.bins == 0 || o.bins > 100000) {
-                cli_error(c.cmd, "--bins: expected a number from 1 to 100000, not %.40s",
-                          optarg);
+                cli_error(c.cmd, "--bins: expected a number from 1 to 100000, not %.40s", optarg);
                 rc = CLI_USAGE;
             }
             break;
         case 'j':
             if (!cli_parse_u64(optarg, &o.threads) || o.threads == 0 || o.threads > 256) {
-                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s",
-                          optarg);
+                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s", optarg);
                 rc = CLI_USAGE;
             }
             break;

@@ -51,7 +51,8 @@ static const char *get_stats_doc(ckptfs *fs, fuse_ino_t ino, size_t *len) {
         for (size_t i = 0; t && i < n; i++) t[i] = &cat->tensors[i];
         char *built = NULL;
         size_t blen = 0;
-        if (t && s && status && msgs && ckpt_stats_run(cat, t, n, 0, s, status, msgs, NULL, NULL) == 0)
+        if (t && s && status && msgs &&
+            ckpt_stats_run(cat, t, n, 0, s, status, msgs, NULL, NULL) == 0)
             built = ckpt_stats_document(t, s, status, msgs, n, &blen);
         pthread_mutex_lock(&fs->doc_lock);
         if (built && !fs->stats) {
