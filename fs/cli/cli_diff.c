@@ -125,6 +125,14 @@ static int add_rules(differ *d, const char *text, bool swap) {
             cli_error(d->cmd, "--map: expected `A-PATTERN B-PATTERN`, not %.100s", buf);
             return EXIT_TROUBLE;
         }
+        size_t stars_a = 0, stars_b = 0;
+        for (const char *q = a; *q; q++) stars_a += *q == '*';
+        for (const char *q = b; *q; q++) stars_b += *q == '*';
+        if (stars_a > MAX_STARS || stars_a != stars_b) {
+            cli_error(d->cmd, "--map: %.100s: both patterns need the same number of * (at most %d)",
+                      buf, MAX_STARS);
+            return EXIT_TROUBLE;
+        }
         rule *r = realloc(d->rules, (d->nrules + 1) * sizeof *r);
         if (!r) return EXIT_TROUBLE;
         d->rules = r;

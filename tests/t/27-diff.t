@@ -165,6 +165,11 @@ def main(tap, ckptfs, fixtures):
            by["r"]["status"] == "same" and by["d"]["status"] == "close",
            "--map renames r to r2; --ignore-dtype makes d close", [by.get("r"), by.get("d")])
 
+    with open(mp, "w") as f:
+        f.write("layers.* model.layers.*.*\n")
+    rc, _, err = ck(ckptfs, "diff", "--map", mp, pa, pb)
+    tap.ok(rc == 2 and b"same number of *" in err, "--map with unequal stars: exit 2", [rc, err])
+
     # Meta and Hugging Face Llama names.
     meta, hf = {}, {}
     hf_names = {"tok_embeddings.weight": "model.embed_tokens.weight", "norm.weight":
