@@ -37,7 +37,7 @@ static const char usage[] =
     "Tensors naming the same bytes of the same file are not read. Exit status:\n"
     "0 equal within tolerance, 1 different, 2 trouble (usage, unreadable input).\n";
 
-enum { EXIT_SAME = 0, EXIT_DIFFERENT = 1, EXIT_TROUBLE = 2, MAX_STARS = 8 };
+enum { EXIT_SAME = 0, EXIT_DIFFERENT = 1, EXIT_TROUBLE = 2, MAX_STARS = 4 };
 
 /* Llama checkpoints as Meta's consolidated.*.pth name them (A) and as Hugging Face does (B).
  * Hugging Face also permutes the rows of wq and wk for its rotary layout: those two differ in
