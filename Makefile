@@ -4,7 +4,7 @@
 #   make check SANITIZE=1   the same suite built with ASan + UBSan (in build-san/)
 #   make demo       mount a generated sample checkpoint and show it
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
-#                   mounts, staging, .zst (tests/bench/, results in $(B)/bench-out/)
+#                   mounts, staging, .zst, stats/diff (tests/bench/, results in $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
@@ -25,7 +25,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
-CORE_LIBS   := -lcbor -lz -lzstd
+CORE_LIBS   := -lcbor -lz -lzstd -lm -lpthread
 
 # Sources are found, not listed: a new file in any folder of core/ or fs/ is built without edits.
 CORE_SRC := $(sort $(shell find core -name '*.c'))
@@ -120,6 +120,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/peers.py $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
 fuzz: deps

@@ -239,6 +239,7 @@ int main(int argc, char **argv) {
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
     pthread_mutex_init(&fs.doc_lock, NULL);
+    pthread_mutex_init(&fs.stats_lock, NULL);
     struct fuse_session *se = NULL;
     int status = EXIT_USAGE;
     char mnt[PATH_MAX];
@@ -325,6 +326,7 @@ int main(int argc, char **argv) {
 
     status = EXIT_USAGE; /* fuse_session_new fails on unknown options */
     se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
+    fs.se = se;
     if (!se) goto out;
     status = EXIT_MOUNT;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
@@ -348,6 +350,8 @@ out:
     for (int d = 0; d < DOC_COUNT; d++) free(fs.docs[d]);
     ckptfs_free_open_docs(&fs);
     free(fs.sha256);
+    free(fs.stats);
+    free(fs.stats_known);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);

@@ -22,6 +22,8 @@ static const struct command {
     {"cat", cli_cat, "write one tensor's raw bytes to standard output"},
     {"verify", cli_verify, "hash every tensor; compare with or write a manifest"},
     {"convert", cli_convert, "write the tensors into a new archive (format from OUT's name)"},
+    {"stats", cli_stats, "min, max, mean, std, norm, NaN/Inf counts per tensor; --plot SVG"},
+    {"diff", cli_diff, "compare two checkpoints tensor by tensor (exit 0 same, 1 different)"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof *commands };
 
@@ -57,7 +59,9 @@ static int help(int argc, char **argv) {
             return commands[i].run(2, args);
         }
     }
-    cli_error("help", "no command named %.100s (commands: ls, info, cat, verify)", argv[1]);
+    cli_error("help",
+              "no command named %.100s (commands: ls, info, cat, verify, convert, stats, diff)",
+              argv[1]);
     return CLI_USAGE;
 }
 

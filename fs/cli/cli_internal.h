@@ -114,5 +114,7 @@ int cli_info(int argc, char **argv);
 int cli_cat(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_stats(int argc, char **argv);
+int cli_diff(int argc, char **argv);
 
 #endif

@@ -28,8 +28,12 @@ typedef struct ckptfs {
     bool as_f32;           /* -o as_dtype=f32: narrow and quantized tensors read as F32 */
     uid_t uid;
     gid_t gid;
-    pthread_mutex_t doc_lock; /* guards docs[] (built on first use), open_docs, sha256 */
+    pthread_mutex_t doc_lock;    /* guards docs[] (built on first use), open_docs, sha256 */
     unsigned char (*sha256)[33]; /* per tensor: [0] = known, [1..32] = digest; made on demand */
+    struct ckpt_stats *stats;    /* per tensor, valid where stats_known (user.ckpt.stats) */
+    bool *stats_known;
+    pthread_mutex_t stats_lock; /* one statistics job at a time: each uses every CPU */
+    struct fuse_session *se;    /* to tell the kernel stats.json got its size */
     open_doc *open_docs;
     char *docs[DOC_COUNT];
     size_t doc_len[DOC_COUNT];

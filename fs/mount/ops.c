@@ -5,6 +5,7 @@
 #include "core/dequant.h"
 #include "core/segread.h"
 #include "core/sha256.h"
+#include "core/stats.h"
 #include "core/zstd_seekable.h"
 
 #include <errno.h>
@@ -28,6 +29,54 @@ static uint32_t node_of(fuse_ino_t ino) {
 
 static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
     return ino >= 1 && ino - 1 < fs->tr.nnodes;
+}
+
+/* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
+ * kept with the per-tensor results user.ckpt.stats also answers from. The file is sized 0
+ * until then (a stat must not read the checkpoint) and opened with direct_io, so reads reach
+ * the daemon whatever size the kernel holds; once built, the kernel is told to ask again. */
+static const char *get_stats_doc(ckptfs *fs, fuse_ino_t ino, size_t *len) {
+    pthread_mutex_lock(&fs->stats_lock);
+    pthread_mutex_lock(&fs->doc_lock);
+    const char *doc = fs->docs[DOC_STATS];
+    *len = fs->doc_len[DOC_STATS];
+    pthread_mutex_unlock(&fs->doc_lock);
+    if (!doc) {
+        const ckpt_catalog *cat = fs->cat;
+        size_t n = cat->ntensors;
+        const ckpt_tensor **t = calloc(n ? n : 1, sizeof *t);
+        ckpt_stats *s = calloc(n ? n : 1, sizeof *s);
+        int *status = calloc(n ? n : 1, sizeof *status);
+        ckpt_err *msgs = calloc(n ? n : 1, sizeof *msgs);
+        for (size_t i = 0; t && i < n; i++) t[i] = &cat->tensors[i];
+        char *built = NULL;
+        size_t blen = 0;
+        if (t && s && status && msgs &&
+            ckpt_stats_run(cat, t, n, 0, s, status, msgs, NULL, NULL) == 0)
+            built = ckpt_stats_document(t, s, status, msgs, n, &blen);
+        pthread_mutex_lock(&fs->doc_lock);
+        if (built && !fs->stats) {
+            fs->stats = s;
+            fs->stats_known = calloc(n ? n : 1, sizeof *fs->stats_known);
+            for (size_t i = 0; fs->stats_known && i < n; i++) fs->stats_known[i] = !status[i];
+            s = NULL;
+        } else if (built && fs->stats_known) {
+            for (size_t i = 0; i < n; i++)
+                if (!status[i]) fs->stats[i] = s[i], fs->stats_known[i] = true;
+        }
+        fs->docs[DOC_STATS] = built;
+        fs->doc_len[DOC_STATS] = blen;
+        pthread_mutex_unlock(&fs->doc_lock);
+        free(t);
+        free(s);
+        free(status);
+        free(msgs);
+        doc = built;
+        *len = blen;
+        if (built && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+    }
+    pthread_mutex_unlock(&fs->stats_lock);
+    return doc;
 }
 
 /* Generated documents are built once, on first use, and kept: they are small next to the
@@ -73,6 +122,12 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         return fs->tr.view->files[n->ref].vf.size;
     case NODE_DOC: {
         size_t len;
+        if (n->ref == DOC_STATS) { /* never computed to be sized */
+            pthread_mutex_lock(&fs->doc_lock);
+            len = fs->doc_len[DOC_STATS];
+            pthread_mutex_unlock(&fs->doc_lock);
+            return len;
+        }
         return get_doc(fs, n->ref, &len) ? len : 0;
     }
     case NODE_SIDECAR:
@@ -381,6 +436,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         break;
     }
     case NODE_DOC:
+        if (n->ref == DOC_STATS) {
+            fi->direct_io = 1;
+            fuse_reply_open(req, fi);
+            return;
+        }
+        break;
     case NODE_VIEW:
         break;
     }
@@ -432,7 +493,8 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
         return ckpt_vfile_plan(&((const open_doc *)(uintptr_t)fi->fh)->vf, off, len, seg, cap,
                                done);
     case NODE_DOC:
-        mem = get_doc(fs, n->ref, &mem_len);
+        mem = n->ref == DOC_STATS ? get_stats_doc(fs, (fuse_ino_t)(n - fs->tr.nodes) + 1, &mem_len)
+                                  : get_doc(fs, n->ref, &mem_len);
         break;
     case NODE_DIR:
         return 0;
@@ -602,7 +664,48 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
 
 /* ---- extended attributes on tensor files: user.ckpt.dtype, .shape, .sha256 ---- */
 
-static const char xattr_names[] = "user.ckpt.dtype\0user.ckpt.shape\0user.ckpt.sha256";
+/* The names a tensor file has: no sha256 for a converted tensor (no stored-bytes digest to
+ * offer), no stats for a dtype whose values are not decoded. */
+static size_t xattr_list(const ckptfs *fs, const ckpt_tensor *t, char *out) {
+    static const char *const all[] = {"user.ckpt.dtype", "user.ckpt.shape", "user.ckpt.sha256",
+                                      "user.ckpt.stats"};
+    size_t len = 0;
+    for (size_t i = 0; i < 4; i++) {
+        if (i == 2 && converted(fs, t)) continue;
+        if (i == 3 && !ckpt_stats_supported(t->dtype)) continue;
+        memcpy(out + len, all[i], strlen(all[i]) + 1);
+        len += strlen(all[i]) + 1;
+    }
+    return len;
+}
+
+/* The statistics of one tensor, computed (on all CPUs) on first request and kept. */
+static int tensor_stats(ckptfs *fs, size_t ti, ckpt_stats *out) {
+    pthread_mutex_lock(&fs->doc_lock);
+    if (!fs->stats) {
+        size_t n = fs->cat->ntensors ? fs->cat->ntensors : 1;
+        fs->stats = calloc(n, sizeof *fs->stats);
+        fs->stats_known = calloc(n, sizeof *fs->stats_known);
+    }
+    bool ready = fs->stats && fs->stats_known;
+    bool known = ready && fs->stats_known[ti];
+    if (known) *out = fs->stats[ti];
+    pthread_mutex_unlock(&fs->doc_lock);
+    if (known) return 0;
+    if (!ready) return ENOMEM;
+    const ckpt_tensor *t = &fs->cat->tensors[ti];
+    int status = 0;
+    ckpt_err msg;
+    pthread_mutex_lock(&fs->stats_lock);
+    int rc = ckpt_stats_run(fs->cat, &t, 1, 0, out, &status, &msg, NULL, NULL);
+    pthread_mutex_unlock(&fs->stats_lock);
+    if (rc || status) return rc ? -rc : status == -ENOTSUP ? ENODATA : -status;
+    pthread_mutex_lock(&fs->doc_lock);
+    fs->stats[ti] = *out;
+    fs->stats_known[ti] = true;
+    pthread_mutex_unlock(&fs->doc_lock);
+    return 0;
+}
 
 /* The digest of the bytes the file shows, computed on first request and kept. */
 static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
@@ -647,7 +750,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
     }
     const ckpt_tensor *t = &fs->cat->tensors[n->ref];
     bool conv = converted(fs, t);
-    char value[CKPT_MAX_DIMS * 22 + 8];
+    char value[CKPT_MAX_DIMS * 22 + CKPT_STATS_JSON_MAX];
     size_t len = 0;
     if (strcmp(name, "user.ckpt.dtype") == 0) {
         len = (size_t)snprintf(value, sizeof value, "%s",
@@ -668,6 +771,16 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
         }
         sha256_hex(digest, value);
         len = 64;
+    } else if (strcmp(name, "user.ckpt.stats") == 0 && ckpt_stats_supported(t->dtype)) {
+        ckpt_stats s;
+        int e = tensor_stats(fs, n->ref, &s);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
+        }
+        value[0] = '{';
+        len = 1 + ckpt_stats_json_members(&s, value + 1);
+        value[len++] = '}';
     } else {
         fuse_reply_err(req, ENODATA);
         return;
@@ -683,17 +796,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     ckptfs *fs = fs_of(req);
     const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
-    size_t len = 0;
-    if (n && n->kind == NODE_TENSOR) /* a converted tensor has no stored-bytes digest to offer */
-        len = converted(fs, &fs->cat->tensors[n->ref])
-                  ? strlen("user.ckpt.dtype") + 1 + strlen("user.ckpt.shape") + 1
-                  : sizeof xattr_names;
+    char names[128];
+    size_t len = n && n->kind == NODE_TENSOR ? xattr_list(fs, &fs->cat->tensors[n->ref], names) : 0;
     if (size == 0)
         fuse_reply_xattr(req, len);
     else if (size < len)
         fuse_reply_err(req, ERANGE);
     else
-        fuse_reply_buf(req, xattr_names, len);
+        fuse_reply_buf(req, names, len);
 }
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {

@@ -12,6 +12,7 @@ static const char *const doc_paths[DOC_COUNT] = {
     [DOC_SUMMARY] = ".ckptfs/summary.json",
     [DOC_METADATA] = ".ckptfs/metadata.json",
     [DOC_TSV] = ".ckptfs/tensors.tsv",
+    [DOC_STATS] = ".ckptfs/stats.json",
 };
 
 typedef struct builder {

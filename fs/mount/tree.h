@@ -18,7 +18,8 @@ typedef enum {
     NODE_NPY,     /* tensors[ref] as a .npy file: NPY header + its bytes */
 } node_kind;
 
-enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_COUNT };
+/* DOC_STATS reads every tensor: it is computed on first read, never to size it. */
+enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_STATS, DOC_COUNT };
 
 typedef struct node {
     const char *name; /* not NUL-terminated: use name_len */

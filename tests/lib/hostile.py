@@ -177,6 +177,9 @@ def walk_tree(mnt, symlinks=True):
                 bad("read %r: %s" % (full, e))
                 continue
             data = b"".join(chunks)
+            if in_meta and name == b"stats.json" and st.st_size == 0:
+                # Computed on the first read and sized then (ckptfs(5)): stat again.
+                st = os.stat(name, dir_fd=dirfd)
             if len(data) != st.st_size:
                 bad("%r: read %d bytes, st_size %d" % (full, len(data), st.st_size))
             if not name.endswith(b".json"):
