@@ -5,6 +5,7 @@
 #include "formats/formats.h"
 #include "hashmap.h"
 #include "hfview.h"
+#include "utf8.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -424,6 +425,15 @@ static int check_safetensors_fit(const ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) continue;
+        size_t bad = utf8_invalid_at(t->name, t->name_len);
+        if (bad < t->name_len) {
+            char shown[256];
+            return ckpt_fail(err, -EINVAL,
+                             "tensor \"%s\": the name is not valid UTF-8 (byte 0x%02x at %zu), "
+                             "which a safetensors header (JSON) cannot hold",
+                             utf8_shown(shown, sizeof shown, t->name, t->name_len),
+                             (unsigned char)t->name[bad], bad);
+        }
         if (!ckpt_dtype_info_of(t->dtype)->safetensors)
             return ckpt_fail(err, -EINVAL, "tensor \"%.*s\" is %s, which safetensors cannot hold",
                              SHOWN(t->name_len), t->name, ckpt_dtype_info_of(t->dtype)->name);
@@ -503,12 +513,16 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
     mode_t mask = umask(0);
     umask(mask);
     chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700 */
-    if (!rc && rename(tmp, out) != 0)
-        rc = ckpt_fail(err, -errno, "%s: cannot move the finished directory into place: %s", out,
-                       errno == ENOTEMPTY || errno == EEXIST
-                           ? "it exists and is not empty (a directory is never merged into: "
-                             "remove it or give a new name)"
-                           : strerror(errno));
+    int rename_errno = !rc && rename(tmp, out) != 0 ? errno : 0;
+    bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
+    if (exists && opts->replace_dir)
+        rc = writer_replace_dir(tmp, out, err); /* a stage committing OUT again */
+    else if (rename_errno)
+        rc = ckpt_fail(err, -rename_errno, "%s: cannot move the finished directory into place: %s",
+                       out,
+                       exists ? "it exists and is not empty (a directory is never merged into: "
+                                "remove it or give a new name)"
+                              : strerror(rename_errno));
     if (rc) {
         for (size_t i = 0; i < view.nfiles + cat->naux; i++) {
             char path[PATH_MAX];

@@ -106,11 +106,13 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                   status, err.msg, st->out);
     } else {
         ckpt_write_opts opts = {.max_shard_size = st->max_shard_size,
+                                .replace_dir = true, /* every commit replaces OUT */
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
         rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
-            status = STAGE_WRITE_FAILED;
+            /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */
+            status = rc == -EINVAL ? STAGE_INVALID : STAGE_WRITE_FAILED;
             sb_printf(report, "exit %d\n%s\n%s was not changed, the staged files are kept\n",
                       status, err.msg, st->out);
         } else {

@@ -222,8 +222,10 @@ static void collect_garbage(stage *st, bool remove_unused) {
     free(s.ids);
 }
 
-/* A commit killed half-way leaves OUT's temporary file (".NAME.partial-XXXXXX", or for an HF
- * directory "NAME.partial-XXXXXX/"); the stage that took over removes it. */
+/* A commit killed half-way leaves OUT's temporary beside it: ".NAME.partial-XXXXXX", a file,
+ * or for an HF directory a directory of that name (core/writer.c names both). The stage that
+ * takes over removes it. Only regular files are removed from such a directory: a subdirectory
+ * in it is a user's, moved there by a commit that replaced OUT (core/writer_dir.c). */
 static void remove_stale_partials(const stage *st) {
     char *copy = strdup(st->out), *copy2 = strdup(st->out);
     if (!copy || !copy2) {
@@ -235,35 +237,39 @@ static void remove_stale_partials(const stage *st) {
     while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
     strcpy(copy2, copy);
     const char *dir = dirname(copy), *base = basename(copy2);
-    char file_prefix[NAME_MAX + 2], dir_prefix[NAME_MAX + 2];
-    snprintf(file_prefix, sizeof file_prefix, ".%s.partial-", base);
-    snprintf(dir_prefix, sizeof dir_prefix, "%s.partial-", base);
+    char prefix[NAME_MAX + 16];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    size_t plen = strlen(prefix);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d && dfd >= 0) close(dfd);
     for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        bool file = strncmp(e->d_name, file_prefix, strlen(file_prefix)) == 0 &&
-                    len == strlen(file_prefix) + 6;
-        bool directory = strncmp(e->d_name, dir_prefix, strlen(dir_prefix)) == 0 &&
-                         len == strlen(dir_prefix) + 6;
-        if (file && unlinkat(dirfd(d), e->d_name, 0) == 0)
+        struct stat s;
+        if (strncmp(e->d_name, prefix, plen) != 0 || strlen(e->d_name) != plen + 6 ||
+            fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISREG(s.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
             fprintf(stderr, "ckptfs stage: removed %s/%s, left by a commit that did not finish\n",
                     dir, e->d_name);
-        if (directory) {
-            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
-            if (!sd && sub >= 0) close(sub);
-            for (struct dirent *f; sd && (f = readdir(sd));)
-                if (strcmp(f->d_name, ".") && strcmp(f->d_name, ".."))
-                    unlinkat(dirfd(sd), f->d_name, 0);
-            if (sd) closedir(sd);
-            if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
-                fprintf(stderr,
-                        "ckptfs stage: removed %s/%s/, left by a commit that did not "
-                        "finish\n",
-                        dir, e->d_name);
+        if (!S_ISDIR(s.st_mode)) continue;
+        int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        if (!sd && sub >= 0) close(sub);
+        for (struct dirent *f; sd && (f = readdir(sd));) {
+            struct stat fs;
+            if (fstatat(dirfd(sd), f->d_name, &fs, AT_SYMLINK_NOFOLLOW) == 0 &&
+                !S_ISDIR(fs.st_mode))
+                unlinkat(dirfd(sd), f->d_name, 0);
         }
+        if (sd) closedir(sd);
+        if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
+            fprintf(stderr, "ckptfs stage: removed %s/%s/, left by a commit that did not finish\n",
+                    dir, e->d_name);
+        else
+            fprintf(stderr,
+                    "ckptfs stage: %s/%s/, left by a commit that did not finish, holds "
+                    "directories: look at it and remove it\n",
+                    dir, e->d_name);
     }
     if (d) closedir(d);
     free(copy);
