@@ -678,6 +678,13 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
     if (f->origin == STAGED_SPOOL) {
         uint32_t src;
         if ((rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err))) return rc;
+        /* One file per staged tensor: 100k of them would be 100k descriptors held open
+         * for the whole commit. Opened for each read instead (the writer reads each once). */
+        ckpt_source *s = &cat->sources[src];
+        if (!s->zst) {
+            close(s->fd);
+            s->fd = -1;
+        }
         return catalog_add_piece(cat, idx, src, p->offset, NULL, NULL, NULL, b->err);
     }
     const ckpt_tensor *t = &b->lower->tensors[f->lower];

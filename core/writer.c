@@ -162,22 +162,26 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
                        const char *what) {
     flush(f);
     if (f->failed) return true;
+    int in_fd = s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
+    if (in_fd < 0) return false; /* the read path says why */
     uint64_t done = 0;
     while (done < len) {
         loff_t in = (loff_t)(off + done);
         size_t want = len - done < COPY_RANGE_CHUNK ? (size_t)(len - done) : COPY_RANGE_CHUNK;
-        ssize_t r = copy_file_range(s->fd, &in, f->fd, NULL, want, 0);
+        ssize_t r = copy_file_range(in_fd, &in, f->fd, NULL, want, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && done == 0 &&
-            (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+            (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+            if (in_fd != s->fd) close(in_fd);
             return false;
+        }
         if (r <= 0) {
             int e = r < 0 ? errno : EIO;
             f->failed = -e;
             ckpt_fail(f->err, -e, "%s: copying %s at offset %llu into %s: %s", what, s->path,
                       (unsigned long long)(off + done), f->final_path,
                       r == 0 ? "the file is shorter than when it was opened" : strerror(e));
-            return true;
+            break;
         }
         sync_file_range(f->fd, (off_t)f->file_at, r, SYNC_FILE_RANGE_WRITE);
         done += (uint64_t)r;
@@ -188,6 +192,7 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
             f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
         }
     }
+    if (in_fd != s->fd) close(in_fd);
     return true;
 }
 

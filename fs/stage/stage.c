@@ -212,7 +212,8 @@ static bool is_under(const char *path, const char *dir) {
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
-/* One staged file per source descriptor at commit: allow as many as the system lets us. */
+/* Every file open in the stage holds a descriptor of its spool file: allow as many as the
+ * system lets us. (A commit holds only a few: core/staged.c opens staged bytes per read.) */
 static void raise_file_limit(void) {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
