@@ -13,7 +13,7 @@ typedef struct ckpt_progress {
 
 typedef struct ckpt_write_opts {
     uint64_t max_shard_size; /* safetensors: > 0 writes an HF directory with an index */
-    bool replace_dir; /* an HF directory OUT that exists is replaced (else: refused) */
+    bool replace_dir;        /* an HF directory OUT that exists is replaced (else: refused) */
     ckpt_progress progress;
 } ckpt_write_opts;
 
