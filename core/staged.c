@@ -49,6 +49,7 @@ typedef struct plan {
     size_t name_len;
     const char *extra; /* sidecar extras of an unchanged source tensor */
     const char *where; /* path for messages */
+    size_t raw, json;  /* the group's raw file and sidecar (indexes or NONE) */
 } plan;
 
 typedef struct builder {
@@ -148,6 +149,8 @@ void staged_report_free(staged_report *rep) {
     for (size_t i = 0; i < rep->nnotes; i++) free(rep->notes[i]);
     free(rep->problems);
     free(rep->notes);
+    free(rep->file_tensor);
+    free(rep->file_tensor_len);
     memset(rep, 0, sizeof *rep);
 }
 
@@ -601,6 +604,8 @@ static void plan_group(builder *b, const group *g) {
         }
     }
     p.where = p.src->path;
+    p.raw = g->raw;
+    p.json = g->json;
 
     /* An unchanged source tensor keeps its format's sidecar extras. */
     if (raw && js && raw->origin == STAGED_LOWER_RAW && js->origin == STAGED_LOWER_SIDECAR &&
@@ -673,6 +678,12 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
     int rc = catalog_add_tensor(cat, p->name, p->name_len, p->m.dtype, p->m.ndim, p->m.shape, &idx,
                                 b->err);
     if (rc) return rc;
+    const size_t given[] = {(size_t)(p->src - b->files), p->raw, p->json};
+    for (size_t k = 0; k < 3; k++)
+        if (given[k] != NONE) {
+            b->rep->file_tensor[given[k]] = cat->tensors[idx].name;
+            b->rep->file_tensor_len[given[k]] = cat->tensors[idx].name_len;
+        }
     if (p->extra && (rc = catalog_set_extra(cat, idx, p->extra, b->err))) return rc;
     const staged_file *f = p->src;
     if (f->origin == STAGED_SPOOL) {
@@ -753,6 +764,8 @@ int staged_build(const staged_file *files, size_t nfiles, const ckpt_catalog *lo
     if (!hm_init(&b.by_path, nfiles) || !hm_init(&b.by_base, nfiles) ||
         !hm_init(&b.by_name, nfiles) ||
         !(b.plans = malloc((nfiles ? nfiles : 1) * sizeof *b.plans)) ||
+        !(rep->file_tensor = calloc(nfiles ? nfiles : 1, sizeof *rep->file_tensor)) ||
+        !(rep->file_tensor_len = calloc(nfiles ? nfiles : 1, sizeof *rep->file_tensor_len)) ||
         !(b.buf_a = malloc(COMPARE_CHUNK)) || !(b.buf_b = malloc(COMPARE_CHUNK)))
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
     if (!rc) rc = group_files(&b);

@@ -44,6 +44,12 @@ typedef struct staged_report {
     size_t nnotes, cap_notes;
     size_t ntensors;
     uint64_t nbytes;
+    /* After a build: for each staged file, the name of the tensor it gave its bytes or its
+     * sidecar to (pointing into the built catalog, so valid while it is open), or NULL for a
+     * file that is no part of a tensor (hidden, an .npy left out as a copy). A stage that
+     * replaced its own source with the commit finds each file's tensor in the new one. */
+    const char **file_tensor;
+    size_t *file_tensor_len;
 } staged_report;
 
 /* Builds the catalog of the staged files. `lower` is the source checkpoint of an overlay, or

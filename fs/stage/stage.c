@@ -225,6 +225,8 @@ static void raise_file_limit(void) {
 static void stage_free(stage *st) {
     snode_free_tree(st->root);
     ckpt_close(st->lower);
+    for (size_t i = 0; i < st->nretired; i++) ckpt_close(st->retired[i]);
+    free(st->retired);
     spool_close(st);
     free(st->control.name);
     free(st->commit_node.name);

@@ -288,7 +288,7 @@ static void put_fingerprint(strbuf *sb, const ckpt_catalog *cat) {
     }
 }
 
-static int write_state(stage *st) {
+int spool_write_state(stage *st) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, STATE_HEADER "\nout ");
@@ -483,7 +483,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
     }
     free_state(&saved);
     if (rc) return rc;
-    if (!*resumed && write_state(st) != 0) {
+    if (!*resumed && spool_write_state(st) != 0) {
         fprintf(stderr, "ckptfs stage: cannot write %s/state: %s\n", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
