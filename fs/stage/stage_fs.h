@@ -124,6 +124,9 @@ void spool_close(stage *st);
 int spool_write_state(stage *st);
 /* Writes the daemon's pid into SPOOL/lock (for messages, and for tests that must find it). */
 void spool_note_pid(stage *st);
+/* At the daemon's end, SPOOL/lock says how the stage ended instead of its pid: "done N"
+ * (committed, or nothing to commit), "failed N" (the commit's exit status) or "nocommit N". */
+void spool_note_outcome(stage *st, const char *what, int status);
 /* After a final successful commit: the spool's files and directory go away. */
 void spool_remove(stage *st);
 /* Replaces SPOOL/name with text (temporary file, fsync, rename). */

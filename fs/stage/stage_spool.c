@@ -394,6 +394,14 @@ static int take_lock(stage *st) {
     return 0;
 }
 
+void spool_note_outcome(stage *st, const char *what, int status) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s %d\n", what, status);
+    if (st->lock_fd >= 0 && ftruncate(st->lock_fd, 0) == 0 &&
+        pwrite(st->lock_fd, line, (size_t)n, 0) == n)
+        fdatasync(st->lock_fd);
+}
+
 void spool_note_pid(stage *st) {
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
