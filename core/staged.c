@@ -7,6 +7,7 @@
 #include "staged.h"
 
 #include "catalog.h"
+#include "formats/formats.h"
 #include "hashmap.h"
 #include "json.h"
 #include "segread.h"
@@ -65,6 +66,8 @@ typedef struct builder {
     size_t ngroups, cap_groups;
     plan *plans;
     size_t nplans;
+    size_t *aux; /* files carried as they are (is_aux) */
+    size_t naux, cap_aux;
     unsigned char *buf_a, *buf_b;
     strbuf tmp;
 } builder;
@@ -452,6 +455,18 @@ static group *group_of(builder *b, const char *base, size_t len) {
     return g;
 }
 
+/* config.json, tokenizer.json, ... at the top of the tree: a Hugging Face folder's own files,
+ * carried as they are (unless config.json describes a raw file "config" beside it). */
+static bool is_aux(builder *b, const char *path, size_t n) {
+    if (strchr(path, '/')) return false;
+    bool known = false;
+    for (size_t i = 0; !known && i < hf_aux_count; i++) known = strcmp(path, hf_aux_names[i]) == 0;
+    if (!known) return false;
+    if (b->files[hm_get(&b->by_path, path, n)->value].origin != STAGED_SPOOL) return false;
+    if (!ends_with(path, n, ".json")) return true;
+    return !hm_get(&b->by_path, path, n - 5) && !exists_with_suffix(b, path, n - 5, ".npy");
+}
+
 static int group_files(builder *b) {
     size_t hidden_count = 0;
     for (size_t i = 0; i < b->nfiles; i++) {
@@ -464,6 +479,17 @@ static int group_files(builder *b) {
         size_t n = strlen(p);
         if (hidden(p)) {
             if (hidden_count++ < 10) add_line(b, false, p, n, "ignored (a hidden file)");
+            continue;
+        }
+        if (is_aux(b, p, n)) {
+            if (b->naux == b->cap_aux) {
+                size_t c = b->cap_aux ? b->cap_aux * 2 : 8;
+                size_t *a = realloc(b->aux, c * sizeof *a);
+                if (!a) return -ENOMEM;
+                b->aux = a;
+                b->cap_aux = c;
+            }
+            b->aux[b->naux++] = i;
             continue;
         }
         group *g;
@@ -740,6 +766,16 @@ static int build_catalog(builder *b, const char *root, ckpt_catalog **out) {
     for (uint32_t i = 0; i < nl; i++) lower_src[i] = UINT32_MAX;
     for (size_t i = 0; !rc && i < b->nplans; i++) rc = add_plan(b, cat, &b->plans[i], lower_src);
     free(lower_src);
+    for (size_t i = 0; !rc && i < b->naux; i++) {
+        const staged_file *f = &b->files[b->aux[i]];
+        uint32_t src;
+        rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err);
+        if (!rc && !cat->sources[src].zst) { /* as for tensors: opened when read */
+            close(cat->sources[src].fd);
+            cat->sources[src].fd = -1;
+        }
+        if (!rc) rc = catalog_add_aux(cat, f->path, src, b->err);
+    }
     if (!rc && !b->fatal && b->rep->nproblems == 0) rc = catalog_finish(cat, b->err);
     if (rc || b->fatal || b->rep->nproblems) {
         ckpt_close(cat);
@@ -784,6 +820,7 @@ int staged_build(const staged_file *files, size_t nfiles, const ckpt_catalog *lo
     hm_free(&b.by_name);
     free(b.groups);
     free(b.plans);
+    free(b.aux);
     free(b.buf_a);
     free(b.buf_b);
     sb_free(&b.tmp);

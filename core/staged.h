@@ -14,7 +14,10 @@
  * mount (core/treepath.c: %XX escapes, %_ for an empty component, %~N for a repeated path,
  * abbreviated long components), so names that a path cannot carry survive a `cp -r` round trip.
  * Anywhere else (a file moved or copied to another place) the path gives the name: components
- * unescaped and joined with '.'. Files and directories whose name starts with '.' are ignored. */
+ * unescaped and joined with '.'. Files and directories whose name starts with '.' are ignored.
+ * A Hugging Face folder's own files at the top (config.json, tokenizer.json, ... as listed in
+ * core/formats/dirlist.c) are carried as they are, as the catalog's aux files, unless
+ * config.json is the sidecar of a raw file "config" beside it. */
 #ifndef CKPT_STAGED_H
 #define CKPT_STAGED_H
 

@@ -131,6 +131,13 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
         }
     }
     put_lines(report, rep.notes, rep.nnotes, "note: ");
+    size_t n = strlen(st->out);
+    for (size_t i = 0; status == STAGE_OK && cat && n && st->out[n - 1] != '/' && i < cat->naux;
+         i++)
+        sb_printf(report,
+                  "note: %s: not written: %s is one file (a directory OUT/ carries a Hugging "
+                  "Face folder's own files)\n",
+                  cat->aux[i].name, st->out);
     staged_report_free(&rep);
     ckpt_close(cat);
     return status;

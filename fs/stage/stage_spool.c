@@ -149,6 +149,49 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
+/* A Hugging Face folder's own files (config.json, tokenizer files): copied into the spool at
+ * the top of the tree when a stage begins, so they travel into a directory OUT and can be
+ * edited like any staged file. They are small; the source is never modified. */
+static int populate_aux(stage *st) {
+    const ckpt_catalog *cat = st->lower;
+    char *buf = malloc(1 << 20);
+    int rc = buf ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < cat->naux; i++) {
+        const char *name = cat->aux[i].name;
+        const ckpt_source *s = &cat->sources[cat->aux[i].source];
+        if (strchr(name, '/') || tree_child(st->root, name, strlen(name))) continue;
+        uint64_t id;
+        int fd = spool_data_create(st, &id);
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        for (uint64_t off = 0; !rc && off < s->size;) {
+            ssize_t n = ckpt_source_pread(s, buf, 1 << 20, off);
+            if (n <= 0) rc = n < 0 ? (int)n : -EIO;
+            if (!rc) rc = write_all(fd, buf, (size_t)n);
+            off += n > 0 ? (uint64_t)n : 0;
+        }
+        close(fd);
+        snode *f = rc ? NULL : snode_new(SN_FILE, name, strlen(name), 0644);
+        if (!rc && (!f || tree_attach(st->root, f) != 0)) {
+            snode_free(f);
+            rc = -ENOMEM;
+        }
+        if (rc) {
+            spool_data_unlink(st, id);
+            fprintf(stderr, "ckptfs stage: %s: cannot copy it into the spool: %s\n", s->path,
+                    strerror(-rc));
+            break;
+        }
+        f->src = SRC_SPOOL;
+        f->data_id = id;
+        f->mtime = s->mtime;
+    }
+    free(buf);
+    return rc;
+}
+
 /* Writes name (temporary + fsync + rename) in the spool. */
 int spool_write_file(stage *st, const char *name, const char *text, size_t len) {
     char tmp[64];
@@ -503,6 +546,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
         return STAGE_INVALID;
     }
     rc = st->lower ? populate_lower(st, &lower_paths) : 0;
+    if (!rc && st->lower && !*resumed) rc = populate_aux(st);
     /* a new overlay is a change: unmounting it writes OUT */
     st->dirty = !*resumed && st->lower;
     if (!rc && *resumed) rc = journal_replay(st, &lower_paths);

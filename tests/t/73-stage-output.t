@@ -14,6 +14,11 @@ Environment:
    last one on unmount) replace it; a README.md and a subdirectory the user
    keeps in OUT stay; old shards do not; a strict reader written here sees
    the last staged tensors.
+4. A Hugging Face folder's own files: `stage OUT/ --from DIR/` shows DIR's
+   config.json and tokenizer.json; a generation_config.json written into the
+   stage and both go into OUT/ byte for byte. config.json copied into a stage
+   of one .safetensors is accepted, and the commit notes it is not written;
+   a raw "tokenizer" + tokenizer.json there stays a tensor.
 3. A killed directory commit's leftover, .OUT.partial-XXXXXX/ beside OUT
    (made here as the writer names it), is removed when the stage is taken
    up again; a user's subdirectory inside it is not.
@@ -29,8 +34,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import run  # noqa: E402
-from staging import (commit, daemon_pid, read_safetensors_dir, spool_of, stage,  # noqa: E402
-                     wait_gone, write_raw_tensor)
+from staging import (commit, daemon_pid, read_safetensors, read_safetensors_dir,  # noqa: E402
+                     spool_of, stage, wait_gone, write_raw_tensor)
 
 CHECK_TIMEOUT = 120
 
@@ -179,12 +184,78 @@ def stale_partial(tap, ckptfs, work):
         unmount(mnt)
 
 
+def hf_folder_files(tap, ckptfs, work):
+    what = "a Hugging Face folder's own files"
+    src = os.path.join(work, "hfsrc")
+    os.makedirs(src)
+    header = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+    header += b" " * (-len(header) % 8)
+    with open(os.path.join(src, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, 2.0))
+    own = {"config.json": b'{"model_type": "llama"}\n', "tokenizer.json": b'{"v": [1, 2]}\n'}
+    for name, data in own.items():
+        with open(os.path.join(src, name), "wb") as f:
+            f.write(data)
+    out = os.path.join(work, "hfout")
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t73.")
+    try:
+        ok, _ = staged(tap, ckptfs, out + "/", mnt, what, "--from", src + "/")
+        if not ok:
+            return
+        with Watchdog(mnt, CHECK_TIMEOUT):
+            shown = sorted(n for n in os.listdir(mnt) if not n.startswith("."))
+            with open(os.path.join(mnt, "generation_config.json"), "wb") as f:
+                f.write(b'{"top_p": 0.9}\n')
+            rc, _, err = commit(ckptfs, mnt)
+        tap.ok(shown == ["config.json", "tokenizer.json", "w", "w.json"],
+               "%s: --from DIR shows config.json and tokenizer.json" % what, [shown])
+        want = dict(own, **{"generation_config.json": b'{"top_p": 0.9}\n'})
+        got = {}
+        for name in want:
+            try:
+                with open(os.path.join(out, name), "rb") as f:
+                    got[name] = f.read()
+            except OSError as e:
+                got[name] = str(e)
+        tensors = read_safetensors_dir(out)
+        tap.ok(rc == 0 and got == want and sorted(tensors) == ["w"],
+               "%s: a commit into DIR/ carries them byte for byte" % what,
+               ["exit %r: %s" % (rc, text(err)), got, sorted(tensors)])
+    finally:
+        run_capture(["fusermount3", "-u", mnt], 20)
+        wait_gone(daemon_pid(spool_of(out)))
+        unmount(mnt)
+    out = os.path.join(work, "flat.safetensors")
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t73.")
+    try:
+        ok, _ = staged(tap, ckptfs, out, mnt, what + " into one file")
+        if not ok:
+            return
+        with Watchdog(mnt, CHECK_TIMEOUT):
+            shutil.copy(os.path.join(src, "config.json"), os.path.join(mnt, "config.json"))
+            write_raw_tensor(os.path.join(mnt, "w"), [1.0])
+            write_raw_tensor(os.path.join(mnt, "tokenizer"), [9.0])  # its sidecar: tokenizer.json
+            rc, so, err = commit(ckptfs, mnt)
+        tensors = read_safetensors(out) if rc == 0 else {}
+        tap.ok(sorted(tensors) == ["tokenizer", "w"],
+               "%s: a raw file \"tokenizer\" + tokenizer.json stays a tensor" % what,
+               [sorted(tensors)])
+        tap.ok(rc == 0 and "config.json: not written" in text(so + err),
+               "%s: copying config.json into a stage of one file works, and the commit "
+               "says it is not written" % what, ["exit %r: %s %s" % (rc, text(so), text(err))])
+    finally:
+        run_capture(["fusermount3", "-u", mnt], 20)
+        wait_gone(daemon_pid(spool_of(out)))
+        unmount(mnt)
+
+
 def body(tap, ckptfs, root):
     work = tempfile.mkdtemp(prefix="ckptfs-t73w.")
     try:
         non_utf8_names(tap, ckptfs, work)
         directory_twice(tap, ckptfs, work)
         stale_partial(tap, ckptfs, work)
+        hf_folder_files(tap, ckptfs, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
