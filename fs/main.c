@@ -131,8 +131,7 @@ static void usage(FILE *out) {
             "\n"
             "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
             "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-            "Unmount with: fusermount3 -u MOUNTPOINT, or ckptfs umount MOUNTPOINT (waits for a\n"
-            "              stage's commit on unmount and gives its exit status)\n"
+            "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit), or fusermount3 -u\n"
             "Exit status: 0 mounted, 1 usage, 2 the source cannot be read or is invalid,\n"
             "3 the mount failed. See ckptfs(1) and ckptfs(5).\n");
 }
