@@ -101,7 +101,7 @@ enum { CKPT_MAX_DIMS = 32 };
 typedef struct ckpt_source {
     char *path;    /* as opened */
     char *relpath; /* relative to the catalog root, shown in sidecars */
-    int fd;
+    int fd;        /* -1: opened for each read (a catalog of more files than fds allow) */
     uint64_t size;
     struct timespec mtime;
     mode_t mode;
@@ -118,6 +118,9 @@ typedef struct ckpt_source {
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
  * read (0 at the end), or a negative errno. Safe to call from many threads at once. */
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off);
+/* A new descriptor of the source's file, checked to be the file the catalog saw (device,
+ * inode, size): >= 0, or a negative errno (-EIO for another file). */
+int ckpt_source_open_again(const ckpt_source *s);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */

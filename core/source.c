@@ -2,8 +2,22 @@
 #include "zstd_seekable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int ckpt_source_open_again(const ckpt_source *s) {
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat now;
+    if (fstat(fd, &now) != 0 || now.st_ino != s->ino || now.st_dev != s->dev ||
+        (uint64_t)now.st_size != (s->member_of ? s->file_size : s->size)) {
+        close(fd); /* another file by now: never its bytes under the old description */
+        return -EIO;
+    }
+    return fd;
+}
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
     if (s->zst) return zst_pread(s->zst, buf, len, off);
@@ -12,11 +26,14 @@ ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t 
         if (len > s->size - off) len = (size_t)(s->size - off);
         off += s->base;
     }
-    for (;;) {
-        ssize_t r = pread(s->fd, buf, len, (off_t)off);
-        if (r >= 0) return r;
-        if (errno != EINTR) return -errno;
+    int fd = s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
+    if (fd < 0) return fd;
+    ssize_t r;
+    while ((r = pread(fd, buf, len, (off_t)off)) < 0 && errno == EINTR) {
     }
+    if (r < 0) r = -errno;
+    if (fd != s->fd) close(fd);
+    return r;
 }
 
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,

@@ -7,6 +7,7 @@
 #include "staged.h"
 
 #include "catalog.h"
+#include "formats/formats.h"
 #include "hashmap.h"
 #include "json.h"
 #include "segread.h"
@@ -49,6 +50,7 @@ typedef struct plan {
     size_t name_len;
     const char *extra; /* sidecar extras of an unchanged source tensor */
     const char *where; /* path for messages */
+    size_t raw, json;  /* the group's raw file and sidecar (indexes or NONE) */
 } plan;
 
 typedef struct builder {
@@ -64,6 +66,8 @@ typedef struct builder {
     size_t ngroups, cap_groups;
     plan *plans;
     size_t nplans;
+    size_t *aux; /* files carried as they are (is_aux) */
+    size_t naux, cap_aux;
     unsigned char *buf_a, *buf_b;
     strbuf tmp;
 } builder;
@@ -148,6 +152,8 @@ void staged_report_free(staged_report *rep) {
     for (size_t i = 0; i < rep->nnotes; i++) free(rep->notes[i]);
     free(rep->problems);
     free(rep->notes);
+    free(rep->file_tensor);
+    free(rep->file_tensor_len);
     memset(rep, 0, sizeof *rep);
 }
 
@@ -449,6 +455,18 @@ static group *group_of(builder *b, const char *base, size_t len) {
     return g;
 }
 
+/* config.json, tokenizer.json, ... at the top of the tree: a Hugging Face folder's own files,
+ * carried as they are (unless config.json describes a raw file "config" beside it). */
+static bool is_aux(builder *b, const char *path, size_t n) {
+    if (strchr(path, '/')) return false;
+    bool known = false;
+    for (size_t i = 0; !known && i < hf_aux_count; i++) known = strcmp(path, hf_aux_names[i]) == 0;
+    if (!known) return false;
+    if (b->files[hm_get(&b->by_path, path, n)->value].origin != STAGED_SPOOL) return false;
+    if (!ends_with(path, n, ".json")) return true;
+    return !hm_get(&b->by_path, path, n - 5) && !exists_with_suffix(b, path, n - 5, ".npy");
+}
+
 static int group_files(builder *b) {
     size_t hidden_count = 0;
     for (size_t i = 0; i < b->nfiles; i++) {
@@ -461,6 +479,17 @@ static int group_files(builder *b) {
         size_t n = strlen(p);
         if (hidden(p)) {
             if (hidden_count++ < 10) add_line(b, false, p, n, "ignored (a hidden file)");
+            continue;
+        }
+        if (is_aux(b, p, n)) {
+            if (b->naux == b->cap_aux) {
+                size_t c = b->cap_aux ? b->cap_aux * 2 : 8;
+                size_t *a = realloc(b->aux, c * sizeof *a);
+                if (!a) return -ENOMEM;
+                b->aux = a;
+                b->cap_aux = c;
+            }
+            b->aux[b->naux++] = i;
             continue;
         }
         group *g;
@@ -601,6 +630,8 @@ static void plan_group(builder *b, const group *g) {
         }
     }
     p.where = p.src->path;
+    p.raw = g->raw;
+    p.json = g->json;
 
     /* An unchanged source tensor keeps its format's sidecar extras. */
     if (raw && js && raw->origin == STAGED_LOWER_RAW && js->origin == STAGED_LOWER_SIDECAR &&
@@ -673,11 +704,24 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
     int rc = catalog_add_tensor(cat, p->name, p->name_len, p->m.dtype, p->m.ndim, p->m.shape, &idx,
                                 b->err);
     if (rc) return rc;
+    const size_t given[] = {(size_t)(p->src - b->files), p->raw, p->json};
+    for (size_t k = 0; k < 3; k++)
+        if (given[k] != NONE) {
+            b->rep->file_tensor[given[k]] = cat->tensors[idx].name;
+            b->rep->file_tensor_len[given[k]] = cat->tensors[idx].name_len;
+        }
     if (p->extra && (rc = catalog_set_extra(cat, idx, p->extra, b->err))) return rc;
     const staged_file *f = p->src;
     if (f->origin == STAGED_SPOOL) {
         uint32_t src;
         if ((rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err))) return rc;
+        /* One file per staged tensor: 100k of them would be 100k descriptors held open
+         * for the whole commit. Opened for each read instead (the writer reads each once). */
+        ckpt_source *s = &cat->sources[src];
+        if (!s->zst) {
+            close(s->fd);
+            s->fd = -1;
+        }
         return catalog_add_piece(cat, idx, src, p->offset, NULL, NULL, NULL, b->err);
     }
     const ckpt_tensor *t = &b->lower->tensors[f->lower];
@@ -726,6 +770,16 @@ static int build_catalog(builder *b, const char *root, ckpt_catalog **out) {
     for (uint32_t i = 0; i < nl; i++) lower_src[i] = UINT32_MAX;
     for (size_t i = 0; !rc && i < b->nplans; i++) rc = add_plan(b, cat, &b->plans[i], lower_src);
     free(lower_src);
+    for (size_t i = 0; !rc && i < b->naux; i++) {
+        const staged_file *f = &b->files[b->aux[i]];
+        uint32_t src;
+        rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err);
+        if (!rc && !cat->sources[src].zst) { /* as for tensors: opened when read */
+            close(cat->sources[src].fd);
+            cat->sources[src].fd = -1;
+        }
+        if (!rc) rc = catalog_add_aux(cat, f->path, src, b->err);
+    }
     if (!rc && !b->fatal && b->rep->nproblems == 0) rc = catalog_finish(cat, b->err);
     if (rc || b->fatal || b->rep->nproblems) {
         ckpt_close(cat);
@@ -750,6 +804,8 @@ int staged_build(const staged_file *files, size_t nfiles, const ckpt_catalog *lo
     if (!hm_init(&b.by_path, nfiles) || !hm_init(&b.by_base, nfiles) ||
         !hm_init(&b.by_name, nfiles) ||
         !(b.plans = malloc((nfiles ? nfiles : 1) * sizeof *b.plans)) ||
+        !(rep->file_tensor = calloc(nfiles ? nfiles : 1, sizeof *rep->file_tensor)) ||
+        !(rep->file_tensor_len = calloc(nfiles ? nfiles : 1, sizeof *rep->file_tensor_len)) ||
         !(b.buf_a = malloc(COMPARE_CHUNK)) || !(b.buf_b = malloc(COMPARE_CHUNK)))
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
     if (!rc) rc = group_files(&b);
@@ -768,6 +824,7 @@ int staged_build(const staged_file *files, size_t nfiles, const ckpt_catalog *lo
     hm_free(&b.by_name);
     free(b.groups);
     free(b.plans);
+    free(b.aux);
     free(b.buf_a);
     free(b.buf_b);
     sb_free(&b.tmp);

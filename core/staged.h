@@ -14,7 +14,10 @@
  * mount (core/treepath.c: %XX escapes, %_ for an empty component, %~N for a repeated path,
  * abbreviated long components), so names that a path cannot carry survive a `cp -r` round trip.
  * Anywhere else (a file moved or copied to another place) the path gives the name: components
- * unescaped and joined with '.'. Files and directories whose name starts with '.' are ignored. */
+ * unescaped and joined with '.'. Files and directories whose name starts with '.' are ignored.
+ * A Hugging Face folder's own files at the top (config.json, tokenizer.json, ... as listed in
+ * core/formats/dirlist.c) are carried as they are, as the catalog's aux files, unless
+ * config.json is the sidecar of a raw file "config" beside it. */
 #ifndef CKPT_STAGED_H
 #define CKPT_STAGED_H
 
@@ -44,6 +47,12 @@ typedef struct staged_report {
     size_t nnotes, cap_notes;
     size_t ntensors;
     uint64_t nbytes;
+    /* After a build: for each staged file, the name of the tensor it gave its bytes or its
+     * sidecar to (pointing into the built catalog, so valid while it is open), or NULL for a
+     * file that is no part of a tensor (hidden, an .npy left out as a copy). A stage that
+     * replaced its own source with the commit finds each file's tensor in the new one. */
+    const char **file_tensor;
+    size_t *file_tensor_len;
 } staged_report;
 
 /* Builds the catalog of the staged files. `lower` is the source checkpoint of an overlay, or

@@ -1,5 +1,8 @@
 #include "utf8.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 size_t utf8_seq_len(const unsigned char *p, size_t avail) {
     if (avail == 0) return 0;
     unsigned char c = p[0];
@@ -28,4 +31,45 @@ size_t utf8_seq_len(const unsigned char *p, size_t avail) {
     for (size_t i = 2; i < n; i++)
         if ((p[i] & 0xC0) != 0x80) return 0;
     return n;
+}
+
+size_t utf8_invalid_at(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (k == 0) return i;
+        i += k;
+    }
+    return n;
+}
+
+char *utf8_shown(char *out, size_t cap, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    if (cap < 8) {
+        if (cap) out[0] = '\0';
+        return out;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        unsigned char c = (unsigned char)s[i];
+        bool escape = k == 0 || c < 0x20 || c == 0x7f || c == '%';
+        size_t need = escape ? 3 : k;
+        if (o + need + 4 > cap) { /* room for "..." and the NUL */
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (escape) {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+            i++;
+        } else {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    out[o < cap ? o : cap - 1] = '\0';
+    return out;
 }

@@ -5,6 +5,7 @@
 #include "formats/formats.h"
 #include "hashmap.h"
 #include "hfview.h"
+#include "utf8.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -161,22 +162,26 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
                        const char *what) {
     flush(f);
     if (f->failed) return true;
+    int in_fd = s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
+    if (in_fd < 0) return false; /* the read path says why */
     uint64_t done = 0;
     while (done < len) {
         loff_t in = (loff_t)(s->base + off + done); /* base: a tar member's start */
         size_t want = len - done < COPY_RANGE_CHUNK ? (size_t)(len - done) : COPY_RANGE_CHUNK;
-        ssize_t r = copy_file_range(s->fd, &in, f->fd, NULL, want, 0);
+        ssize_t r = copy_file_range(in_fd, &in, f->fd, NULL, want, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && done == 0 &&
-            (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+            (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+            if (in_fd != s->fd) close(in_fd);
             return false;
+        }
         if (r <= 0) {
             int e = r < 0 ? errno : EIO;
             f->failed = -e;
             ckpt_fail(f->err, -e, "%s: copying %s at offset %llu into %s: %s", what, s->path,
                       (unsigned long long)(off + done), f->final_path,
                       r == 0 ? "the file is shorter than when it was opened" : strerror(e));
-            return true;
+            break;
         }
         sync_file_range(f->fd, (off_t)f->file_at, r, SYNC_FILE_RANGE_WRITE);
         done += (uint64_t)r;
@@ -187,6 +192,7 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
             f->progress->report(f->progress->ctx, *f->progress_done, f->progress_total);
         }
     }
+    if (in_fd != s->fd) close(in_fd);
     return true;
 }
 
@@ -424,6 +430,15 @@ static int check_safetensors_fit(const ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) continue;
+        size_t bad = utf8_invalid_at(t->name, t->name_len);
+        if (bad < t->name_len) {
+            char shown[256];
+            return ckpt_fail(err, -EINVAL,
+                             "tensor \"%s\": the name is not valid UTF-8 (byte 0x%02x at %zu), "
+                             "which a safetensors header (JSON) cannot hold",
+                             utf8_shown(shown, sizeof shown, t->name, t->name_len),
+                             (unsigned char)t->name[bad], bad);
+        }
         if (!ckpt_dtype_info_of(t->dtype)->safetensors)
             return ckpt_fail(err, -EINVAL, "tensor \"%.*s\" is %s, which safetensors cannot hold",
                              SHOWN(t->name_len), t->name, ckpt_dtype_info_of(t->dtype)->name);
@@ -503,12 +518,16 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
     mode_t mask = umask(0);
     umask(mask);
     chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700 */
-    if (!rc && rename(tmp, out) != 0)
-        rc = ckpt_fail(err, -errno, "%s: cannot move the finished directory into place: %s", out,
-                       errno == ENOTEMPTY || errno == EEXIST
-                           ? "it exists and is not empty (a directory is never merged into: "
-                             "remove it or give a new name)"
-                           : strerror(errno));
+    int rename_errno = !rc && rename(tmp, out) != 0 ? errno : 0;
+    bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
+    if (exists && opts->replace_dir)
+        rc = writer_replace_dir(tmp, out, err); /* a stage committing OUT again */
+    else if (rename_errno)
+        rc = ckpt_fail(err, -rename_errno, "%s: cannot move the finished directory into place: %s",
+                       out,
+                       exists ? "it exists and is not empty (a directory is never merged into: "
+                                "remove it or give a new name)"
+                              : strerror(rename_errno));
     if (rc) {
         for (size_t i = 0; i < view.nfiles + cat->naux; i++) {
             char path[PATH_MAX];

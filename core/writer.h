@@ -13,6 +13,7 @@ typedef struct ckpt_progress {
 
 typedef struct ckpt_write_opts {
     uint64_t max_shard_size; /* safetensors: > 0 writes an HF directory with an index */
+    bool replace_dir;        /* an HF directory OUT that exists is replaced (else: refused) */
     ckpt_progress progress;
 } ckpt_write_opts;
 
@@ -66,6 +67,10 @@ void out_abort(out_file *f);
 int writer_select(const out_file *f, const ckpt_catalog *cat,
                   int (*check)(const out_file *, const ckpt_tensor *, ckpt_err *),
                   const char *container, size_t **out, size_t *count, ckpt_err *err);
+
+/* Swaps the finished directory tmp in place of the existing directory out, keeping what the
+ * writer does not write (writer_dir.c). On failure out is unchanged. */
+int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err);
 
 /* Per-format writers: they write one archive to an opened out_file. */
 int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err);

@@ -135,8 +135,8 @@ static void usage(FILE *out) {
             "\n"
             "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
             "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-            "Unmount with: fusermount3 -u MOUNTPOINT. See ckptfs(1) and ckptfs(5).\n"
-            "Exit status: 0 mounted, 1 usage, 2 bad or unreadable source, 3 mount failed.\n");
+            "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
+            "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -235,6 +235,7 @@ int main(int argc, char **argv) {
     /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
     if (argc > 1 && strcmp(argv[1], "stage") == 0) return stage_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "commit") == 0) return commit_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "umount") == 0) return umount_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
 
 typedef struct stage_options {
@@ -68,8 +69,10 @@ static void usage(FILE *out) {
             "  -o max_shard_size=S  shards of a DIR/ OUT (e.g. 5GB, 2GiB; default: one file)\n"
             "\n"
             "Commit with `ckptfs commit MOUNTPOINT` (or a write to MOUNTPOINT/.ckptfs/commit),\n"
-            "and on unmount (fusermount3 -u MOUNTPOINT). Progress and the last report are in\n"
-            "MOUNTPOINT/.ckptfs/status. A stage whose daemon was killed is taken up again by\n"
+            "and on unmount (`ckptfs umount MOUNTPOINT` waits for that commit and gives its exit\n"
+            "status; fusermount3 -u does not wait). Progress and the last report are in\n"
+            "MOUNTPOINT/.ckptfs/status, or `ckptfs stage --status OUT` once unmounted. A stage\n"
+            "whose daemon was killed is taken up again by\n"
             "running the same `ckptfs stage OUT MOUNTPOINT`. The same as a mount option:\n"
             "`ckptfs SOURCE MOUNTPOINT -o stage=OUT` (SOURCE none: an empty stage).\n"
             "Exit status: 0 mounted, 1 usage, 2 the source or the spool cannot be used, 3 the\n"
@@ -205,6 +208,13 @@ static char *spool_path(const char *out_abs, const char *opt) {
     return result;
 }
 
+char *stage_spool_of(const char *out, const char *spool_opt) {
+    char *abs = absolute_out(out);
+    char *spool = abs ? spool_path(abs, spool_opt) : NULL;
+    free(abs);
+    return spool;
+}
+
 /* True when path is dir or lies below it (both absolute, without "." or ".."). */
 static bool is_under(const char *path, const char *dir) {
     size_t n = strlen(dir);
@@ -212,7 +222,8 @@ static bool is_under(const char *path, const char *dir) {
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
-/* One staged file per source descriptor at commit: allow as many as the system lets us. */
+/* Every file open in the stage holds a descriptor of its spool file: allow as many as the
+ * system lets us. (A commit holds only a few: core/staged.c opens staged bytes per read.) */
 static void raise_file_limit(void) {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
@@ -224,6 +235,8 @@ static void raise_file_limit(void) {
 static void stage_free(stage *st) {
     snode_free_tree(st->root);
     ckpt_close(st->lower);
+    for (size_t i = 0; i < st->nretired; i++) ckpt_close(st->retired[i]);
+    free(st->retired);
     spool_close(st);
     free(st->control.name);
     free(st->commit_node.name);
@@ -266,9 +279,25 @@ static void stage_init(stage *st) {
     init_control(&st->status_node, SN_STATUS, "status");
 }
 
+/* A detached daemon's stderr is /dev/null: the report of its last commit goes to syslog (the
+ * journal) as well, one line each, so a failure nobody waited for is on record. */
+static void log_report(const stage *st, const char *report, int status) {
+    openlog("ckptfs", LOG_PID, LOG_USER);
+    for (const char *line = report; line && *line;) {
+        const char *end = strchr(line, '\n');
+        int n = end ? (int)(end - line) : (int)strlen(line);
+        if (strncmp(line, "exit ", 5) != 0)
+            syslog(status ? LOG_ERR : LOG_INFO, "stage %s: commit on unmount: %.*s", st->out, n,
+                   line);
+        line = end ? end + 1 : NULL;
+    }
+    closelog();
+}
+
 /* After the loop: whatever was staged and not yet written goes to OUT; a stage that is fully
- * in OUT leaves no spool behind. */
-static int commit_on_unmount(stage *st, bool commit) {
+ * in OUT leaves no spool behind. The outcome is written into SPOOL/lock before the daemon lets
+ * go of it, for `ckptfs umount` (stage_status.c), which waits for that lock. */
+static int commit_on_unmount(stage *st, bool commit, bool detached) {
     int status = 0;
     if (st->dirty && commit) {
         char *report = NULL;
@@ -276,9 +305,11 @@ static int commit_on_unmount(stage *st, bool commit) {
         if (report) {
             const char *body = strchr(report, '\n');
             fprintf(stderr, "%s", body ? body + 1 : report);
+            if (detached) log_report(st, report, status);
         }
         free(report);
     }
+    spool_note_outcome(st, st->dirty && !commit ? "nocommit" : status ? "failed" : "done", status);
     if (!st->dirty) spool_remove(st);
     return status;
 }
@@ -356,7 +387,7 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
     daemon_serve(se, mnt, req->single, req->max_threads, NULL, NULL);
 out_unmount:
     fuse_session_unmount(se);
-    status = commit_on_unmount(&st, !req->nocommit);
+    status = commit_on_unmount(&st, !req->nocommit, !req->foreground);
 out_handlers:
     fuse_remove_signal_handlers(se);
 out_session:
@@ -368,6 +399,8 @@ out:
 }
 
 int stage_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--status") == 0) return stage_status_main(argc, argv);
     stage_options o = {.max_threads = 8};
     if (take_from(&argc, argv, &o.from) != 0) return STAGE_USAGE;
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);

@@ -18,6 +18,7 @@
 
 typedef struct listing {
     staged_file *files;
+    snode **nodes; /* the node of each file */
     size_t n, cap;
     arena mem;
     bool failed;
@@ -41,13 +42,16 @@ static void list_node(stage *st, const snode *dir, listing *l, strbuf *path) {
             if (l->n == l->cap) {
                 size_t cap = l->cap ? l->cap * 2 : 256;
                 staged_file *f = realloc(l->files, cap * sizeof *f);
-                if (!f) {
+                if (f) l->files = f;
+                snode **nodes = f ? realloc(l->nodes, cap * sizeof *nodes) : NULL;
+                if (!nodes) {
                     l->failed = true;
                     break;
                 }
-                l->files = f;
+                l->nodes = nodes;
                 l->cap = cap;
             }
+            l->nodes[l->n] = (snode *)c;
             staged_file *f = &l->files[l->n];
             memset(f, 0, sizeof *f);
             f->path = arena_memdup(&l->mem, path->data, path->len);
@@ -106,20 +110,34 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                   status, err.msg, st->out);
     } else {
         ckpt_write_opts opts = {.max_shard_size = st->max_shard_size,
+                                .replace_dir = true, /* every commit replaces OUT */
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
         rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
-            status = STAGE_WRITE_FAILED;
+            /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */
+            status = rc == -EINVAL ? STAGE_INVALID : STAGE_WRITE_FAILED;
             sb_printf(report, "exit %d\n%s\n%s was not changed, the staged files are kept\n",
                       status, err.msg, st->out);
         } else {
             status = STAGE_OK;
             sb_printf(report, "exit 0\nwrote %s: %zu tensor%s, %llu bytes\n", st->out, rep.ntensors,
                       rep.ntensors == 1 ? "" : "s", (unsigned long long)rep.nbytes);
+            if (stage_replaces_source(st)) {
+                pthread_mutex_lock(&st->lock);
+                stage_rebase(st, l->nodes, l->n, &rep, report);
+                pthread_mutex_unlock(&st->lock);
+            }
         }
     }
     put_lines(report, rep.notes, rep.nnotes, "note: ");
+    size_t n = strlen(st->out);
+    for (size_t i = 0; status == STAGE_OK && cat && n && st->out[n - 1] != '/' && i < cat->naux;
+         i++)
+        sb_printf(report,
+                  "note: %s: not written: %s is one file (a directory OUT/ carries a Hugging "
+                  "Face folder's own files)\n",
+                  cat->aux[i].name, st->out);
     staged_report_free(&rep);
     ckpt_close(cat);
     return status;
@@ -150,6 +168,7 @@ int stage_commit(stage *st, char **report_out) {
         status = check_and_write(st, &l, &report);
     }
     free(l.files);
+    free(l.nodes);
     arena_free(&l.mem);
 
     pthread_mutex_lock(&st->lock);

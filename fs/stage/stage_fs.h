@@ -7,6 +7,7 @@
  *   stage_journal.c the journal: records, replay, snapshot
  *   stage_ops.c     the FUSE operations
  *   stage_commit.c  commit (validate + ckpt_write) and the .ckptfs/status document
+ *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
  *   stage.c         `ckptfs stage` (options, mount, commit on unmount), `ckptfs commit` */
 #ifndef CKPTFS_STAGE_FS_H
 #define CKPTFS_STAGE_FS_H
@@ -66,6 +67,8 @@ typedef struct stage {
     char *spool;      /* absolute path of the spool directory */
     char *mountpoint; /* absolute */
     ckpt_catalog *lower;
+    ckpt_catalog **retired; /* sources replaced by our own commits, open until the end */
+    size_t nretired;
     uid_t uid;
     gid_t gid;
     double timeout;
@@ -117,8 +120,13 @@ void tree_release_if_unused(snode *n);
  * status. */
 int spool_setup(stage *st, const char *from_arg, bool *resumed);
 void spool_close(stage *st);
+/* Rewrites SPOOL/state for st->lower as it is now (after a commit replaced the source). */
+int spool_write_state(stage *st);
 /* Writes the daemon's pid into SPOOL/lock (for messages, and for tests that must find it). */
 void spool_note_pid(stage *st);
+/* At the daemon's end, SPOOL/lock says how the stage ended instead of its pid: "done N"
+ * (committed, or nothing to commit), "failed N" (the commit's exit status) or "nocommit N". */
+void spool_note_outcome(stage *st, const char *what, int status);
 /* After a final successful commit: the spool's files and directory go away. */
 void spool_remove(stage *st);
 /* Replaces SPOOL/name with text (temporary file, fsync, rename). */
@@ -154,14 +162,25 @@ int journal_sync(stage *st);
 /* ---- stage_ops.c ---- */
 extern const struct fuse_lowlevel_ops stage_ops;
 /* Reads bytes of a source tensor's raw file: 0, or a positive errno. */
-int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, char *buf,
+int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_t len, char *buf,
                      size_t *got);
+/* Copies a node that refers to the source into the spool (under st->lock): 0 or an errno. */
+int stage_copy_up(stage *st, snode *n);
 
 /* ---- stage_commit.c ---- */
 /* Validates the staged tree and writes OUT. Returns STAGE_OK / STAGE_INVALID /
  * STAGE_WRITE_FAILED; *report (malloc'd) is "exit N\n" + a summary line + one line per
  * problem. */
 int stage_commit(stage *st, char **report);
+/* ---- stage_rebase.c ---- */
+struct staged_report;
+/* True when a commit replaces the stage's own source (--from OUT). */
+bool stage_replaces_source(const stage *st);
+/* After such a commit (under st->lock): the stage's source becomes the new OUT. nodes[k] is
+ * the node of staged file k of the commit's report. Notes go to report; 0 or -errno. */
+int stage_rebase(stage *st, snode *const *nodes, size_t n, const struct staged_report *rep,
+                 strbuf *report);
+
 /* The .ckptfs/status document (malloc'd JSON). */
 char *stage_status_json(stage *st, size_t *len);
 

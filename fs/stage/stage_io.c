@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, char *buf,
+int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_t len, char *buf,
                      size_t *got) {
-    const ckpt_tensor *t = &st->lower->tensors[tensor];
+    const ckpt_tensor *t = &cat->tensors[tensor];
     *got = 0;
     if (off >= t->nbytes) return 0;
     if (len > t->nbytes - off) len = (size_t)(t->nbytes - off);
@@ -25,7 +25,7 @@ int stage_read_lower(const stage *st, size_t tensor, uint64_t off, size_t len, c
         size_t n = ckpt_plan(t, off + *got, len - *got, seg, 64, &done);
         if (n == 0) return EIO;
         /* A source that shrank gives EIO: never other bytes. */
-        int e = ckpt_read_segments(st->lower, seg, n, buf + *got, NULL);
+        int e = ckpt_read_segments(cat, seg, n, buf + *got, NULL);
         if (e) return e;
         *got += (size_t)done;
     }
@@ -42,6 +42,14 @@ static int write_full(int fd, const char *p, size_t n, uint64_t off) {
         off += (uint64_t)w;
     }
     return 0;
+}
+
+/* Closes a data file nobody has open any more. */
+static void settle_fd(snode *n) {
+    if (n->nopen == 0 && n->fd >= 0) {
+        close(n->fd);
+        n->fd = -1;
+    }
 }
 
 /* Copies the first `keep` bytes of a source file into a new data file, which the node then
@@ -62,7 +70,7 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
         e = buf ? 0 : ENOMEM;
         for (uint64_t off = 0; !e && off < size;) {
             size_t got, want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
-            e = stage_read_lower(st, n->lower, off, want, buf, &got);
+            e = stage_read_lower(st->lower, n->lower, off, want, buf, &got);
             if (!e && got != want) e = EIO;
             if (!e) e = write_full(fd, buf, got, off);
             off += got;
@@ -84,12 +92,10 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
     return 0;
 }
 
-/* Closes a data file nobody has open any more. */
-static void settle_fd(snode *n) {
-    if (n->nopen == 0 && n->fd >= 0) {
-        close(n->fd);
-        n->fd = -1;
-    }
+int stage_copy_up(stage *st, snode *n) {
+    int e = copy_up(st, n, UINT64_MAX);
+    settle_fd(n);
+    return e;
 }
 
 int stage_set_size(stage *st, snode *n, uint64_t size) {
@@ -150,6 +156,10 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             e = -n->fd;
             n->fd = -1;
         }
+    }
+    if (!e && n->src == SRC_LOWER_RAW) {
+        h->cat = st->lower;
+        h->lower = n->lower;
     }
     if (!e && n->src == SRC_LOWER_SIDECAR) {
         h->text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &h->len);
@@ -213,7 +223,6 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     pthread_mutex_lock(&st->lock);
     sn_src src = n->src;
     int fd = n->fd;
-    size_t lower = n->lower;
     pthread_mutex_unlock(&st->lock);
     if (src == SRC_SPOOL && fd < 0) {
         fuse_reply_err(req, EIO); /* cannot happen: an open handle keeps the data file open */
@@ -228,7 +237,9 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     } else {
         char *buf = malloc(size ? size : 1);
         size_t got;
-        int e = buf ? stage_read_lower(st, lower, (uint64_t)off, size, buf, &got) : ENOMEM;
+        int e = !h->cat ? EIO
+                : buf   ? stage_read_lower(h->cat, h->lower, (uint64_t)off, size, buf, &got)
+                        : ENOMEM;
         if (e)
             fuse_reply_err(req, e);
         else

@@ -281,10 +281,10 @@ static void apply(replay *r, char **f, int nf) {
     }
     case 'f': {
         uint64_t id;
-        struct stat data;
         if (nf != 4 || !parse_mode(f[2], &mode) || !spool_parse_id(f[3], &id))
             return skip(r, "malformed record");
-        if (spool_data_stat(st, id, &data) != 0) return skip(r, "its data file is missing");
+        /* Its data file may be gone for good reason (a later record removes the file, and
+         * its bytes went with it): checked once the whole journal is applied. */
         return apply_file(r, f[1], len, mode, SRC_SPOOL, id, 0, 0);
     }
     case 'l': {
@@ -337,6 +337,31 @@ static void apply(replay *r, char **f, int nf) {
     }
 }
 
+/* Files whose bytes are missing from the spool after the replay were lost (a spool changed
+ * behind our back): said by path, and left out of the tree. */
+static void drop_missing_data(replay *r, snode *dir) {
+    for (size_t b = 0; b < dir->nbuckets; b++)
+        for (snode *c = dir->buckets[b], *next; c; c = next) {
+            next = c->hash_next;
+            struct stat data;
+            if (c->kind == SN_DIR) {
+                drop_missing_data(r, c);
+            } else if (c->src == SRC_SPOOL && spool_data_stat(r->st, c->data_id, &data) != 0) {
+                strbuf p;
+                sb_init(&p);
+                tree_path(c, &p);
+                char name[17];
+                spool_data_name(c->data_id, name);
+                fprintf(stderr,
+                        "ckptfs stage: %s/data/%s, the bytes of staged file /%s, is missing: "
+                        "the file is left out\n",
+                        r->st->spool, name, p.data ? p.data : "?");
+                sb_free(&p);
+                remove_subtree(c);
+            }
+        }
+}
+
 int journal_replay(stage *st, const hashmap *lower_paths) {
     int fd = openat(st->spool_fd, "journal", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno == ENOENT ? 0 : -errno;
@@ -378,6 +403,7 @@ int journal_replay(stage *st, const hashmap *lower_paths) {
     }
     free(line);
     fclose(in);
+    if (!rc) drop_missing_data(&r, st->root);
     if (r.skipped > 10)
         fprintf(stderr, "ckptfs stage: %s/journal: %zu records skipped in all\n", st->spool,
                 r.skipped);

@@ -12,6 +12,10 @@ typedef struct handle {
     snode *node;
     char *text; /* generated content: a source sidecar, the status, a commit report */
     size_t len;
+    /* The source tensor a node referred to at open: a commit that replaces the source moves
+     * the node to the new one, and the handle keeps reading the old (kept open) until closed. */
+    const ckpt_catalog *cat;
+    size_t lower;
 } handle;
 
 static inline stage *st_of(fuse_req_t req) {

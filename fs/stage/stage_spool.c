@@ -149,6 +149,49 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
+/* A Hugging Face folder's own files (config.json, tokenizer files): copied into the spool at
+ * the top of the tree when a stage begins, so they travel into a directory OUT and can be
+ * edited like any staged file. They are small; the source is never modified. */
+static int populate_aux(stage *st) {
+    const ckpt_catalog *cat = st->lower;
+    char *buf = malloc(1 << 20);
+    int rc = buf ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < cat->naux; i++) {
+        const char *name = cat->aux[i].name;
+        const ckpt_source *s = &cat->sources[cat->aux[i].source];
+        if (strchr(name, '/') || tree_child(st->root, name, strlen(name))) continue;
+        uint64_t id;
+        int fd = spool_data_create(st, &id);
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        for (uint64_t off = 0; !rc && off < s->size;) {
+            ssize_t n = ckpt_source_pread(s, buf, 1 << 20, off);
+            if (n <= 0) rc = n < 0 ? (int)n : -EIO;
+            if (!rc) rc = write_all(fd, buf, (size_t)n);
+            off += n > 0 ? (uint64_t)n : 0;
+        }
+        close(fd);
+        snode *f = rc ? NULL : snode_new(SN_FILE, name, strlen(name), 0644);
+        if (!rc && (!f || tree_attach(st->root, f) != 0)) {
+            snode_free(f);
+            rc = -ENOMEM;
+        }
+        if (rc) {
+            spool_data_unlink(st, id);
+            fprintf(stderr, "ckptfs stage: %s: cannot copy it into the spool: %s\n", s->path,
+                    strerror(-rc));
+            break;
+        }
+        f->src = SRC_SPOOL;
+        f->data_id = id;
+        f->mtime = s->mtime;
+    }
+    free(buf);
+    return rc;
+}
+
 /* Writes name (temporary + fsync + rename) in the spool. */
 int spool_write_file(stage *st, const char *name, const char *text, size_t len) {
     char tmp[64];
@@ -222,8 +265,10 @@ static void collect_garbage(stage *st, bool remove_unused) {
     free(s.ids);
 }
 
-/* A commit killed half-way leaves OUT's temporary file (".NAME.partial-XXXXXX", or for an HF
- * directory "NAME.partial-XXXXXX/"); the stage that took over removes it. */
+/* A commit killed half-way leaves OUT's temporary beside it: ".NAME.partial-XXXXXX", a file,
+ * or for an HF directory a directory of that name (core/writer.c names both). The stage that
+ * takes over removes it. Only regular files are removed from such a directory: a subdirectory
+ * in it is a user's, moved there by a commit that replaced OUT (core/writer_dir.c). */
 static void remove_stale_partials(const stage *st) {
     char *copy = strdup(st->out), *copy2 = strdup(st->out);
     if (!copy || !copy2) {
@@ -235,35 +280,39 @@ static void remove_stale_partials(const stage *st) {
     while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
     strcpy(copy2, copy);
     const char *dir = dirname(copy), *base = basename(copy2);
-    char file_prefix[NAME_MAX + 2], dir_prefix[NAME_MAX + 2];
-    snprintf(file_prefix, sizeof file_prefix, ".%s.partial-", base);
-    snprintf(dir_prefix, sizeof dir_prefix, "%s.partial-", base);
+    char prefix[NAME_MAX + 16];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    size_t plen = strlen(prefix);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d && dfd >= 0) close(dfd);
     for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        bool file = strncmp(e->d_name, file_prefix, strlen(file_prefix)) == 0 &&
-                    len == strlen(file_prefix) + 6;
-        bool directory = strncmp(e->d_name, dir_prefix, strlen(dir_prefix)) == 0 &&
-                         len == strlen(dir_prefix) + 6;
-        if (file && unlinkat(dirfd(d), e->d_name, 0) == 0)
+        struct stat s;
+        if (strncmp(e->d_name, prefix, plen) != 0 || strlen(e->d_name) != plen + 6 ||
+            fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISREG(s.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
             fprintf(stderr, "ckptfs stage: removed %s/%s, left by a commit that did not finish\n",
                     dir, e->d_name);
-        if (directory) {
-            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
-            if (!sd && sub >= 0) close(sub);
-            for (struct dirent *f; sd && (f = readdir(sd));)
-                if (strcmp(f->d_name, ".") && strcmp(f->d_name, ".."))
-                    unlinkat(dirfd(sd), f->d_name, 0);
-            if (sd) closedir(sd);
-            if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
-                fprintf(stderr,
-                        "ckptfs stage: removed %s/%s/, left by a commit that did not "
-                        "finish\n",
-                        dir, e->d_name);
+        if (!S_ISDIR(s.st_mode)) continue;
+        int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        if (!sd && sub >= 0) close(sub);
+        for (struct dirent *f; sd && (f = readdir(sd));) {
+            struct stat fs;
+            if (fstatat(dirfd(sd), f->d_name, &fs, AT_SYMLINK_NOFOLLOW) == 0 &&
+                !S_ISDIR(fs.st_mode))
+                unlinkat(dirfd(sd), f->d_name, 0);
         }
+        if (sd) closedir(sd);
+        if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
+            fprintf(stderr, "ckptfs stage: removed %s/%s/, left by a commit that did not finish\n",
+                    dir, e->d_name);
+        else
+            fprintf(stderr,
+                    "ckptfs stage: %s/%s/, left by a commit that did not finish, holds "
+                    "directories: look at it and remove it\n",
+                    dir, e->d_name);
     }
     if (d) closedir(d);
     free(copy);
@@ -282,7 +331,7 @@ static void put_fingerprint(strbuf *sb, const ckpt_catalog *cat) {
     }
 }
 
-static int write_state(stage *st) {
+int spool_write_state(stage *st) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, STATE_HEADER "\nout ");
@@ -388,6 +437,14 @@ static int take_lock(stage *st) {
     return 0;
 }
 
+void spool_note_outcome(stage *st, const char *what, int status) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s %d\n", what, status);
+    if (st->lock_fd >= 0 && ftruncate(st->lock_fd, 0) == 0 &&
+        pwrite(st->lock_fd, line, (size_t)n, 0) == n)
+        fdatasync(st->lock_fd);
+}
+
 void spool_note_pid(stage *st) {
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
@@ -477,7 +534,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
     }
     free_state(&saved);
     if (rc) return rc;
-    if (!*resumed && write_state(st) != 0) {
+    if (!*resumed && spool_write_state(st) != 0) {
         fprintf(stderr, "ckptfs stage: cannot write %s/state: %s\n", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
@@ -489,6 +546,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
         return STAGE_INVALID;
     }
     rc = st->lower ? populate_lower(st, &lower_paths) : 0;
+    if (!rc && st->lower && !*resumed) rc = populate_aux(st);
     /* a new overlay is a change: unmounting it writes OUT */
     st->dirty = !*resumed && st->lower;
     if (!rc && *resumed) rc = journal_replay(st, &lower_paths);

@@ -7,6 +7,7 @@ Tests import it with:  sys.path.insert(0, os.path.join(os.path.dirname(__file__)
 import hashlib
 import json
 import os
+import struct
 import time
 
 from ckptfs_test import run_capture
@@ -95,3 +96,49 @@ def write_sidecar(path, dtype, shape, **extra):
     d.update(extra)
     with open(path, "w") as f:
         json.dump(d, f)
+
+
+def write_raw_tensor(path, values):
+    """An F32 tensor of `values` staged as raw bytes + sidecar (path: str or bytes)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%df" % len(values), *values))
+    side = path + (b".json" if isinstance(path, bytes) else ".json")
+    with open(side, "w") as f:
+        json.dump({"dtype": "F32", "shape": [len(values)]}, f)
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, values for F32 else raw bytes), read strictly without ckptfs."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    out = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        raw = data[8 + n + a:8 + n + b]
+        vals = list(struct.unpack("<%df" % (len(raw) // 4), raw)) if v["dtype"] == "F32" else raw
+        out[name] = (v["dtype"], v["shape"], vals)
+    return out
+
+
+def read_safetensors_dir(d):
+    """The tensors of a Hugging Face directory (one model.safetensors, or shards + index);
+    {} when it cannot be read."""
+    try:
+        index = os.path.join(d, "model.safetensors.index.json")
+        if not os.path.exists(index):
+            return read_safetensors(os.path.join(d, "model.safetensors"))
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        out = {}
+        for shard in sorted(set(weight_map.values())):
+            part = read_safetensors(os.path.join(d, shard))
+            if any(weight_map.get(k) != shard for k in part):
+                return {}
+            out.update(part)
+        return out if sorted(out) == sorted(weight_map) else {}
+    except (OSError, ValueError, KeyError, struct.error):
+        return {}

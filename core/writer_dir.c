@@ -1,0 +1,127 @@
+/* A finished Hugging Face directory put in place of one that exists (a stage committing its
+ * directory OUT again). The new directory is swapped in whole with renameat2(RENAME_EXCHANGE),
+ * so readers see the old directory or the new one, never a mix. What the writer does not
+ * write (README.md, LICENSE, a .git/ ...) is not the writer's to drop: files are hard-linked
+ * into the new directory before the swap, directories moved over after it. The weights and
+ * the known config/tokenizer files of the old one go: the new directory holds their present
+ * state. */
+#include "writer.h"
+
+#include "formats/formats.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* What the safetensors writer puts in a directory: an old copy is replaced, not kept. */
+static bool written_by_us(const char *name) {
+    if (ends_with(name, ".safetensors") || strcmp(name, "model.safetensors.index.json") == 0)
+        return true;
+    for (size_t i = 0; i < hf_aux_count; i++)
+        if (strcmp(name, hf_aux_names[i]) == 0) return true;
+    return false;
+}
+
+static bool dot_or_dotdot(const char *name) {
+    return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+/* Hard links the old directory's own files into the new one (not directories: see
+ * settle_old). */
+static int keep_files(int old_fd, int new_fd, const char *out, ckpt_err *err) {
+    int fd = dup(old_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d) rewinddir(d); /* a dup shares the offset an earlier listing moved */
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return ckpt_fail(err, -errno, "%s: cannot list it: %s", out, strerror(errno));
+    }
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        struct stat s;
+        if (dot_or_dotdot(e->d_name) || written_by_us(e->d_name) ||
+            fstatat(old_fd, e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0 ||
+            fstatat(new_fd, e->d_name, &(struct stat){0}, AT_SYMLINK_NOFOLLOW) == 0)
+            continue;
+        if (!S_ISDIR(s.st_mode) && linkat(old_fd, e->d_name, new_fd, e->d_name, 0) != 0)
+            rc = ckpt_fail(err, -errno, "%s/%s: cannot keep it in the new directory: %s", out,
+                           e->d_name, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Undoes keep_files. */
+static void drop_kept(int new_fd) {
+    int fd = dup(new_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d) rewinddir(d); /* a dup shares the offset an earlier listing moved */
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));)
+        if (!dot_or_dotdot(e->d_name) && !written_by_us(e->d_name)) unlinkat(new_fd, e->d_name, 0);
+    closedir(d);
+}
+
+/* After the swap, the old directory (now at tmp) gives its subdirectories to the new one
+ * and goes. OUT is complete already: a subdirectory that cannot be moved stays in tmp, which
+ * the stage's clean-up shows (fs/stage/stage_spool.c). */
+static void settle_old(int old_fd, int new_fd, const char *tmp) {
+    int fd = dup(old_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d) rewinddir(d); /* a dup shares the offset an earlier listing moved */
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat s;
+        if (dot_or_dotdot(e->d_name) || fstatat(old_fd, e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (!S_ISDIR(s.st_mode))
+            unlinkat(old_fd, e->d_name, 0);
+        else
+            renameat(old_fd, e->d_name, new_fd, e->d_name);
+    }
+    closedir(d);
+    unlinkat(AT_FDCWD, tmp, AT_REMOVEDIR);
+}
+
+int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
+    int old_fd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (old_fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open the directory to replace: %s", out,
+                         strerror(errno));
+    int new_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (new_fd < 0) {
+        int e = errno;
+        close(old_fd);
+        return ckpt_fail(err, -e, "%s: %s", tmp, strerror(e));
+    }
+    int rc = keep_files(old_fd, new_fd, out, err);
+    if (!rc && fsync(new_fd) != 0)
+        rc = ckpt_fail(err, -errno, "%s: fsync: %s", tmp, strerror(errno));
+    if (!rc && renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
+        rc = ckpt_fail(err, -errno,
+                       "%s: cannot swap the finished directory into place: %s (the old one is "
+                       "unchanged)",
+                       out, strerror(errno));
+    if (!rc)
+        settle_old(old_fd, new_fd, tmp); /* OUT is the new directory from here on */
+    else
+        drop_kept(new_fd); /* the caller removes what it wrote */
+    close(old_fd);
+    close(new_fd);
+    return rc;
+}
