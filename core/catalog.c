@@ -266,6 +266,21 @@ int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t
     if (grow((void **)&cat->docs, &pv->cap_docs, cat->ndocs + 1, sizeof *cat->docs))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_doc *d = &cat->docs[cat->ndocs];
+    char marker[160];
+    if (len > CKPT_METADATA_LIMIT - pv->docs_bytes) {
+        if (catalog_warn(cat,
+                         "metadata.json leaves out the document \"%.100s\" (%zu bytes): its "
+                         "documents are limited to %d MiB",
+                         key, len, CKPT_METADATA_LIMIT >> 20))
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        len = (size_t)snprintf(marker, sizeof marker,
+                               "{\"truncated\": \"a document of %zu bytes, past the limit of "
+                               "%d MiB\"}",
+                               len, CKPT_METADATA_LIMIT >> 20);
+        json = marker;
+    } else {
+        pv->docs_bytes += len;
+    }
     d->key = arena_strdup(&pv->mem, key);
     d->json = arena_memdup(&pv->mem, json, len);
     d->len = len;

@@ -18,6 +18,7 @@ typedef struct pending_piece {
 struct ckpt_catalog_private {
     arena mem;
     size_t cap_tensors, cap_sources, cap_docs, cap_aux, cap_warnings;
+    size_t docs_bytes; /* sum of the documents' lengths, against CKPT_METADATA_LIMIT */
     pending_piece *pieces;
     size_t npieces, cap_pieces;
     char *tsv; /* tensors.tsv, built on first use */
@@ -45,6 +46,12 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
 int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,
                        ckpt_err *err);
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err);
+/* metadata.json holds at most CKPT_METADATA_LIMIT bytes of documents: one that would pass it
+ * is replaced by {"truncated": ...} and a warning says so in summary.json. Renderers whose text
+ * can outgrow their input (a pickle value referenced many times) stop at CKPT_DOC_LIMIT with a
+ * marker of their own. Both keep the memory a mount holds for its documents bounded whatever
+ * the input. */
+enum { CKPT_METADATA_LIMIT = 64 << 20, CKPT_DOC_LIMIT = 16 << 20 };
 int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
                     ckpt_err *err);
 int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err);

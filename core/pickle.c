@@ -1067,44 +1067,86 @@ static void put_hex(strbuf *sb, const char *p, size_t n) {
     sb_putc(sb, '}');
 }
 
-static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth);
+/* A rendering: values left to visit (shared and cyclic graphs), bytes the output may reach
+ * (a value referenced many times, and keys escaped once per level of nesting, would otherwise
+ * grow without bound), and whether something was cut. Once cut, every container closes at
+ * once, so the text stays one valid JSON value. */
+typedef struct render {
+    size_t *budget;
+    size_t limit; /* sb->len past which nothing new is started */
+    bool cut;
+} render;
 
-static bool put_items(strbuf *sb, pk_value *const *items, size_t n, size_t *budget, int depth) {
-    sb_putc(sb, '[');
+static bool to_json(strbuf *sb, const pk_value *v, render *r, int depth);
+
+static void put_marker(strbuf *sb, render *r) {
+    sb_puts(sb, "\"<truncated: the rendering reached its size limit>\"");
+    r->cut = true;
+}
+
+static bool over(const strbuf *sb, const render *r) {
+    return sb->len >= r->limit;
+}
+
+/* At least the length of sb_json_str's text for s: 2 for an escaped quote or backslash, 6 for
+ * \u00XX (controls, and non-ASCII bytes, which take 6 when they are not valid UTF-8). */
+static size_t escaped_bound(const char *s, size_t n) {
+    size_t len = 2;
     for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        len += c < 0x20 || c >= 0x7f ? 6 : c == '"' || c == '\\' ? 2 : 1;
+    }
+    return len;
+}
+
+static bool put_items(strbuf *sb, pk_value *const *items, size_t n, render *r, int depth) {
+    sb_putc(sb, '[');
+    for (size_t i = 0; i < n && !r->cut; i++) {
         if (i) sb_puts(sb, ", ");
-        if (!to_json(sb, items[i], budget, depth + 1)) return false;
+        if (over(sb, r))
+            put_marker(sb, r);
+        else if (!to_json(sb, items[i], r, depth + 1))
+            return false;
     }
     sb_putc(sb, ']');
     return true;
 }
 
-static bool put_key(strbuf *sb, const pk_value *k, size_t *budget, int depth) {
+/* A key that is not a string is shown as its own JSON text, escaped. The text is rendered
+ * within what is left of the parent's limit: escaping doubles quotes and backslashes, once per
+ * level of keys nested in keys. */
+static bool put_key(strbuf *sb, const pk_value *k, render *r, int depth) {
     if (k->kind == PK_STR) {
         sb_json_str(sb, k->u.s.p, k->u.s.len);
         return true;
     }
     strbuf tmp;
     sb_init(&tmp);
-    bool ok = to_json(&tmp, k, budget, depth + 1);
+    render sub = {.budget = r->budget, .limit = (r->limit - sb->len) / 2};
+    bool ok = to_json(&tmp, k, &sub, depth + 1);
     if (ok && !tmp.failed) sb_json_str(sb, tmp.data, tmp.len);
     if (tmp.failed) sb->failed = true;
+    if (sub.cut) r->cut = true;
     sb_free(&tmp);
     return ok;
 }
 
-static bool put_call(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
+static bool put_call(strbuf *sb, const pk_value *v, render *r, int depth) {
     const pk_global *g = v->u.call.fn->u.global;
     const pk_value *args = v->u.call.args;
     if (g->tag == PK_G_SIZE && args->n == 1 && args->u.c.items[0]->kind == PK_TUPLE &&
         !v->u.call.state)
-        return to_json(sb, args->u.c.items[0], budget, depth);
+        return to_json(sb, args->u.c.items[0], r, depth);
     if (g->tag == PK_G_STR_CLASS && args->n == 1 && args->u.c.items[0]->kind == PK_STR)
-        return to_json(sb, args->u.c.items[0], budget, depth);
+        return to_json(sb, args->u.c.items[0], r, depth);
     if (g->tag == PK_G_DEVICE && args->n >= 1 && args->n <= 2 &&
         args->u.c.items[0]->kind == PK_STR &&
         (args->n == 1 || args->u.c.items[1]->kind == PK_INT)) {
         const pk_value *type = args->u.c.items[0];
+        if (type->u.s.len > 256) {
+            put_marker(sb, r);
+            return true;
+        }
         strbuf tmp;
         sb_init(&tmp);
         sb_put(&tmp, type->u.s.p, type->u.s.len);
@@ -1115,22 +1157,30 @@ static bool put_call(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
         return true;
     }
     sb_printf(sb, "{\"%s\": \"%s.%s\", \"args\": ", v->newobj ? "new" : "call", g->module, g->name);
-    if (!put_items(sb, args->u.c.items, args->n, budget, depth)) return false;
-    if (v->u.call.kwargs) {
+    if (!put_items(sb, args->u.c.items, args->n, r, depth)) return false;
+    if (v->u.call.kwargs && !r->cut) {
         sb_puts(sb, ", \"kwargs\": ");
-        if (!to_json(sb, v->u.call.kwargs, budget, depth + 1)) return false;
+        if (!to_json(sb, v->u.call.kwargs, r, depth + 1)) return false;
     }
-    if (v->u.call.state) {
+    if (v->u.call.state && !r->cut) {
         sb_puts(sb, ", \"state\": ");
-        if (!to_json(sb, v->u.call.state, budget, depth + 1)) return false;
+        if (!to_json(sb, v->u.call.state, r, depth + 1)) return false;
     }
     sb_putc(sb, '}');
     return true;
 }
 
-static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
-    if (!*budget) return false;
-    --*budget;
+static bool to_json(strbuf *sb, const pk_value *v, render *r, int depth) {
+    if (r->cut) {
+        sb_puts(sb, "null"); /* a dict's value after a cut key */
+        return true;
+    }
+    if (!*r->budget) return false;
+    --*r->budget;
+    if (over(sb, r)) {
+        put_marker(sb, r);
+        return true;
+    }
     if (depth > JSON_MAX_DEPTH) {
         sb_printf(sb, "\"<nested deeper than %d levels>\"", JSON_MAX_DEPTH);
         return true;
@@ -1152,6 +1202,13 @@ static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
         put_double(sb, v->u.f);
         return true;
     case PK_STR:
+        /* A string that might not fit is left out whole rather than cut inside a UTF-8
+         * sequence. */
+        if (escaped_bound(v->u.s.p, v->u.s.len) > r->limit - sb->len) {
+            sb_printf(sb, "\"<truncated: a string of %zu bytes>\"", v->u.s.len);
+            r->cut = true;
+            return true;
+        }
         sb_json_str(sb, v->u.s.p, v->u.s.len);
         return true;
     case PK_BYTES:
@@ -1160,14 +1217,19 @@ static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
     case PK_TUPLE:
     case PK_LIST:
     case PK_SET:
-        return put_items(sb, v->u.c.items, v->n, budget, depth);
+        return put_items(sb, v->u.c.items, v->n, r, depth);
     case PK_DICT:
         sb_putc(sb, '{');
-        for (uint32_t i = 0; i < v->n; i++) {
+        for (uint32_t i = 0; i < v->n && !r->cut; i++) {
             if (i) sb_puts(sb, ", ");
-            if (!put_key(sb, v->u.c.items[2 * i], budget, depth)) return false;
+            if (over(sb, r)) {
+                sb_puts(sb, "\"<truncated>\": ");
+                put_marker(sb, r);
+                break;
+            }
+            if (!put_key(sb, v->u.c.items[2 * i], r, depth)) return false;
             sb_puts(sb, ": ");
-            if (!to_json(sb, v->u.c.items[2 * i + 1], budget, depth + 1)) return false;
+            if (!to_json(sb, v->u.c.items[2 * i + 1], r, depth + 1)) return false;
         }
         sb_putc(sb, '}');
         return true;
@@ -1175,10 +1237,10 @@ static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
         sb_printf(sb, "{\"global\": \"%s.%s\"}", v->u.global->module, v->u.global->name);
         return true;
     case PK_CALL:
-        return put_call(sb, v, budget, depth);
+        return put_call(sb, v, r, depth);
     case PK_PERSID:
         sb_puts(sb, "{\"persistent_id\": ");
-        if (!to_json(sb, v->u.persid, budget, depth + 1)) return false;
+        if (!to_json(sb, v->u.persid, r, depth + 1)) return false;
         sb_putc(sb, '}');
         return true;
     case PK_MARK:
@@ -1188,6 +1250,17 @@ static bool to_json(strbuf *sb, const pk_value *v, size_t *budget, int depth) {
     return true;
 }
 
+bool pk_to_json_within(strbuf *sb, const pk_value *v, size_t *budget, size_t max_len,
+                       bool *truncated) {
+    /* Room for the marker and the closing brackets of the deepest nesting past the limit. */
+    size_t reserve = max_len / 4 < 4096 ? max_len / 4 : 4096;
+    size_t room = max_len - reserve;
+    render r = {.budget = budget, .limit = sb->len + room};
+    bool ok = to_json(sb, v, &r, 0);
+    if (truncated) *truncated = r.cut;
+    return ok;
+}
+
 bool pk_to_json(strbuf *sb, const pk_value *v, size_t *budget) {
-    return to_json(sb, v, budget, 0);
+    return pk_to_json_within(sb, v, budget, PK_JSON_MAX, NULL);
 }

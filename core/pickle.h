@@ -161,7 +161,15 @@ const char *pk_global_name(const pk_global *g, char *buf, size_t size);
  * torch.device as "type:index", dtypes and other globals as {"global": "module.name"}, other
  * calls as {"call": "module.name", "args": [...], "state": ...}. Values nested deeper than 64
  * levels become a string saying so. *budget is the number of values that may still be visited;
- * it keeps shared or cyclic graphs from expanding without bound: false when it runs out. */
+ * it keeps shared or cyclic graphs from expanding without bound: false when it runs out.
+ * The text grows by at most PK_JSON_MAX bytes: past it, the value reached becomes the string
+ * "<truncated: ...>", the containers around it close, and the text stays valid JSON. */
+enum { PK_JSON_MAX = 1 << 20 };
 bool pk_to_json(strbuf *sb, const pk_value *v, size_t *budget);
+/* The same within max_len bytes (a quarter, at most 4 KiB, is kept for the marker and the
+ * closing brackets); *truncated (may
+ * be NULL) tells whether something was cut. */
+bool pk_to_json_within(strbuf *sb, const pk_value *v, size_t *budget, size_t max_len,
+                       bool *truncated);
 
 #endif

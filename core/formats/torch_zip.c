@@ -37,6 +37,8 @@
 
 #define PICKLE_LIMIT (1ull << 30)
 enum { MAX_DEPTH = 64, MAX_UNWRAP = 8, MAX_SHARED_LISTED = 32 };
+/* A dict key that is not a string names what is under it by its JSON text, up to this size. */
+enum { KEY_NAME_MAX = 8192 };
 
 /* LONG1 of torch.serialization.MAGIC_NUMBER 0x1950a86a20f9469cfc6c after PROTO 2. */
 static const unsigned char legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
@@ -100,6 +102,7 @@ typedef struct loader {
     strbuf name; /* dotted path of the value being visited */
     strbuf meta; /* members of the "pickle" document */
     size_t nmeta;
+    bool meta_cut; /* the document reached CKPT_DOC_LIMIT */
     size_t budget; /* values the walk may still visit (shared values are visited again) */
 } loader;
 
@@ -580,17 +583,29 @@ static int has_structure(loader *l, const pk_value *v, int depth, bool *out) {
 }
 
 static int add_meta(loader *l, const pk_value *v) {
+    if (l->meta_cut) return 0; /* the warning names the first value left out */
     if (l->embedded)
         sb_puts(&l->meta, l->nmeta++ ? ", " : "");
     else
         sb_puts(&l->meta, l->nmeta++ ? ",\n    " : "\n    ");
     sb_json_str(&l->meta, l->name.data ? l->name.data : "", l->name.len);
     sb_puts(&l->meta, ": ");
-    if (!pk_to_json(&l->meta, v, &l->budget))
+    /* One value referenced many times renders many times: the document stops at its limit. */
+    size_t room = l->meta.len < CKPT_DOC_LIMIT ? CKPT_DOC_LIMIT - l->meta.len : 0;
+    bool cut = false;
+    if (!pk_to_json_within(&l->meta, v, &l->budget, room, &cut))
         return ckpt_fail(l->err, -E2BIG,
                          "%s: the value \"%.*s\" at offset %llu expands beyond the values its "
                          "pickle holds (shared or cyclic references)",
                          l->label, SHOWN(l->name.len), shown_name(l), POS(v));
+    if (cut) {
+        l->meta_cut = true;
+        if (!l->embedded)
+            catalog_warn(l->cat,
+                         "%s: metadata.json shows the pickle's values up to %d MiB: \"%.*s\" is "
+                         "truncated and what follows is left out",
+                         l->label, CKPT_DOC_LIMIT >> 20, SHOWN(l->name.len), shown_name(l));
+    }
     return l->meta.failed ? ckpt_fail(l->err, -ENOMEM, "out of memory") : 0;
 }
 
@@ -608,9 +623,12 @@ static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_v
         sb_printf(&l->name, "%lld", (long long)key->u.i);
     } else {
         size_t b = 1024;
-        if (!pk_to_json(&l->name, key, &b))
-            return ckpt_fail(l->err, -E2BIG, "%s: dict key at offset %llu is too large", l->label,
-                             POS(key));
+        bool cut = false;
+        if (!pk_to_json_within(&l->name, key, &b, KEY_NAME_MAX, &cut) || cut)
+            return ckpt_fail(l->err, -E2BIG,
+                             "%s: dict key at offset %llu is too large: its JSON text, which names "
+                             "what is under it, passes %d bytes",
+                             l->label, POS(key), KEY_NAME_MAX);
     }
     if (l->name.failed) return ckpt_fail(l->err, -ENOMEM, "out of memory");
     int rc = walk(l, child, depth + 1);

@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""Small inputs that used to take huge memory: the peak RSS of `ckptfs info`, `ckptfs ls` and
+of a mount (its daemon, after the whole tree is read) stays under 64 MiB + 4x the metadata bytes
+of the input, whatever the input (the bound ckptfs(1) promises).
+
+Inputs are written here, by Python, with no code shared with ckptfs:
+  - torch zips whose pickle holds dicts used as dict keys nested N deep: every level's key is
+    the JSON text of the level below, escaped (quotes and backslashes double per level);
+  - a torch zip whose pickle references one 8 MiB string 200 times (memo): rendered naively
+    metadata.json would hold 1.6 GB; it must stop at its limit, stay valid JSON, carry a
+    truncation marker and say so in summary.json's warnings;
+  - JSON headers and indexes dense in values ([0,0,0,...], {"a":0,...}) and a safetensors
+    header of many minimal tensor entries: the JSON reader's memory per byte of input.
+Peak RSS: the rusage of the finished ls/info child (ru_maxrss), and VmHWM of the mount's
+daemon (run with -f) read from /proc after the tree was walked.
+Under a sanitizer build (ASan keeps shadow memory and a quarantine) the bound is loosened to
+512 MiB + 12x: still far below what the unbounded cases took (GBs).
+"""
+
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+from ckptfs_test import Tap, is_mounted, unmount  # noqa: E402
+
+MIB = 1 << 20
+TIMEOUT = 120
+
+
+# ---------------------------------------------------------------------------
+# Inputs (independent writers: a stored-only zip with torch's record names, raw pickle opcodes)
+
+def torch_zip(pickle_bytes):
+    """A torch.save-style zip: archive/data.pkl and archive/version, stored, 64-byte aligned."""
+    out, central = bytearray(), []
+    for name, data in (("archive/data.pkl", pickle_bytes), ("archive/version", b"3\n")):
+        full = name.encode()
+        start = len(out)
+        pad = (-(start + 30 + len(full) + 4)) % 64
+        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        crc = zlib.crc32(data)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0x0800, 0, 0, 0, crc, len(data),
+                           len(data), len(full), len(extra)) + full + extra + data
+        central.append((full, crc, len(data), start))
+    cd = len(out)
+    for full, crc, size, off in central:
+        out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0x0800, 0, 0, 0, crc, size,
+                           size, len(full), 0, 0, 0, 0, 0, off) + full
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), len(out) - cd,
+                       cd, 0)
+    return bytes(out)
+
+
+def short_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def nested_key_pickle(depth):
+    """{"a": {K(depth): None}} where K(0) = {} and K(d+1) = {K(d): None}."""
+    def level(d):
+        return b"}" if d == 0 else b"}" + level(d - 1) + b"Ns"
+    return b"\x80\x02}" + short_str("a") + b"}" + level(depth) + b"Ns" + b"s."
+
+
+def shared_string_pickle(size, refs):
+    """{"a": [S, S, ... refs times]} with S one string of `size` bytes, memoized once."""
+    body = b"\x80\x02}" + short_str("a") + b"](" + b"X" + struct.pack("<I", size) + b"x" * size
+    body += b"q\x01" + b"h\x01" * (refs - 1) + b"e"
+    return body + b"s."
+
+
+def safetensors(header_bytes, data=b""):
+    return struct.pack("<Q", len(header_bytes)) + header_bytes + data
+
+
+# ---------------------------------------------------------------------------
+# Measuring
+
+def sanitized(ckptfs):
+    with open(ckptfs, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+def bound(meta_bytes, asan):
+    return (512 * MIB + 12 * meta_bytes) if asan else (64 * MIB + 4 * meta_bytes)
+
+
+def address_limit(asan):
+    """Without a sanitizer, children get 4 GiB of address space: a regression fails the test
+    instead of eating the machine's memory (ASan reserves terabytes of shadow, so not there)."""
+    if asan:
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def run_rss(argv, asan):
+    """(rc, stdout, stderr, peak RSS in bytes) of a finished command."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                             start_new_session=True, preexec_fn=address_limit(asan))
+        deadline = time.time() + TIMEOUT
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.time() > deadline:
+                os.killpg(p.pid, 9)
+                pid, status, usage = os.wait4(p.pid, 0)
+                status = -1
+                break
+            time.sleep(0.01)
+        p.returncode = 0  # reaped here; keep Popen from waiting again
+        rc = os.waitstatus_to_exitcode(status) if status != -1 else None
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read(), err.read(), usage.ru_maxrss * 1024
+
+
+def vm_hwm(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def walk_tree(mnt):
+    """Reads every file of the mount; returns the number of bytes read."""
+    total = 0
+    for dirpath, _, files in os.walk(mnt):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                while True:
+                    b = f.read(1 << 20)
+                    if not b:
+                        break
+                    total += len(b)
+    return total
+
+
+def mount_rss(ckptfs, src, mnt, asan):
+    """(mounted, peak RSS of the daemon after the tree was read, stderr text, files)."""
+    os.makedirs(mnt, exist_ok=True)
+    errf = tempfile.TemporaryFile()
+    p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
+                         preexec_fn=address_limit(asan))
+    deadline = time.time() + TIMEOUT
+    while not is_mounted(mnt) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    if not is_mounted(mnt):
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        errf.seek(0)
+        return False, None, errf.read().decode(errors="replace"), {}
+    files = {}
+    try:
+        walk_tree(mnt)
+        for name in ("metadata.json", "summary.json"):
+            with open(os.path.join(mnt, ".ckptfs", name), "rb") as f:
+                files[name] = f.read()
+        hwm = vm_hwm(p.pid)
+    finally:
+        unmount(mnt)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    errf.seek(0)
+    return True, hwm, errf.read().decode(errors="replace"), files
+
+
+def check_rss(tap, ckptfs, src, meta_bytes, what, asan, mnt, expect_refusal=None):
+    """ls, info and a mount of src each within the bound; a refusal must name the cause.
+    Returns the mount's files (metadata.json, summary.json) when it mounted."""
+    limit = bound(meta_bytes, asan)
+    for cmd in ("ls", "info"):
+        rc, _, err, rss = run_rss([ckptfs, cmd, src], asan)
+        ok_rc = rc == 0 if expect_refusal is None else rc == 2 and expect_refusal in err.decode()
+        tap.ok(ok_rc, "%s: ckptfs %s %s" % (what, cmd, "works" if expect_refusal is None else
+                                            "refuses naming %r" % expect_refusal),
+               ["exit %r: %s" % (rc, err.decode(errors="replace")[:300])])
+        tap.ok(rss < limit, "%s: ckptfs %s peak RSS %.1f MiB < %.1f MiB" %
+               (what, cmd, rss / MIB, limit / MIB))
+    mounted, hwm, err, files = mount_rss(ckptfs, src, mnt, asan)
+    if expect_refusal is None:
+        tap.ok(mounted, "%s: mounts" % what, [err[:300]])
+    else:
+        tap.ok(not mounted and expect_refusal in err, "%s: mount refused naming %r" %
+               (what, expect_refusal), [err[:300]])
+    if mounted:
+        tap.ok(hwm is not None and hwm < limit, "%s: mount peak RSS (VmHWM) %.1f MiB < %.1f MiB"
+               % (what, (hwm or 0) / MIB, limit / MIB))
+    return files
+
+
+# ---------------------------------------------------------------------------
+
+def pickle_cases(tap, ckptfs, tmp, asan):
+    # 14: each level of keys nested in keys escapes the level below once more.
+    for depth in (8, 25, 60):
+        pkl = nested_key_pickle(depth)
+        src = os.path.join(tmp, "nested%d.pt" % depth)
+        with open(src, "wb") as f:
+            f.write(torch_zip(pkl))
+        # Shallow keys name what is under them; past 8 KiB of key text the file is refused.
+        refusal = None if depth == 8 else "dict key at offset"
+        files = check_rss(tap, ckptfs, src, len(pkl), "dict keys nested %d deep" % depth, asan,
+                          os.path.join(tmp, "mnt"), refusal)
+        if depth == 8 and files:
+            meta = json.loads(files["metadata.json"])
+            keys = list(meta.get("pickle", {}))
+            tap.ok(len(keys) == 1 and keys[0].startswith("a.{") and keys[0].count("{") == 9,
+                   "dict keys nested 8 deep: metadata.json names the value by its key text",
+                   [repr(keys)[:200]])
+
+    # 15: one 8 MiB string referenced 200 times.
+    pkl = shared_string_pickle(8 * MIB, 200)
+    src = os.path.join(tmp, "shared.pt")
+    with open(src, "wb") as f:
+        f.write(torch_zip(pkl))
+    files = check_rss(tap, ckptfs, src, len(pkl), "8 MiB string referenced 200 times", asan,
+                      os.path.join(tmp, "mnt"))
+    if files:
+        text = files["metadata.json"]
+        try:
+            meta = json.loads(text)
+            valid = True
+        except ValueError as e:
+            meta, valid = {}, False
+            tap.diag("metadata.json: %s" % e)
+        tap.ok(valid, "shared string: metadata.json is valid JSON")
+        tap.ok(len(text) <= 17 * MIB, "shared string: metadata.json is %.1f MiB (limit 16 MiB)"
+               % (len(text) / MIB))
+        items = meta.get("pickle", {}).get("a", []) if valid else []
+        full = [x for x in items if x == "x" * (8 * MIB)]
+        marker = [x for x in items if isinstance(x, str) and x.startswith("<truncated")]
+        tap.ok(1 <= len(full) <= 2 and len(marker) == 1 and items[-1] == marker[0],
+               "shared string: the list keeps whole copies while they fit, then one marker",
+               ["%d items, %d whole, markers %r" % (len(items), len(full), marker[:2])])
+        warnings = json.loads(files["summary.json"]).get("warnings", [])
+        tap.ok(any("truncated" in w and "metadata.json" in w for w in warnings),
+               "shared string: summary.json warns that metadata.json is truncated",
+               [repr(warnings)[:300]])
+
+
+def main():
+    ckptfs = os.environ.get("CKPTFS", "")
+    if not ckptfs or not os.access(ckptfs, os.X_OK):
+        print("1..0 # SKIP CKPTFS (%r) is not an executable" % ckptfs)
+        return 0
+    if not os.path.exists("/dev/fuse"):
+        print("1..0 # SKIP /dev/fuse is missing")
+        return 0
+    tap = Tap()
+    asan = sanitized(ckptfs)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            pickle_cases(tap, ckptfs, tmp, asan)
+        finally:
+            mnt = os.path.join(tmp, "mnt")
+            if os.path.isdir(mnt) and is_mounted(mnt):
+                unmount(mnt)
+    tap.done()
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
