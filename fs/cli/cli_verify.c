@@ -3,6 +3,7 @@
  * with a manifest and/or written to one. */
 #include "cli_internal.h"
 #include "cli_manifest.h"
+#include "core/zip_crc.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -21,14 +22,16 @@ static const char usage[] =
     "  --manifest M        compare with M: {\"tensors\": [{name, sha256, nbytes}]}\n"
     "  --write-manifest M  write the digests to M in that form\n"
     "  --json              print the result as JSON (its tensors form a manifest)\n"
-    "  -q, --quiet         print only the tensors that are not OK, and the totals\n"
+    "  -q, --quiet         print only the tensors that are not OK (or, without a\n"
+    "                      manifest, not hashed), and the totals\n"
     "  -a, --all           also the per-rank copies of a tensor-parallel checkpoint\n"
     "  -o OPTIONS          decoding options as for the mount: tp_split=RULES\n"
     "  -h, --help          this help\n"
     "\n"
     "Without --manifest each line is `SHA256  NAME`, as sha256sum prints. Checksums\n"
-    "the format itself stores (lwt CRC-32, gpt-rs base ids) were checked when the\n"
-    "source was opened. Progress goes to stderr when it is a terminal.\n"
+    "the format stores are checked too: lwt CRC-32 and gpt-rs base ids when the\n"
+    "source is opened, the CRC-32 of every torch zip record here (a bad one makes\n"
+    "its tensors MISMATCH). Progress goes to stderr when it is a terminal.\n"
     "Exit status: 0 all match, 2 unreadable source or manifest, 3 mismatches,\n"
     "4 output error.\n";
 
@@ -59,6 +62,9 @@ typedef struct verify {
     size_t counts[ST_COUNT], missing;
     uint64_t hashed_bytes;
     cli_progress progress;
+    ckpt_crc_fault *crc_faults; /* zip records whose CRC-32 does not match */
+    size_t ncrc_faults, cap_crc_faults, crc_faults_unowned;
+    long long crc_checked; /* records whose CRC-32 was checked */
 } verify;
 
 typedef struct hashing {
@@ -145,13 +151,13 @@ static void hash_one(verify *v, const ckpt_tensor *t, result *r, void *buf) {
 /* ---- text output ---- */
 
 static void text_line(verify *v, cli_out *o, const ckpt_tensor *t, const result *r) {
+    if (v->quiet && (r->st == ST_OK || r->st == ST_HASHED)) return;
     if (!v->have_manifest && r->st == ST_HASHED) {
         sb_printf(&o->sb, "%s  ", r->sha256);
         cli_put_display_name(&o->sb, t);
         sb_putc(&o->sb, '\n');
         return;
     }
-    if (v->quiet && (r->st == ST_OK || r->st == ST_HASHED)) return;
     sb_printf(&o->sb, "%-11s ", status_word[r->st]);
     cli_put_display_name(&o->sb, t);
     if (r->detail) {
@@ -166,6 +172,8 @@ static const char *format_check_detail(const char *format) {
     if (strcmp(format, "lightwatch-lwt") == 0)
         return "structure, and the CRC-32 of the data section when the file stores one";
     if (strcmp(format, "gpt-rs") == 0) return "structure, and the BLAKE3 base id of every name";
+    if (strcmp(format, "torch-zip") == 0)
+        return "structure; the CRC-32 of every zip record is checked by verify";
     return "structure; the format stores no checksums of tensor data";
 }
 
@@ -190,6 +198,9 @@ static void text_summary(verify *v, cli_out *o, size_t ntensors) {
     }
     sb_printf(&o->sb, "format checks: passed at open (%s: %s)\n", v->cat->format,
               format_check_detail(v->cat->format));
+    if (v->crc_checked)
+        sb_printf(&o->sb, "zip records: %lld CRC-32 checked, %zu failed\n", v->crc_checked,
+                  v->ncrc_faults);
 }
 
 /* ---- JSON: the result, whose "tensors" doubles as a manifest ---- */
@@ -276,12 +287,24 @@ static void json_report(verify *v, cli_out *o) {
     }
     sb_puts(sb, first ? "],\n  \"counts\": {" : "\n  ],\n  \"counts\": {");
     for (int s = 0; s < ST_COUNT; s++) sb_printf(sb, "\"%s\": %zu, ", status_json[s], v->counts[s]);
-    sb_printf(sb, "\"missing\": %zu},\n  \"hashed_bytes\": ", v->missing);
+    sb_printf(sb, "\"missing\": %zu},\n  \"zip_crc32_checked\": %lld, \"zip_crc32_failed\": [",
+              v->missing, v->crc_checked);
+    for (size_t k = 0; k < v->ncrc_faults; k++) {
+        const ckpt_crc_fault *f = &v->crc_faults[k];
+        sb_puts(sb, k ? ", {\"file\": " : "{\"file\": ");
+        const char *rel = v->cat->sources[f->source].relpath;
+        sb_json_str(sb, rel, strlen(rel));
+        sb_puts(sb, ", \"record\": ");
+        sb_json_str(sb, f->record ? f->record : "", f->record_len);
+        sb_printf(sb, ", \"stored\": \"%08x\", \"computed\": \"%08x\"}", f->stored, f->computed);
+    }
+    sb_puts(sb, "],\n  \"hashed_bytes\": ");
     sb_u64(sb, v->hashed_bytes);
-    const char *verdict = v->counts[ST_ERROR]                                         ? "error"
-                          : !v->have_manifest                                         ? "hashed"
-                          : v->counts[ST_MISMATCH] || v->counts[ST_NEW] || v->missing ? "mismatch"
-                                                                                      : "ok";
+    const char *verdict = v->counts[ST_ERROR]                               ? "error"
+                          : v->counts[ST_MISMATCH] || v->crc_faults_unowned ? "mismatch"
+                          : !v->have_manifest                               ? "hashed"
+                          : v->counts[ST_NEW] || v->missing                 ? "mismatch"
+                                                                            : "ok";
     sb_printf(sb, ",\n  \"result\": \"%s\"\n}\n", verdict);
 }
 
@@ -314,6 +337,74 @@ static int write_manifest(verify *v) {
     return rc;
 }
 
+/* ---- the CRC-32 of zip records ---- */
+
+static void crc_fault(void *ctx, const ckpt_crc_fault *f) {
+    verify *v = ctx;
+    if (v->ncrc_faults == v->cap_crc_faults) {
+        size_t cap = v->cap_crc_faults ? 2 * v->cap_crc_faults : 8;
+        ckpt_crc_fault *p = realloc(v->crc_faults, cap * sizeof *p);
+        if (!p) return; /* the tensors then go unflagged, but the totals still count it */
+        v->crc_faults = p;
+        v->cap_crc_faults = cap;
+    }
+    ckpt_crc_fault *copy = &v->crc_faults[v->ncrc_faults];
+    *copy = *f;
+    copy->record = strndup(f->record, f->record_len); /* the zip's directory goes away */
+    if (!copy->record) copy->record_len = 0;
+    v->ncrc_faults++;
+}
+
+/* A tensor whose bytes lie in a record that fails its CRC-32 is a MISMATCH, whatever its hash. */
+static void judge_crc(verify *v, const ckpt_tensor *t, result *r) {
+    if (r->st == ST_ERROR) return;
+    for (size_t k = 0; k < v->ncrc_faults; k++) {
+        const ckpt_crc_fault *f = &v->crc_faults[k];
+        for (uint32_t p = 0; p < t->npieces; p++) {
+            const ckpt_piece *pc = &t->pieces[p];
+            if (pc->source != f->source || pc->file_offset < f->offset ||
+                pc->file_offset >= f->offset + f->length)
+                continue;
+            r->st = ST_MISMATCH;
+            free(r->detail);
+            r->detail = dupf("zip record %.*s fails its CRC-32 (stored %08x, computed %08x)",
+                             (int)f->record_len, f->record, f->stored, f->computed);
+            return;
+        }
+    }
+}
+
+static int check_crcs(verify *v, void *buf) {
+    ckpt_err err = {{0}};
+    v->crc_checked = ckpt_zip_check_crcs(v->cat, crc_fault, v, buf, BUFFER, &err);
+    if (v->crc_checked < 0) {
+        cli_error(v->cmd, "%s", err.msg);
+        return CLI_SOURCE;
+    }
+    return 0;
+}
+
+/* Records no tensor reads (data.pkl, version ...) that fail their CRC-32. */
+static void crc_lines(verify *v, cli_out *o) {
+    for (size_t k = 0; k < v->ncrc_faults; k++) {
+        const ckpt_crc_fault *f = &v->crc_faults[k];
+        bool owned = false;
+        for (size_t i = 0; i < v->cat->ntensors && !owned; i++) {
+            const ckpt_tensor *t = &v->cat->tensors[i];
+            for (uint32_t p = 0; p < t->npieces && !owned; p++)
+                owned = t->pieces[p].source == f->source && t->pieces[p].file_offset >= f->offset &&
+                        t->pieces[p].file_offset < f->offset + f->length;
+        }
+        if (owned) continue;
+        v->crc_faults_unowned++;
+        if (v->json) continue;
+        sb_printf(&o->sb, "%-11s ", "MISMATCH");
+        cli_put_escaped(&o->sb, f->record, f->record_len);
+        sb_printf(&o->sb, ": zip record of %s fails its CRC-32 (stored %08x, computed %08x)\n",
+                  v->cat->sources[f->source].relpath, f->stored, f->computed);
+    }
+}
+
 static int run(verify *v) {
     const ckpt_catalog *cat = v->cat;
     if (v->manifest_path) {
@@ -339,6 +430,11 @@ static int run(verify *v) {
         cli_error(v->cmd, "out of memory");
         return CLI_SOURCE;
     }
+    int crc_rc = check_crcs(v, buf);
+    if (crc_rc) {
+        free(buf);
+        return crc_rc;
+    }
     uint64_t total = 0;
     size_t ntensors = 0;
     for (size_t i = 0; i < cat->ntensors; i++) {
@@ -361,6 +457,7 @@ static int run(verify *v) {
         result *r = &v->res[i];
         hash_one(v, t, r, buf);
         judge(v, i, r);
+        judge_crc(v, t, r);
         v->counts[r->st]++;
         if (v->json) continue;
         text_line(v, &o, t, r);
@@ -384,6 +481,7 @@ static int run(verify *v) {
         sb_puts(&o.sb, ": in the manifest, not in the source\n");
         cli_out_maybe_flush(&o);
     }
+    crc_lines(v, &o);
     if (v->json)
         json_report(v, &o);
     else
@@ -401,7 +499,8 @@ static int run(verify *v) {
     if (out) return out;
     if (rc) return rc;
     if (v->counts[ST_ERROR]) return CLI_SOURCE;
-    if (v->counts[ST_MISMATCH] || v->counts[ST_NEW] || v->missing) return CLI_MISMATCH;
+    if (v->counts[ST_MISMATCH] || v->counts[ST_NEW] || v->missing || v->crc_faults_unowned)
+        return CLI_MISMATCH;
     return CLI_OK;
 }
 
@@ -464,6 +563,8 @@ int cli_verify(int argc, char **argv) {
         for (size_t i = 0; i < cat->ntensors; i++) free(v.res[i].detail);
     free(v.res);
     free(v.by_tensor);
+    for (size_t k = 0; k < v.ncrc_faults; k++) free((char *)v.crc_faults[k].record);
+    free(v.crc_faults);
     manifest_free(&v.man);
     ckpt_close(cat);
     cli_common_free(&c);
