@@ -126,20 +126,20 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 fuzz: deps
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) tests/fuzz/run.sh
 
-# Installation: PREFIX for the program and docs; the mount helper goes where mount(8) looks.
+# Installation: everything goes under $(DESTDIR)$(PREFIX), the mount helper into
+# $(PREFIX)/sbin. mount(8) looks for helpers in /sbin (and /usr/sbin on merged-/usr systems):
+# PREFIX=/usr puts it there, or MOUNTHELPERDIR=/sbin for another PREFIX. The helper finds
+# ckptfs beside itself (../bin), so nothing in it names a path.
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 BINDIR       := $(PREFIX)/bin
 MANDIR       := $(PREFIX)/share/man
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
-MOUNTHELPERDIR ?= /sbin
+MOUNTHELPERDIR ?= $(PREFIX)/sbin
 
 install: $(B)/ckptfs
 	install -D -m 755 $(B)/ckptfs $(DESTDIR)$(BINDIR)/ckptfs
-	install -d $(DESTDIR)$(MOUNTHELPERDIR)
-	sed 's|^CKPTFS=.*|CKPTFS=$${CKPTFS:-$(BINDIR)/ckptfs}|' mount-helpers/mount.fuse.ckptfs \
-	  > $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
-	chmod 755 $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
+	install -D -m 755 mount-helpers/mount.fuse.ckptfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
 	install -D -m 644 man/ckptfs.1 $(DESTDIR)$(MANDIR)/man1/ckptfs.1
 	install -D -m 644 man/ckptfs.5 $(DESTDIR)$(MANDIR)/man5/ckptfs.5
 	install -D -m 644 man/mount.fuse.ckptfs.8 $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8
