@@ -1,0 +1,69 @@
+#!/bin/bash
+# bash completion (mount-helpers/ckptfs.bash-completion) driven the way bash drives it, with
+# bash-completion's own library: subcommands, each subcommand's flags as its --help lists them,
+# -o option names as `ckptfs --help` lists them (after a comma and in the -oOPTS form too).
+n=0; fail=0
+ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fail=1; fi; }
+root=$(cd "$(dirname "$(realpath "$0")")/../.." && pwd)
+CKPTFS=${CKPTFS:-$root/build/ckptfs}
+lib=/usr/share/bash-completion/bash_completion
+if [ ! -r "$lib" ]; then echo "1..0 # SKIP bash-completion is not installed (make deps)"; exit 0; fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# complete WORDS...: the candidates for the last word, one per line, sorted.
+complete_words() {
+    bash --norc --noprofile -c '
+        source "$1" >/dev/null 2>&1; source "$2"; shift 2
+        compopt() { :; } # only valid while bash itself runs a completion
+        COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+        COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+        cd "$3" 2>/dev/null
+        _ckptfs ckptfs "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+        printf "%s\n" "${COMPREPLY[@]}"' _ "$lib" "$root/mount-helpers/ckptfs.bash-completion" "$@" |
+        sort
+}
+has() { grep -qxF -- "$2" <<<"$1"; }
+
+out=$(complete_words ckptfs ve)
+[ "$out" = verify ]; ok $? "subcommand name: ve -> verify ($out)"
+
+# Every flag a subcommand's --help lists is offered after `ckptfs CMD -`.
+for cmd in ls info cat verify convert stage; do
+    # The flag column of the help: lines that start with spaces and a dash, up to two spaces.
+    flags=$("$CKPTFS" "$cmd" --help 2>&1 | grep -E '^ +-' | sed -E 's/^ +//; s/  .*//' |
+            grep -oE '(^|, )--?[a-z][a-z-]*' | sed 's/^, //' | sort -u)
+    offered=$(complete_words ckptfs "$cmd" -)
+    missing=""
+    for f in $flags; do has "$offered" "$f" || missing="$missing $f"; done
+    [ -n "$flags" ] && [ -z "$missing" ]; ok $? "ckptfs $cmd -<TAB> offers every flag of its --help (missing:$missing)"
+done
+out=$(complete_words ckptfs verify --wr)
+[ "$out" = --write-manifest ]; ok $? "verify --wr -> --write-manifest ($out)"
+
+# -o option names: every one `ckptfs --help` lists under Options.
+names=$("$CKPTFS" --help | sed -n '/^Options (-o):/,/^$/p' | grep -E '^  [a-z]' |
+        grep -v '^  and ' | sed -E 's/^ +//; s/  .*//' | grep -oE '(^|, )[a-z_]+=?' |
+        sed 's/^, //' | sort -u)
+offered=$(complete_words ckptfs src mnt -o "")
+missing=""
+for o in $names; do
+    grep -q "^$o" <<<"$offered" || missing="$missing $o"
+done
+[ -n "$names" ] && [ -z "$missing" ]; ok $? "ckptfs SRC MNT -o <TAB> offers every option of --help (missing:$missing)"
+out=$(complete_words ckptfs src mnt -o re)
+[ "$out" = readahead_kb= ]; ok $? "-o re -> readahead_kb= ($out)"
+out=$(complete_words ckptfs src mnt -o view=hf,max_t)
+[ "$out" = view=hf,max_threads= ]; ok $? "after a comma: view=hf,max_t -> view=hf,max_threads= ($out)"
+out=$(complete_words ckptfs src mnt -onos)
+[ "$out" = -onosplice ]; ok $? "-oOPTS form: -onos -> -onosplice ($out)"
+out=$(complete_words ckptfs src mnt -o npy,view=)
+[ "$(echo $out)" = "npy,view=hf npy,view=tree" ]; ok $? "view= values after a comma ($(echo $out))"
+out=$(complete_words ckptfs verify -o t)
+[ "$out" = tp_split= ]; ok $? "subcommands' -o: tp_split= ($out)"
+out=$(complete_words ckptfs stage out mnt -o no)
+[ "$out" = nocommit ]; ok $? "stage -o: nocommit ($out)"
+touch "$tmp/m.json"
+out=$(complete_words ckptfs verify src --manifest "$tmp/m.js")
+[ "$out" = "$tmp/m.json" ]; ok $? "--manifest completes file names ($out)"
+echo "1..$n"
+exit $fail
