@@ -18,6 +18,7 @@ typedef struct parser {
     json_doc *doc;
     json_error *err;
     int rc;
+    size_t values_left; /* JSON_DENSITY's budget, in values */
 } parser;
 
 static int fail(parser *p, size_t pos, const char *msg) {
@@ -47,12 +48,24 @@ static void skip_ws(parser *p) {
 }
 
 static json_value *new_value(parser *p, json_type t) {
+    if (!p->values_left) {
+        if (p->rc == 0) {
+            p->rc = -E2BIG;
+            p->err->pos = p->pos;
+            snprintf(p->err->msg, sizeof p->err->msg,
+                     "too many values for %zu bytes: they would take more than %d times the "
+                     "document's size in memory",
+                     p->len, JSON_DENSITY);
+        }
+        return NULL;
+    }
+    p->values_left--;
     json_value *v = arena_alloc(&p->doc->mem, sizeof *v);
     if (!v) {
         oom(p);
         return NULL;
     }
-    v->type = t;
+    v->type = (uint8_t)t;
     v->pos = p->pos;
     return v;
 }
@@ -253,7 +266,7 @@ static int parse_number(parser *p, json_value *v) {
         if (i == d) return fail(p, s, "invalid number");
     }
     v->str = b + s;
-    v->len = i - s;
+    v->len = (uint32_t)(i - s);
     p->pos = i;
     return 0;
 }
@@ -332,7 +345,7 @@ static int parse_container(parser *p, json_value *v, int depth) {
         json_value *m;
         if (parse_value(p, &m, depth + 1)) return p->rc;
         m->key = key;
-        m->key_len = key_len;
+        m->key_len = (uint32_t)key_len;
         if (is_obj) m->pos = key_pos;
         *tail = m;
         tail = &m->next;
@@ -361,10 +374,13 @@ static int parse_value(parser *p, json_value **out, int depth) {
         if (!(v = new_value(p, c == '{' ? JSON_OBJECT : JSON_ARRAY))) return p->rc;
         if (parse_container(p, v, depth)) return p->rc;
         break;
-    case '"':
+    case '"': {
+        size_t n;
         if (!(v = new_value(p, JSON_STRING))) return p->rc;
-        if (parse_string(p, &v->str, &v->len)) return p->rc;
+        if (parse_string(p, &v->str, &n)) return p->rc;
+        v->len = (uint32_t)n;
         break;
+    }
     case 't':
     case 'f':
     case 'n': {
@@ -393,12 +409,50 @@ static int parse_value(parser *p, json_value **out, int depth) {
     return 0;
 }
 
+/* An upper bound of the values in buf, exact for valid JSON: every value opens its document
+ * or a container, or follows a comma. Strings are skipped whole (commas and brackets in names
+ * are not structure). Cheap next to parsing: memchr-driven, nothing allocated. */
+static size_t count_values(const char *buf, size_t len) {
+    size_t n = 1;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (c == ',' || c == '[' || c == '{') {
+            n++;
+        } else if (c == '"') {
+            for (i++; i < len; i++) {
+                const char *q = memchr(buf + i, '"', len - i);
+                if (!q) return n;
+                i = (size_t)(q - buf);
+                size_t slashes = 0;
+                while (slashes < i && buf[i - 1 - slashes] == '\\') slashes++;
+                if (slashes % 2 == 0) break;
+            }
+        }
+    }
+    return n;
+}
+
 int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
     arena_init(&doc->mem);
     doc->root = NULL;
-    parser p = {.buf = buf, .len = len, .doc = doc, .err = err};
     err->pos = 0;
     err->msg[0] = '\0';
+    if (len >= UINT32_MAX) { /* offsets and lengths are kept in 32 bits */
+        snprintf(err->msg, sizeof err->msg, "JSON of %zu bytes: the limit is 4 GiB", len);
+        return -E2BIG;
+    }
+    parser p = {.buf = buf,
+                .len = len,
+                .doc = doc,
+                .err = err,
+                .values_left = (JSON_DENSITY * len + JSON_SLACK) / sizeof(json_value)};
+    /* A large document too dense to parse is refused before anything is allocated. */
+    if (len > JSON_SLACK && count_values(buf, len) > p.values_left) {
+        p.values_left = 0;
+        new_value(&p, JSON_NULL); /* fails, with the message */
+        err->pos = 0;
+        return p.rc;
+    }
     json_value *root;
     if (parse_value(&p, &root, 0) == 0) {
         skip_ws(&p);

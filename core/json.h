@@ -24,16 +24,23 @@ typedef enum {
 } json_type;
 
 typedef struct json_value json_value;
+/* 48 bytes a value (it was 64): a header is mostly small values, and a document of N bytes may
+ * hold N/2 of them. Containers use head/count, strings and numbers str/len; lengths are 32-bit
+ * because json_parse refuses input of 4 GiB or more. */
 struct json_value {
-    json_type type;
-    uint32_t count;   /* members of an array or object */
-    const char *str;  /* decoded string, or the number's source text */
-    size_t len;       /* length of str */
+    union {
+        const char *str;  /* decoded string, or the number's source text */
+        json_value *head; /* first member of an array or object */
+    };
     const char *key;  /* member name inside an object (decoded) */
-    size_t key_len;   /* length of key */
-    size_t pos;       /* byte offset of the value in the input */
-    json_value *head; /* first member */
     json_value *next; /* next sibling */
+    union {
+        uint32_t len;   /* length of str */
+        uint32_t count; /* members of an array or object */
+    };
+    uint32_t key_len; /* length of key */
+    size_t pos;       /* byte offset of the value in the input */
+    uint8_t type;     /* json_type */
 };
 
 typedef struct json_doc {
@@ -47,9 +54,16 @@ typedef struct json_error {
 } json_error;
 
 enum { JSON_MAX_DEPTH = 128 };
+/* Values may take at most JSON_DENSITY times the input's size plus JSON_SLACK bytes: a
+ * document denser than that ([0,0,0,...] is a 48-byte value every 2 bytes, 24x) is refused as
+ * soon as it passes the limit, so parsing N bytes never holds more than 8N + 1 MiB besides the
+ * input (escaped strings are decoded into at most N more). Real headers stay below: a
+ * safetensors tensor entry is about 10 input bytes a value, 5x. */
+enum { JSON_DENSITY = 8, JSON_SLACK = 1 << 20 };
 
 /* Parses buf[0..len) as one JSON value surrounded by optional whitespace. Duplicate keys in an
- * object are an error. Returns 0, or -EINVAL/-ENOMEM with err filled. */
+ * object are an error; so is input of 4 GiB or more, and a document denser than JSON_DENSITY.
+ * Returns 0, or -EINVAL/-E2BIG/-ENOMEM with err filled. */
 int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err);
 void json_doc_free(json_doc *doc);
 

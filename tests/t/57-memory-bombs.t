@@ -11,8 +11,9 @@ Inputs are written here, by Python, with no code shared with ckptfs:
     truncation marker and say so in summary.json's warnings;
   - JSON headers and indexes dense in values ([0,0,0,...], {"a":0,...}) and a safetensors
     header of many minimal tensor entries: the JSON reader's memory per byte of input.
-Peak RSS: the rusage of the finished ls/info child (ru_maxrss), and VmHWM of the mount's
-daemon (run with -f) read from /proc after the tree was walked.
+Peak RSS: the rusage of the finished ls/info child (ru_maxrss, which includes what this
+process holds when it forks: big inputs are dropped before), and VmHWM of the mount's daemon
+(run with -f) read from /proc after the tree was walked.
 Under a sanitizer build (ASan keeps shadow memory and a quarantine) the bound is loosened to
 512 MiB + 12x: still far below what the unbounded cases took (GBs).
 """
@@ -229,7 +230,9 @@ def pickle_cases(tap, ckptfs, tmp, asan):
     src = os.path.join(tmp, "shared.pt")
     with open(src, "wb") as f:
         f.write(torch_zip(pkl))
-    files = check_rss(tap, ckptfs, src, len(pkl), "8 MiB string referenced 200 times", asan,
+    pkl_len = len(pkl)
+    del pkl
+    files = check_rss(tap, ckptfs, src, pkl_len, "8 MiB string referenced 200 times", asan,
                       os.path.join(tmp, "mnt"))
     if files:
         text = files["metadata.json"]
@@ -254,6 +257,68 @@ def pickle_cases(tap, ckptfs, tmp, asan):
                [repr(warnings)[:300]])
 
 
+def json_cases(tap, ckptfs, tmp, asan):
+    # 16: JSON of N bytes used to take 33N (64 bytes a value, one value every 2 bytes). A
+    # document denser than ckptfs's limit is refused before anything is allocated.
+    n = 8 * MIB  # values: 16 MiB of "0,"
+    dense = (b'{"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"z":['
+             + b"0," * (n - 1) + b"0]}")
+    src = os.path.join(tmp, "dense.safetensors")
+    with open(src, "wb") as f:
+        f.write(safetensors(dense, b"\0" * 4))
+    dense_len = len(dense)
+    del dense  # a child's peak RSS counts what this process holds when it forks
+    check_rss(tap, ckptfs, src, dense_len, "safetensors header of 16 MiB of [0,0,...]", asan,
+              os.path.join(tmp, "mnt"), "too many values")
+    hf = os.path.join(tmp, "hf")
+    os.makedirs(hf)
+    one = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    with open(os.path.join(hf, "model-00001-of-00001.safetensors"), "wb") as f:
+        f.write(safetensors(one, b"\0" * 4))
+    index = (b'{"metadata":{"total_size":4,"junk":[' + b"0," * (n - 1)
+             + b'0]},"weight_map":{"w":"model-00001-of-00001.safetensors"}}')
+    with open(os.path.join(hf, "model.safetensors.index.json"), "wb") as f:
+        f.write(index)
+    index_len = len(index)
+    del index
+    check_rss(tap, ckptfs, hf, index_len, "index of 16 MiB of [0,0,...]", asan,
+              os.path.join(tmp, "mnt"), "too many values")
+    # Within the density limit, a header of minimal entries mounts (about 7 bytes a value).
+    entries = ",".join('"t%06d":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}'
+                       % (i, 4 * i, 4 * i + 4) for i in range(20000)).encode()
+    small = b"{" + entries + b"}"
+    src = os.path.join(tmp, "small-entries.safetensors")
+    with open(src, "wb") as f:
+        f.write(safetensors(small, b"\0" * 4 * 20000))
+    check_rss(tap, ckptfs, src, len(small), "20000 minimal tensor entries", asan,
+              os.path.join(tmp, "mnt"))
+
+
+def catalog_case(tap, ckptfs, tmp, asan):
+    """100,000 real-shaped tensor entries (an 11 MiB header): the tree costs about 600 bytes a
+    tensor besides the JSON values, which passes 64 MiB + 4x by a few MiB. Known, not fixed
+    here (it needs a header read in a stream and a leaner catalog): a TODO, so that prove
+    shows it and says when it starts to pass."""
+    m = 100000
+    header = ("{" + ",".join(
+        '"model.layers.%d.mlp.experts.%d.down_proj.weight":{"dtype":"BF16","shape":[16,16],'
+        '"data_offsets":[%d,%d]}' % (i // 1000, i % 1000, 512 * i, 512 * i + 512)
+        for i in range(m)) + "}").encode()
+    src = os.path.join(tmp, "real.safetensors")
+    with open(src, "wb") as f:
+        f.write(safetensors(header))
+        f.truncate(8 + len(header) + 512 * m)
+    size = len(header)
+    del header
+    rc, _, err, rss = run_rss([ckptfs, "ls", src], asan)
+    tap.ok(rc == 0, "100,000 tensors: ckptfs ls works", [err.decode()[:300]])
+    limit = bound(size, asan)
+    tap.n += 1  # printed by hand: Tap.ok would escape the '#' of the directive
+    print("%s %d - 100,000 tensors: ckptfs ls peak RSS %.1f MiB < %.1f MiB # TODO the catalog "
+          "costs ~600 B a tensor" % ("ok" if rss < limit else "not ok", tap.n, rss / MIB,
+                                     limit / MIB))
+
+
 def main():
     ckptfs = os.environ.get("CKPTFS", "")
     if not ckptfs or not os.access(ckptfs, os.X_OK):
@@ -267,6 +332,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         try:
             pickle_cases(tap, ckptfs, tmp, asan)
+            json_cases(tap, ckptfs, tmp, asan)
+            catalog_case(tap, ckptfs, tmp, asan)
         finally:
             mnt = os.path.join(tmp, "mnt")
             if os.path.isdir(mnt) and is_mounted(mnt):
