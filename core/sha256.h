@@ -2,7 +2,11 @@
  *
  * Written from the standard rather than linked from libcrypto so the tool needs no new
  * dependency. Verifying a checkpoint hashes gigabytes, so on x86-64 processors with the SHA
- * extensions the block function uses them (chosen at run time); elsewhere it is portable C. */
+ * extensions the block function uses them (chosen at run time); elsewhere it is portable C.
+ * Debian's nettle (3.8.1, a fat build that also uses SHA-NI) was measured against it on the
+ * project's machine, interleaved, 40 runs over 64 MiB: 357 MB/s mean (631 best) against
+ * 421 (760) here, so it stays: nettle would remove this file but cost ~15% of verify's
+ * hashing speed. (gpt-rs's BLAKE3 has no Debian library in bookworm: blake3.c stays too.) */
 #ifndef CKPT_SHA256_H
 #define CKPT_SHA256_H
 
