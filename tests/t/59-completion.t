@@ -26,9 +26,15 @@ has() { grep -qxF -- "$2" <<<"$1"; }
 
 out=$(complete_words ckptfs ve)
 [ "$out" = verify ]; ok $? "subcommand name: ve -> verify ($out)"
+# Every subcommand `ckptfs help` lists is offered.
+cmds=$("$CKPTFS" help | sed -n '/^  [a-z]/s/^  \([a-z]*\) .*/\1/p')
+offered=$(complete_words ckptfs "")
+missing=""
+for c in $cmds; do has "$offered" "$c" || missing="$missing $c"; done
+[ -n "$cmds" ] && [ -z "$missing" ]; ok $? "every subcommand of ckptfs help is offered (missing:$missing)"
 
 # Every flag a subcommand's --help lists is offered after `ckptfs CMD -`.
-for cmd in ls info cat verify convert stage; do
+for cmd in ls info cat verify convert stats diff stage; do
     # The flag column of the help: lines that start with spaces and a dash, up to two spaces.
     flags=$("$CKPTFS" "$cmd" --help 2>&1 | grep -E '^ +-' | sed -E 's/^ +//; s/  .*//' |
             grep -oE '(^|, )--?[a-z][a-z-]*' | sed 's/^, //' | sort -u)
@@ -50,8 +56,8 @@ for o in $names; do
     grep -q "^$o" <<<"$offered" || missing="$missing $o"
 done
 [ -n "$names" ] && [ -z "$missing" ]; ok $? "ckptfs SRC MNT -o <TAB> offers every option of --help (missing:$missing)"
-out=$(complete_words ckptfs src mnt -o re)
-[ "$out" = readahead_kb= ]; ok $? "-o re -> readahead_kb= ($out)"
+out=$(complete_words ckptfs src mnt -o rea)
+[ "$out" = readahead_kb= ]; ok $? "-o rea -> readahead_kb= ($out)"
 out=$(complete_words ckptfs src mnt -o view=hf,max_t)
 [ "$out" = view=hf,max_threads= ]; ok $? "after a comma: view=hf,max_t -> view=hf,max_threads= ($out)"
 out=$(complete_words ckptfs src mnt -onos)
