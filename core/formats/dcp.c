@@ -135,6 +135,7 @@ typedef struct dcp {
     size_t nitems;
     strbuf values; /* members of "values" */
     size_t nvalues;
+    bool values_full; /* "values" reached CKPT_DOC_LIMIT: later ones are left out */
     size_t ntensors, nbytes_items, nchunks, nreplicas, nblob_tensors, nunreadable, nwarned;
 } dcp;
 
@@ -570,7 +571,7 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
     if (it->transforms) {
         size_t budget = 256;
         sb_puts(chunks_json, ", \"transforms\": ");
-        pk_to_json(chunks_json, it->transforms, &budget);
+        pk_to_json_within(chunks_json, it->transforms, &budget, 4096, NULL); /* per chunk */
         sb_putc(chunks_json, '}');
         warn_limited(d,
                      "%s: chunk %u of \"%.*s\" is stored through transform_descriptors "
@@ -753,7 +754,21 @@ static int load_tensor(dcp *d, const pk_value *key, const pk_value *md) {
 
 /* ---- BYTE_IO items ---- */
 
+/* Every BYTE_IO item renders its own pickle (up to CKPT_DOC_LIMIT each): the document of all
+ * of them stops at the same limit, or many items would add up without bound. */
+static bool values_room(dcp *d, const char *fqn, size_t len) {
+    if (d->values.len < CKPT_DOC_LIMIT) return true;
+    if (!d->values_full)
+        catalog_warn(d->cat,
+                     "%s: metadata.json shows BYTE_IO values up to %d MiB: \"%.*s\" and the "
+                     "values after it are left out",
+                     d->path, CKPT_DOC_LIMIT >> 20, SHOWN(len), fqn);
+    d->values_full = true;
+    return false;
+}
+
 static void add_value_raw(dcp *d, const char *fqn, size_t len, const char *json) {
+    if (!values_room(d, fqn, len)) return;
     if (d->nvalues++) sb_puts(&d->values, ",\n      ");
     sb_json_str(&d->values, fqn, len);
     sb_puts(&d->values, ": ");
@@ -843,7 +858,7 @@ static int load_bytes(dcp *d, const pk_value *key) {
         return 0;
     }
     sb_free(&sb);
-    if (e.nvalues) {
+    if (e.nvalues && values_room(d, fqn, len)) {
         if (d->nvalues++) sb_puts(&d->values, ",\n      ");
         sb_put(&d->values, e.values, e.values_len);
         d->nvalues += e.nvalues - 1;
@@ -883,7 +898,8 @@ static void put_value(strbuf *sb, const pk_value *v) {
     size_t budget = 100000;
     if (is_obj(v, T_PATH))
         put_path(sb, v);
-    else if (!pk_to_json(sb, v, &budget))
+    else if (!pk_to_json_within(sb, v, &budget,
+                                sb->len < CKPT_DOC_LIMIT ? CKPT_DOC_LIMIT - sb->len : 0, NULL))
         sb_puts(sb, "\"<too large>\"");
 }
 
