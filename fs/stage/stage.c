@@ -8,7 +8,7 @@
 
 #include "daemon.h"
 #include "size.h"
-#include "stage_fs.h"
+#include "stage_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -233,6 +233,13 @@ static void raise_file_limit(void) {
 }
 
 static void stage_free(stage *st) {
+    while (st->handles) { /* never released by the kernel: the connection ended first */
+        handle *h = st->handles;
+        handle_untrack(st, h);
+        free(h->text);
+        free(h);
+    }
+    pthread_mutex_destroy(&st->handles_lock);
     snode_free_tree(st->root);
     ckpt_close(st->lower);
     for (size_t i = 0; i < st->nretired; i++) ckpt_close(st->retired[i]);
@@ -268,6 +275,7 @@ static void stage_init(stage *st) {
     st->timeout = 1.0;
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->commit_lock, NULL);
+    pthread_mutex_init(&st->handles_lock, NULL);
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);
     /* A waiting commit makes new changes fail at once instead of starving it. */

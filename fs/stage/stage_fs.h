@@ -89,6 +89,8 @@ typedef struct stage {
     atomic_bool committing;
     _Atomic uint64_t progress_done, progress_total;
     char *last_report; /* "exit N\n..." of the last commit, or NULL */
+    pthread_mutex_t handles_lock;
+    struct handle *handles; /* open file handles (stage_io.c) */
 } stage;
 
 enum { STAGE_OK = 0, STAGE_USAGE = 1, STAGE_INVALID = 2, STAGE_WRITE_FAILED = 3 };

@@ -130,7 +130,8 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         }
         if (n->kind == SN_STATUS) h->text = stage_status_json(st, &h->len);
         fi->direct_io = 1; /* made on each open: the kernel must not cache or size it */
-        fuse_reply_open(req, fi);
+        handle_track(st, h);
+        if (fuse_reply_open(req, fi) != 0) handle_release(st, h);
         return;
     }
     if (n->kind != SN_FILE) {
@@ -179,7 +180,8 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     }
     fi->keep_cache = 0;
     fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY; /* as for files it creates */
-    fuse_reply_open(req, fi);
+    handle_track(st, h);
+    if (fuse_reply_open(req, fi) != 0) handle_release(st, h);
 }
 
 static void reply_text(fuse_req_t req, const char *text, size_t len, size_t size, off_t off) {
@@ -295,10 +297,27 @@ void stage_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     fuse_reply_err(req, 0);
 }
 
-void stage_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-    (void)ino;
-    stage *st = st_of(req);
-    handle *h = handle_of(fi);
+void handle_track(stage *st, handle *h) {
+    pthread_mutex_lock(&st->handles_lock);
+    h->next = st->handles;
+    if (h->next) h->next->prev = &h->next;
+    h->prev = &st->handles;
+    st->handles = h;
+    pthread_mutex_unlock(&st->handles_lock);
+}
+
+void handle_untrack(stage *st, handle *h) {
+    pthread_mutex_lock(&st->handles_lock);
+    if (h->prev) {
+        *h->prev = h->next;
+        if (h->next) h->next->prev = h->prev;
+        h->prev = NULL;
+        h->next = NULL;
+    }
+    pthread_mutex_unlock(&st->handles_lock);
+}
+
+void handle_release(stage *st, handle *h) {
     snode *n = h->node;
     if (n->kind == SN_FILE) {
         pthread_mutex_lock(&st->lock);
@@ -307,8 +326,14 @@ void stage_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         tree_release_if_unused(n);
         pthread_mutex_unlock(&st->lock);
     }
+    handle_untrack(st, h);
     free(h->text);
     free(h);
+}
+
+void stage_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)ino;
+    handle_release(st_of(req), handle_of(fi));
     fuse_reply_err(req, 0);
 }
 

@@ -317,6 +317,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     pthread_mutex_lock(&st->lock);
     snode *n;
     int fd;
+    bool unsent = false;
     int e = make_node(st, node_of(st, parent), name, SN_FILE, mode, &n, &fd);
     if (e) {
         free(h);
@@ -338,10 +339,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         ep.attr_timeout = ep.entry_timeout = st->timeout;
         fill_attr(st, n, &ep.attr);
         n->nlookup++;
-        fuse_reply_create(req, &ep, fi);
+        handle_track(st, h);
+        unsent = fuse_reply_create(req, &ep, fi) != 0;
     }
     pthread_mutex_unlock(&st->lock);
     gate_leave(st);
+    if (unsent) handle_release(st, h); /* no RELEASE will come for a handle never delivered */
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {

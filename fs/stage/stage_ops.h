@@ -16,7 +16,18 @@ typedef struct handle {
      * the node to the new one, and the handle keeps reading the old (kept open) until closed. */
     const ckpt_catalog *cat;
     size_t lower;
+    /* Every open handle is on the stage's list: a handle the kernel never releases (the
+     * connection aborted, a reply that did not reach an interrupted opener) is freed at the end
+     * instead of leaking. */
+    struct handle *next, **prev;
 } handle;
+
+/* Puts h on the stage's list of open handles, or, when the reply that carried it to the kernel
+ * failed, releases it at once (no RELEASE will come for it). */
+void handle_track(stage *st, handle *h);
+void handle_untrack(stage *st, handle *h);
+/* What RELEASE does: the node's open count, its descriptor, the handle's memory. */
+void handle_release(stage *st, handle *h);
 
 static inline stage *st_of(fuse_req_t req) {
     return fuse_req_userdata(req);
