@@ -223,6 +223,8 @@ int remote_kind(const char *path) {
     const remote_entry *e;
     size_t n;
     ckpt_err err;
+    /* hf://ORG/NAME@REV is the repo's top directory. */
+    if (strncmp(norm, "hf://", 5) == 0 && !strchr(norm + r + 1, '/')) return REMOTE_DIR;
     if (strlen(norm) == r) {
         if (!http) return REMOTE_DIR; /* a bucket or a repo */
         int k = httpdir_kind(norm);

@@ -76,3 +76,16 @@ def compare_all(tap, ckptfs, fixtures, url_of, options=()):
             continue
         compare(tap, rel, local, remote)
     return sources
+
+
+def snapshot_of(mnt):
+    """{relative path: bytes} of a mounted tree (unreadable files left out)."""
+    out = {}
+    for dirpath, _, files in os.walk(mnt):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            try:
+                out[os.path.relpath(full, mnt)] = read_bytes(full)
+            except OSError:
+                pass
+    return out
