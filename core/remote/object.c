@@ -430,7 +430,9 @@ ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
         size_t in = (size_t)(at - bs);
         size_t n = bl - in < len - done ? bl - in : len - done;
         int rc = bc_read(&o->bc, k, bl, in, (char *)buf + done, n, last_error, sizeof last_error);
-        if (rc) return done ? (ssize_t)done : rc;
+        /* Whatever went wrong remotely (timeout, refusal, other bytes), a reader sees EIO, as
+         * for a failing disk; the message says more. */
+        if (rc) return done ? (ssize_t)done : rc == -ENOMEM ? rc : -EIO;
         done += n;
     }
     atomic_fetch_add(&bytes_read, len);
