@@ -19,7 +19,7 @@ static struct {
     bool path_style;
     http_auth auth;
     bool signed_requests;
-    char sigv4[128], userpwd[512], token[4096], sha[128];
+    char sigv4[128], userpwd[1100], token[4200], sha[128];
 } s3;
 static char *opt_endpoint, *opt_region, *opt_addressing;
 
@@ -290,7 +290,7 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
             const char *b = memmem(a, (size_t)(end - a), "</Contents>", 11);
             if (!b) break;
             if (xml_text(a, b, "Key", &text) && text.len > prefix.len &&
-                !memcmp(text.data, prefix.data, prefix.len)) {
+                (!prefix.len || !memcmp(text.data, prefix.data, prefix.len))) {
                 const char *name = text.data + prefix.len;
                 size_t len = text.len - prefix.len;
                 const char *slash = memchr(name, '/', len);
