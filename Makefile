@@ -4,7 +4,8 @@
 #   make check SANITIZE=1   the same suite built with ASan + UBSan (in build-san/)
 #   make demo       mount a generated sample checkpoint and show it
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
-#                   mounts, staging, .zst, stats/diff (tests/bench/, results in $(B)/bench-out/)
+#                   mounts, staging, .zst, stats/diff, remote sources behind a delaying
+#                   proxy (tests/bench/, results in $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
@@ -25,7 +26,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
-CORE_LIBS   := -lcbor -lz -lzstd -lm -lpthread
+CORE_LIBS   := -lcbor -lz -lzstd -lm -lcurl -lpthread
 
 # Sources are found, not listed: a new file in any folder of core/ or fs/ is built without edits.
 CORE_SRC := $(sort $(shell find core -name '*.c'))
@@ -74,7 +75,8 @@ $(B)/bench/passthrough: tests/bench/passthrough.c
 
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
-            python3 python3-numpy perl attr mandoc procps bash-completion
+            python3 python3-numpy perl attr mandoc procps bash-completion libcurl4-openssl-dev \
+            nginx
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -121,6 +123,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
 fuzz: deps

@@ -1,9 +1,11 @@
 #include "catalog.h"
 #include "pipeline.h"
+#include "remote/remote.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,7 @@ void ckpt_close(ckpt_catalog *cat) {
     if (!cat) return;
     for (uint32_t i = 0; i < cat->nsources; i++) {
         zst_table_free(cat->sources[i].zst);
+        remote_close(cat->sources[i].remote);
         if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
     }
     for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
@@ -80,12 +83,51 @@ static int attach_seek_table(int fd, const char *path, uint64_t *size, zst_table
     return 0;
 }
 
+/* An object behind a URL: pinned now (size, ETag), read later through the block cache. */
+static int add_remote_source(ckpt_catalog *cat, const char *path, const char *relpath,
+                             uint32_t *index, ckpt_err *err) {
+    remote_object *o;
+    int rc = remote_open(path, &o, err);
+    if (rc) return rc;
+    char shown[PATH_MAX];
+    remote_shown(path, shown, sizeof shown);
+    ckpt_source *s = &cat->sources[cat->nsources];
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->remote = o;
+    s->path = arena_strdup(&cat->priv->mem, shown);
+    s->relpath = arena_strdup(&cat->priv->mem, relpath);
+    s->size = remote_size(o);
+    s->mtime.tv_sec = remote_mtime(o);
+    s->mode = S_IFREG | 0444;
+    unsigned char magic[4];
+    if (s->size >= sizeof magic && remote_pread(o, magic, sizeof magic, 0) == sizeof magic &&
+        zst_magic(magic, sizeof magic)) {
+        rc = zst_table_open_remote(o, shown, s->size, &s->zst, err);
+        if (rc < 0) {
+            remote_close(o);
+            s->remote = NULL;
+            return rc;
+        }
+        if (rc == 0) s->size = zst_content_size(s->zst);
+        rc = 0;
+    }
+    if (!s->path || !s->relpath) {
+        remote_close(o);
+        s->remote = NULL;
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    *index = cat->nsources++;
+    return 0;
+}
+
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
     if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", path);
     if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
         return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (remote_is_url(path)) return add_remote_source(cat, path, relpath, index, err);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;

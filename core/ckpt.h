@@ -113,6 +113,7 @@ typedef struct ckpt_source {
     const char *member_of; /* the archive's relpath, or NULL for a file of its own */
     uint64_t base;
     uint64_t file_size;
+    struct remote_object *remote; /* an object behind a URL (fd is -1): read via the block cache */
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
@@ -121,6 +122,13 @@ ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t 
 /* A new descriptor of the source's file, checked to be the file the catalog saw (device,
  * inode, size): >= 0, or a negative errno (-EIO for another file). */
 int ckpt_source_open_again(const ckpt_source *s);
+/* A remote source whose object was seen changed (other ETag or size) since it was pinned:
+ * reads give EIO, like a local file modified under the mount. False for local sources. */
+bool ckpt_source_remote_changed(const ckpt_source *s);
+/* Cache and request counters of the remote sources as a JSON object (malloc'd). */
+char *ckpt_remote_stats_json(size_t *len);
+/* True for names ckpt_open takes as URLs (http://, https://, s3://, hf://). */
+bool ckpt_is_url(const char *path);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */
@@ -168,12 +176,30 @@ typedef struct ckpt_aux_file {
     uint32_t source;
 } ckpt_aux_file;
 
+/* Remote sources (http://, https://, s3://, hf://): cache and connection settings. Zero or NULL
+ * fields take the defaults documented in ckptfs(1). */
+typedef struct ckpt_remote_options {
+    const char *s3_endpoint; /* else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS */
+    const char *s3_region;   /* else AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
+    const char *s3_addressing; /* "path" or "virtual" (default: path for a custom endpoint) */
+    const char *cache_dir;   /* on-disk block cache, kept across mounts */
+    uint64_t cache_size;     /* bytes kept in cache_dir */
+    uint64_t cache_ram;      /* bytes of blocks kept in memory */
+    uint64_t block_size;     /* bytes per cached block */
+    unsigned prefetch;       /* blocks fetched ahead of a sequential reader (in flight) */
+    unsigned timeout;        /* seconds without progress before a request is retried */
+    unsigned retries;        /* retries of timeouts, resets and 5xx */
+    bool prefetch_set;       /* prefetch=0 was given (no prefetch) */
+    bool retries_set;        /* retries=0 was given (no retries) */
+} ckpt_remote_options;
+
 /* What the user can say about decoding (mount -o options). */
 typedef struct ckpt_options {
     /* Tensor-parallel split dimensions, "GLOB:DIM[,GLOB:DIM...]" (fnmatch on tensor names). */
     const char *tp_split;
     /* Hugging Face cache repo folder: the ref or commit whose snapshot is mounted (NULL: main). */
     const char *revision;
+    ckpt_remote_options remote;
 } ckpt_options;
 
 typedef struct ckpt_catalog ckpt_catalog;

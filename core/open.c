@@ -1,6 +1,9 @@
 /* ckpt_open: picks the decoder for a file by its first bytes, or treats a directory as a model
  * directory. */
+#include "blockcache.h"
 #include "formats/formats.h"
+#include "place.h"
+#include "remote/remote.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -116,8 +119,46 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
                      cat->root);
 }
 
+/* A URL: the same decoders over remote sources. The root is the name as shown (no secrets);
+ * an hf:// name is pinned to the commit its revision points at now. */
+static int open_remote(const char *path, const ckpt_options *opts, ckpt_catalog **out,
+                       ckpt_err *err) {
+    ckpt_remote_options none = {0};
+    int rc = remote_configure(opts ? &opts->remote : &none, err);
+    if (rc) return rc;
+    char shown[PATH_MAX], root[PATH_MAX];
+    remote_shown(path, shown, sizeof shown);
+    if (strncmp(shown, "hf://", 5) == 0) {
+        if ((rc = hf_pin(shown, root, sizeof root, err))) return rc;
+    } else if (remote_normalize(shown, root, sizeof root) != 0) {
+        return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown);
+    }
+    int kind = place_kind(root);
+    if (kind == PLACE_MISSING) {
+        /* Opening it says why precisely (404, 403, no Range support...). */
+        remote_object *o;
+        if ((rc = remote_open(root, &o, err))) return rc;
+        remote_close(o);
+        kind = PLACE_FILE;
+    }
+    ckpt_catalog *cat = catalog_new(root, "unknown");
+    if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (opts) cat->opts = *opts;
+    rc = kind == PLACE_DIR ? open_dir(cat, err) : open_file(cat, root, err);
+    if (!rc) rc = catalog_finish(cat, err);
+    /* Prefetch threads started while decoding stop here: a mount forks next. */
+    bc_quiesce();
+    if (rc) {
+        ckpt_close(cat);
+        return rc;
+    }
+    *out = cat;
+    return 0;
+}
+
 int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err) {
     *out = NULL;
+    if (remote_is_url(path)) return open_remote(path, opts, out, err);
     struct stat st;
     if (stat(path, &st) != 0) {
         int e = errno;

@@ -1,4 +1,5 @@
 #include "formats/formats.h"
+#include "remote/remote.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@ int ckpt_source_open_again(const ckpt_source *s) {
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
     if (s->zst) return zst_pread(s->zst, buf, len, off);
+    if (s->remote) return remote_pread(s->remote, buf, len, off);
     if (s->member_of) { /* never past the member's end into the next one */
         if (off >= s->size) return 0;
         if (len > s->size - off) len = (size_t)(s->size - off);
@@ -51,11 +53,17 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
             return ckpt_fail(err, (int)r, "%s: reading %s at offset %llu%s: %s", s->path, what,
                              (unsigned long long)(off + got),
                              s->zst ? " of the decompressed content" : "",
-                             s->zst ? zst_last_error() : strerror((int)-r));
+                             s->zst      ? zst_last_error()
+                             : s->remote ? remote_last_error()
+                                         : strerror((int)-r));
         if (r == 0)
             return ckpt_fail(err, -EIO, "%s: file shrank while reading %s at offset %llu", s->path,
                              what, (unsigned long long)(off + got));
         got += (size_t)r;
     }
     return 0;
+}
+
+bool ckpt_source_remote_changed(const ckpt_source *s) {
+    return s->remote && remote_changed(s->remote);
 }

@@ -160,6 +160,7 @@ enum { COPY_RANGE_MIN = 1 << 20, COPY_RANGE_CHUNK = 64 << 20 };
 
 static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t len,
                        const char *what) {
+    if (s->fd < 0) return false; /* a remote source: through the buffer */
     flush(f);
     if (f->failed) return true;
     int in_fd = s->fd >= 0 ? s->fd : ckpt_source_open_again(s);

@@ -1,4 +1,5 @@
 #include "zstd_seekable.h"
+#include "remote/remote.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -52,10 +53,12 @@ bool zst_magic(const unsigned char *head, size_t n) {
 }
 
 /* Exactly len bytes at off: 0, -EIO at the end of the file, or another negative errno. */
-static int read_at(int fd, void *buf, size_t len, uint64_t off) {
+static int read_at(int fd, struct remote_object *remote, void *buf, size_t len, uint64_t off) {
     size_t got = 0;
     while (got < len) {
-        ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        ssize_t r = remote ? remote_pread(remote, (char *)buf + got, len - got, off + got)
+                           : pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (remote && r < 0) return (int)r;
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -errno;
         if (r == 0) return -EIO;
@@ -68,6 +71,7 @@ static int read_at(int fd, void *buf, size_t len, uint64_t off) {
 
 struct zst_table {
     int fd;
+    struct remote_object *remote; /* compressed bytes behind a URL instead of fd */
     char *path;
     uint32_t nframes;
     uint64_t file_size;
@@ -102,7 +106,7 @@ static int read_entries(zst_table *t, uint64_t entries_at, unsigned esize, uint6
             uint64_t left = (uint64_t)(t->nframes - k) * esize;
             have = left < sizeof buf ? (size_t)left : sizeof buf;
             at = 0;
-            int rc = read_at(t->fd, buf, have, eat);
+            int rc = read_at(t->fd, t->remote, buf, have, eat);
             if (rc)
                 return ckpt_fail(err, rc, "%s: reading the seek table entries at offset %llu: %s",
                                  t->path, ULL(eat), strerror(-rc));
@@ -137,12 +141,13 @@ static int read_entries(zst_table *t, uint64_t entries_at, unsigned esize, uint6
     return 0;
 }
 
-int zst_table_open(int fd, const char *path, uint64_t size, zst_table **out, ckpt_err *err) {
+static int table_open(int fd, struct remote_object *remote, const char *path, uint64_t size,
+                      zst_table **out, ckpt_err *err) {
     *out = NULL;
     if (size < SKIP_HEADER + FOOTER_SIZE) return 1;
     unsigned char foot[FOOTER_SIZE];
     uint64_t foot_at = size - FOOTER_SIZE;
-    int rc = read_at(fd, foot, sizeof foot, foot_at);
+    int rc = read_at(fd, remote, foot, sizeof foot, foot_at);
     if (rc)
         return ckpt_fail(err, rc, "%s: reading the last %d bytes at offset %llu: %s", path,
                          FOOTER_SIZE, ULL(foot_at), strerror(-rc));
@@ -165,7 +170,7 @@ int zst_table_open(int fd, const char *path, uint64_t size, zst_table **out, ckp
     uint64_t entries_len = (uint64_t)n * esize;
     uint64_t table_at = room - entries_len; /* the seek table's skippable frame */
     unsigned char head[SKIP_HEADER];
-    if ((rc = read_at(fd, head, sizeof head, table_at)))
+    if ((rc = read_at(fd, remote, head, sizeof head, table_at)))
         return ckpt_fail(err, rc, "%s: reading the seek table frame at offset %llu: %s", path,
                          ULL(table_at), strerror(-rc));
     if (le32(head) != SEEK_TABLE_MAGIC)
@@ -183,6 +188,7 @@ int zst_table_open(int fd, const char *path, uint64_t size, zst_table **out, ckp
     zst_table *t = calloc(1, sizeof *t);
     if (t) {
         t->fd = fd;
+        t->remote = remote;
         t->nframes = n;
         t->file_size = size;
         t->path = strdup(path);
@@ -199,6 +205,15 @@ int zst_table_open(int fd, const char *path, uint64_t size, zst_table **out, ckp
     }
     *out = t;
     return 0;
+}
+
+int zst_table_open(int fd, const char *path, uint64_t size, zst_table **out, ckpt_err *err) {
+    return table_open(fd, NULL, path, size, out, err);
+}
+
+int zst_table_open_remote(struct remote_object *remote, const char *path, uint64_t size,
+                          zst_table **out, ckpt_err *err) {
+    return table_open(-1, remote, path, size, out, err);
 }
 
 /* ---- why a read failed ---- */
@@ -272,7 +287,7 @@ static int stream_step(const zst_table *t, uint32_t k, stream *s, ZSTD_outBuffer
     uint64_t left = frame_csize(t, k) - s->in_pos;
     if (s->in_at == s->in_len && left) {
         size_t n = left < IN_CHUNK ? (size_t)left : IN_CHUNK;
-        int rc = read_at(t->fd, s->in, n, t->coff[k] + s->in_pos);
+        int rc = read_at(t->fd, t->remote, s->in, n, t->coff[k] + s->in_pos);
         if (rc) return frame_fail(t, k, -EIO, "reading it: %s", strerror(-rc));
         s->in_len = n;
         s->in_at = 0;
@@ -383,7 +398,7 @@ static int decompress_whole(const zst_table *t, uint32_t k, unsigned char *dst) 
         c->whole = p;
         c->whole_cap = (size_t)csize;
     }
-    int rc = read_at(t->fd, c->whole, (size_t)csize, t->coff[k]);
+    int rc = read_at(t->fd, t->remote, c->whole, (size_t)csize, t->coff[k]);
     if (rc) return frame_fail(t, k, -EIO, "reading it: %s", strerror(-rc));
     size_t r = ZSTD_decompressDCtx(c->s.d, dst, (size_t)dsize, c->whole, (size_t)csize);
     if (ZSTD_isError(r))

@@ -27,6 +27,10 @@ bool zst_magic(const unsigned char *head, size_t n);
  * or a negative errno with a message naming path, the field and its offset. fd stays the
  * caller's and must stay open as long as the table is used. */
 int zst_table_open(int fd, const char *path, uint64_t file_size, zst_table **out, ckpt_err *err);
+/* The same over a remote object's bytes (core/remote). */
+struct remote_object;
+int zst_table_open_remote(struct remote_object *remote, const char *path, uint64_t file_size,
+                          zst_table **out, ckpt_err *err);
 /* Also drops the table's frames from the cache; no read may be running on it. */
 void zst_table_free(zst_table *t);
 uint64_t zst_content_size(const zst_table *t); /* decompressed bytes */

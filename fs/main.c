@@ -10,6 +10,7 @@
 #include "heap.h"
 #include "stage/stage.h"
 #include "mount/readahead.h"
+#include "remote_opts.h"
 #include "size.h"
 #include "mount/view_job.h"
 
@@ -48,6 +49,8 @@ typedef struct options {
     char *staging_opt;    /* the first option only a staging mount takes, as given */
     int foreground, debug, single, help, version, allow_other;
     int extra_args; /* positional arguments beyond the two expected */
+    remote_opts remote;   /* s3_endpoint=, cache_dir=, block_size=, ... */
+    char *remote_bad;     /* why a remote option's value was refused */
 } options;
 
 enum {
@@ -60,6 +63,7 @@ enum {
     KEY_RO,
     KEY_READ_ONLY_OPT, /* also matched by its value template above: noted, then dropped */
     KEY_STAGING_OPT,
+    KEY_REMOTE,
 };
 
 #define OPT(t, field, value)                                                                       \
@@ -92,6 +96,16 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("spool=", KEY_STAGING_OPT),
     FUSE_OPT_KEY("nocommit", KEY_STAGING_OPT),
+    FUSE_OPT_KEY("s3_endpoint=", KEY_REMOTE),
+    FUSE_OPT_KEY("s3_region=", KEY_REMOTE),
+    FUSE_OPT_KEY("s3_addressing=", KEY_REMOTE),
+    FUSE_OPT_KEY("cache_dir=", KEY_REMOTE),
+    FUSE_OPT_KEY("cache_size=", KEY_REMOTE),
+    FUSE_OPT_KEY("cache_ram=", KEY_REMOTE),
+    FUSE_OPT_KEY("block_size=", KEY_REMOTE),
+    FUSE_OPT_KEY("prefetch=", KEY_REMOTE),
+    FUSE_OPT_KEY("remote_timeout=", KEY_REMOTE),
+    FUSE_OPT_KEY("retries=", KEY_REMOTE),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
@@ -108,8 +122,8 @@ static const struct fuse_opt option_spec[] = {
 static void usage(FILE *out) {
     fprintf(out,
             "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
-            "Mount a checkpoint file or model directory read-only: every tensor becomes a raw\n"
-            "file with a .json sidecar; .ckptfs/ holds summary.json, metadata.json, tensors.tsv.\n"
+            "Mount a checkpoint (file, directory, or http(s)://, s3://, hf:// URL) read-only: each\n"
+            "tensor is a raw file + .json sidecar; .ckptfs/ holds summary, metadata, tensors.tsv.\n"
             "\n"
             "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
             "  -h, --help         this help;  -V, --version  the version\n"
@@ -178,6 +192,12 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
     case KEY_STAGING_OPT:
         if (!o->staging_opt) o->staging_opt = strdup(arg);
         return 0;
+    case KEY_REMOTE: {
+        char why[256];
+        if (remote_opts_apply(&o->remote, arg, why, sizeof why) < 0 && !o->remote_bad)
+            o->remote_bad = strdup(why);
+        return 0;
+    }
     default:
         return 1; /* FUSE and mount options go on to libfuse */
     }
@@ -266,6 +286,10 @@ int main(int argc, char **argv) {
                 o.staging_opt);
         goto out;
     }
+    if (o.remote_bad) {
+        fprintf(stderr, "ckptfs: %s\n", o.remote_bad);
+        goto out;
+    }
     if (!o.source || !o.mountpoint || o.extra_args) {
         fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
         goto out;
@@ -296,7 +320,7 @@ int main(int argc, char **argv) {
     fs.splice = o.splice != 0;
     fs.readahead_kb = o.readahead_kb;
     status = EXIT_SOURCE;
-    ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision};
+    ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision, .remote = o.remote.o};
     heap_for_loading();
     if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
@@ -360,6 +384,8 @@ out:
     free(o.max_shard_size);
     free(o.tp_split);
     free(o.revision);
+    remote_opts_free(&o.remote);
+    free(o.remote_bad);
     free(o.as_dtype);
     free(o.stage);
     free(o.spool);

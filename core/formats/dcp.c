@@ -31,6 +31,7 @@
  * Everything the pickle says is checked before use: relative paths stay inside the directory
  * (symlinks included), item ranges inside their files, chunk boxes inside their tensors, the
  * archive's dtype and shape equal to what .metadata declares. */
+#include "../place.h"
 #include "torch_zip.h"
 
 #include "../hashmap.h"
@@ -282,9 +283,9 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
         snprintf(rel, sizeof rel, "%s%.*s", d->rel_prefix, (int)n, s) >= (int)sizeof rel)
         return ckpt_fail(d->err, -ENAMETOOLONG, "%s: relative_path at offset %llu is too long",
                          d->path, POS(rp));
-    struct stat st;
-    if (!realpath(path, real) || stat(real, &st) != 0) {
-        int e = errno;
+    int prc = place_resolve(path, real), kind = prc ? PLACE_MISSING : place_kind(real);
+    if (kind == PLACE_MISSING) {
+        int e = prc ? -prc : ENOENT;
         return ckpt_fail(d->err, -ENOENT,
                          "%s: relative_path \"%.*s\" at offset %llu names a file that cannot be "
                          "opened (%s)",
@@ -296,7 +297,7 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
                          "%s: relative_path \"%.*s\" at offset %llu resolves outside the "
                          "checkpoint directory (to %s)",
                          d->path, SHOWN(n), s, POS(rp), real);
-    if (!S_ISREG(st.st_mode))
+    if (kind != PLACE_FILE)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu is not a regular file", d->path,
                          SHOWN(n), s, POS(rp));
@@ -1036,8 +1037,25 @@ static int read_metadata(dcp *d, const pk_value *root, const char *doc_key) {
 /* ---- entry points ---- */
 
 static bool is_regular(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return place_kind(path) == PLACE_FILE;
+}
+
+/* A remote checkpoint's shards are opened all at once, not as .metadata names them. */
+static void warm_distcp(const char *dir) {
+    char **names;
+    size_t n;
+    if (!ckpt_is_url(dir) || list_files(dir, ".distcp", &names, &n) != 0) return;
+    char **paths = calloc(n ? n : 1, sizeof *paths);
+    size_t k = 0;
+    for (size_t i = 0; paths && i < n; i++) {
+        size_t len = strlen(dir) + strlen(names[i]) + 2;
+        if (!(paths[k] = malloc(len))) break;
+        snprintf(paths[k++], len, "%s/%s", dir, names[i]);
+    }
+    if (paths) place_warm((const char *const *)paths, k);
+    for (size_t i = 0; i < k; i++) free(paths[i]);
+    free(paths);
+    free_files(names, n);
 }
 
 bool dcp_probe(const char *dir) {
@@ -1060,10 +1078,9 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
     if (snprintf(path, sizeof path, "%s/.metadata", dir) >= (int)sizeof path ||
         snprintf(rel, sizeof rel, "%s.metadata", d.rel_prefix) >= (int)sizeof rel)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: path too long", dir);
-    if (!realpath(dir, d.real)) {
-        int e = errno;
-        return ckpt_fail(err, -e, "%s: %s", dir, strerror(e));
-    }
+    int prc = place_resolve(dir, d.real);
+    if (prc) return ckpt_fail(err, prc, "%s: %s", dir, strerror(-prc));
+    warm_distcp(dir);
     uint32_t msrc;
     int rc = catalog_add_source(cat, path, rel, &msrc, err);
     if (rc) return rc;

@@ -1,14 +1,11 @@
 /* Directory helpers shared by the directory formats: the sorted model files of a directory,
  * and the names of the files a Hugging Face model keeps beside its weights. */
+#include "../place.h"
 #include "formats.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 const char *const hf_aux_names[] = {
     "config.json",
@@ -36,36 +33,21 @@ static int name_cmp(const void *a, const void *b) {
 int list_files(const char *dir, const char *suffix, char ***out, size_t *count) {
     *out = NULL;
     *count = 0;
-    DIR *d = opendir(dir);
-    if (!d) return -errno;
-    char **names = NULL;
-    size_t n = 0, cap = 0, sl = strlen(suffix);
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        char path[PATH_MAX];
-        struct stat st;
-        if (len < sl || strcmp(e->d_name + len - sl, suffix) != 0) continue;
-        int w = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (w < 0 || w >= (int)sizeof path || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    place_entry *e;
+    size_t ne;
+    int rc = place_list(dir, &e, &ne);
+    if (rc) return rc;
+    char **names = ne ? malloc(ne * sizeof *names) : NULL;
+    size_t n = 0, sl = strlen(suffix);
+    if (ne && !names) rc = -ENOMEM;
+    for (size_t i = 0; i < ne && !rc; i++) {
+        size_t len = strlen(e[i].name);
+        if (e[i].kind != PLACE_FILE || len < sl || strcmp(e[i].name + len - sl, suffix) != 0)
             continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **p = realloc(names, cap * sizeof *p);
-            if (!p) {
-                rc = -ENOMEM;
-                break;
-            }
-            names = p;
-        }
-        if (!(names[n] = strdup(e->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        n++;
+        names[n++] = e[i].name;
+        e[i].name = NULL;
     }
-    closedir(d);
+    place_list_free(e, ne);
     if (rc) {
         free_files(names, n);
         return rc;

@@ -21,6 +21,7 @@
  * - Split files (PREFIX-00001-of-00003.gguf with split.no, split.count, split.tensors.count):
  *   opening any part loads all parts from its directory; metadata.json shows the first part's
  *   KVs. */
+#include "../place.h"
 #include "formats.h"
 
 #include "../hashmap.h"
@@ -859,8 +860,7 @@ static int load_split(loader *ld, part *opened) {
         snprintf(other, dir_len + prefix_len + 64, "%.*s%.*s-%05llu-of-%05llu.gguf", (int)dir_len,
                  path, (int)prefix_len, base, ULL(k), ULL(count));
         const char *other_base = other + dir_len;
-        struct stat st;
-        if (stat(other, &st) != 0) {
+        if (place_kind(other) == PLACE_MISSING) {
             rc = bad(opened,
                      "split part %s is missing (split.count %llu at offset %llu names %llu parts)",
                      other_base, ULL(count), ULL(opened->split_count.at), ULL(count));

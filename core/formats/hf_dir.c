@@ -5,6 +5,7 @@
  * read wherever their symlinks lead (an HF cache snapshot links into ../../blobs/); only the
  * names the index itself gives are held to the directory. Config and tokenizer files are kept
  * as auxiliary files for the HF view. */
+#include "../place.h"
 #include "formats.h"
 
 #include "../hashmap.h"
@@ -23,8 +24,7 @@
 #include <unistd.h>
 
 static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return place_kind(path) == PLACE_FILE;
 }
 
 static int join(char *out, size_t cap, const char *dir, const char *name, ckpt_err *err) {
@@ -169,6 +169,24 @@ static void drop_shard(void *ctx, size_t i, void *slot, int prepared) {
     if (!prepared) safetensors_header_free(&((shard_slot *)slot)->h);
 }
 
+/* Remote shards are opened all at once (one round trip for all), not one after another. */
+static int warm_shards(const char *root, const json_value **shards, size_t n, ckpt_err *err) {
+    if (!ckpt_is_url(root) || n < 2) return 0;
+    char **paths = calloc(n, sizeof *paths);
+    if (!paths) return ckpt_fail(err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
+        size_t len = strlen(root) + shards[i]->len + 2;
+        if (!(paths[k] = malloc(len))) break;
+        snprintf(paths[k++], len, "%s/%.*s", root, (int)shards[i]->len, shards[i]->str);
+    }
+    place_warm((const char *const *)paths, k);
+    for (size_t i = 0; i < k; i++) free(paths[i]);
+    free(paths);
+    return 0;
+}
+
 /* The shards of a .bin index, one after another: each torch file's documents are kept
  * under its name. */
 static int load_torch_shards(ckpt_catalog *cat, uint32_t first_source, size_t nfiles,
@@ -228,6 +246,7 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, bool torch, ckpt
     qsort(shards, n, sizeof *shards, shard_cmp);
     size_t first_tensor = cat->ntensors, nfiles = 0;
     uint32_t first_source = cat->nsources;
+    if ((rc = warm_shards(cat->root, shards, n, err))) goto out;
     for (size_t i = 0; i < n; i++) {
         if (i && shard_cmp(&shards[i - 1], &shards[i]) == 0) continue;
         if ((rc = check_shard_file(cat->root, shards[i], index_path, err))) goto out;

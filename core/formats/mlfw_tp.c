@@ -13,6 +13,7 @@
  *   dimension comes from -o tp_split=GLOB:DIM, else from layer-name rules (row-parallel
  *   layers dim 1, column-parallel dim 0), else dim 0 marked "guessed";
  * - every rank's tensors are also shown as they are under .ckptfs/ranks/N/. */
+#include "../place.h"
 #include "formats.h"
 
 #include "../hashmap.h"
@@ -567,27 +568,27 @@ static int rank_of(const char *name) {
 
 bool mlfw_tp_dir_probe(const char *dir) {
     char path[PATH_MAX];
-    struct stat st;
     return snprintf(path, sizeof path, "%s/metadata.bin", dir) < (int)sizeof path &&
-           stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+           place_kind(path) == PLACE_FILE &&
            snprintf(path, sizeof path, "%s/shard_rank0.pt", dir) < (int)sizeof path &&
-           stat(path, &st) == 0 && S_ISREG(st.st_mode);
+           place_kind(path) == PLACE_FILE;
 }
 
 int mlfw_tp_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     cat->format = "mlframework-tp";
-    DIR *d = opendir(cat->root);
-    if (!d) return ckpt_fail(err, -errno, "%s: %s", cat->root, strerror(errno));
+    place_entry *ents;
+    size_t nents;
+    int lrc = place_list(cat->root, &ents, &nents);
+    if (lrc) return ckpt_fail(err, lrc, "%s: %s", cat->root, strerror(-lrc));
     bool seen[MAX_RANKS] = {false};
     int max_rank = -1;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int r = rank_of(de->d_name);
+    for (size_t i = 0; i < nents; i++) {
+        int r = rank_of(ents[i].name);
         if (r < 0) continue;
         seen[r] = true;
         if (r > max_rank) max_rank = r;
     }
-    closedir(d);
+    place_list_free(ents, nents);
     for (int r = 0; r <= max_rank; r++)
         if (!seen[r])
             return ckpt_fail(err, -ENOENT, "%s: shard_rank%d.pt is missing (ranks 0..%d expected)",

@@ -26,6 +26,7 @@
  * shape with the sharded model, and any difference — or a copy that cannot be read at all — is a
  * warning, never a reason to refuse the step. Only when model/ holds no shards does the
  * consolidated copy back model/. */
+#include "../place.h"
 #include "safetensors.h"
 #include "torch_zip.h"
 
@@ -46,13 +47,11 @@ static const char *const kind_names[] = {NULL, "dcp-hf shards", "dcp", "peft ada
                                          "consolidated safetensors"};
 
 static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return place_kind(path) == PLACE_FILE;
 }
 
 static bool is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return place_kind(path) == PLACE_DIR;
 }
 
 /* dir + "/" + name into out; false when it does not fit. */
@@ -356,32 +355,20 @@ static int load_model(nemo *n, const char *mdir, const char *rel_prefix, const c
  * shown (a small torch.save dict: step, epoch ...). */
 static int describe_other_files(nemo *n) {
     ckpt_catalog *cat = n->cat;
-    DIR *d = opendir(cat->root);
-    if (!d) return 0;
+    place_entry *ents;
+    size_t nents;
+    if (place_list(cat->root, &ents, &nents) != 0) return 0;
     char **names = NULL;
-    size_t cnt = 0, cap = 0;
-    struct dirent *e;
+    size_t cnt = 0;
     int rc = 0;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "model") ||
-            !strcmp(e->d_name, "optim"))
-            continue;
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **p = realloc(names, cap * sizeof *p);
-            if (!p) {
-                rc = -ENOMEM;
-                break;
-            }
-            names = p;
-        }
-        if (!(names[cnt] = strdup(e->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        cnt++;
+    if (nents && !(names = malloc(nents * sizeof *names))) rc = -ENOMEM;
+    for (size_t i = 0; !rc && i < nents; i++) {
+        const char *nm = ents[i].name;
+        if (!strcmp(nm, "model") || !strcmp(nm, "optim")) continue;
+        names[cnt++] = ents[i].name;
+        ents[i].name = NULL;
     }
-    closedir(d);
+    place_list_free(ents, nents);
     if (!rc && cnt > 1) qsort(names, cnt, sizeof *names, name_cmp);
     sb_puts(&n->doc, ",\n    \"other_files\": [");
     for (size_t i = 0; !rc && i < cnt; i++) {

@@ -154,9 +154,18 @@ static int apply_option(cli_common *c, const char *opt) {
         *value = v;
         return 0;
     }
+    char why[256];
+    int r = remote_opts_apply(&c->remote, opt, why, sizeof why);
+    if (r < 0) {
+        cli_error(c->cmd, "%s", why);
+        return CLI_USAGE;
+    }
+    if (r > 0) return 0;
     for (size_t i = 0; i < sizeof mount_only / sizeof *mount_only; i++)
         if (strlen(mount_only[i]) == klen && strncmp(opt, mount_only[i], klen) == 0) return 0;
-    cli_error(c->cmd, "unknown -o option %.200s (subcommands use tp_split=RULES, revision=REV)",
+    cli_error(c->cmd,
+              "unknown -o option %.200s (subcommands use tp_split=RULES, revision=REV and the "
+              "remote-source options)",
               opt);
     return CLI_USAGE;
 }
@@ -190,11 +199,13 @@ void cli_common_free(cli_common *c) {
     c->tp_split = NULL;
     free(c->revision);
     c->revision = NULL;
+    remote_opts_free(&c->remote);
 }
 
 int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat) {
     ckpt_err err = {{0}};
-    ckpt_options opts = {.tp_split = c->tp_split, .revision = c->revision};
+    ckpt_options opts = {
+        .tp_split = c->tp_split, .revision = c->revision, .remote = c->remote.o};
     if (ckpt_open(source, &opts, cat, &err) != 0) {
         cli_error(c->cmd, "%s", err.msg);
         *cat = NULL;

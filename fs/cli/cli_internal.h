@@ -5,6 +5,7 @@
 
 #include "core/ckpt.h"
 #include "core/strbuf.h"
+#include "remote_opts.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,6 +25,7 @@ typedef struct cli_common {
     const char *cmd; /* "ls", "info", ... for messages */
     char *tp_split;  /* -o tp_split=RULES */
     char *revision;  /* -o revision=REV (HF cache repo folders) */
+    remote_opts remote; /* -o cache_dir=, s3_endpoint=, ... for URL sources */
 } cli_common;
 
 /* Handles one -o argument (comma-separated, "\," for a literal comma). Returns 0 or CLI_USAGE

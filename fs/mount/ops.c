@@ -122,6 +122,7 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         return fs->tr.view->files[n->ref].vf.size;
     case NODE_DOC: {
         size_t len;
+        if (n->ref == DOC_CACHE) return 0; /* live: read with direct I/O up to its end */
         if (n->ref == DOC_STATS) { /* never computed to be sized */
             pthread_mutex_lock(&fs->doc_lock);
             len = fs->doc_len[DOC_STATS];
@@ -337,6 +338,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 /* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
+    if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
     struct stat st;
     uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
     return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
@@ -347,6 +349,7 @@ static bool source_unchanged(const ckpt_source *s) {
  * descriptor would still serve the old bytes, which no longer match what the path holds. */
 static bool source_current(const ckpt_source *s) {
     struct stat st;
+    if (s->remote) return source_unchanged(s);
     return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
            st.st_ino == s->ino;
 }
@@ -436,6 +439,20 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         break;
     }
     case NODE_DOC:
+        if (n->ref == DOC_CACHE) {
+            /* A snapshot of the counters per open, never cached by the kernel. */
+            open_doc *d = calloc(1, sizeof *d);
+            if (!d || !(d->text = ckpt_remote_stats_json(&d->len))) {
+                free(d);
+                fuse_reply_err(req, ENOMEM);
+                return;
+            }
+            track_open_doc(fs, d);
+            fi->fh = (uintptr_t)d;
+            fi->direct_io = 1;
+            fuse_reply_open(req, fi);
+            return;
+        }
         if (n->ref == DOC_STATS) {
             fi->direct_io = 1;
             fuse_reply_open(req, fi);
@@ -493,6 +510,12 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
         return ckpt_vfile_plan(&((const open_doc *)(uintptr_t)fi->fh)->vf, off, len, seg, cap,
                                done);
     case NODE_DOC:
+        if (n->ref == DOC_CACHE && fi && fi->fh) {
+            const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
+            mem = d->text;
+            mem_len = d->len;
+            break;
+        }
         mem = n->ref == DOC_STATS ? get_stats_doc(fs, (fuse_ino_t)(n - fs->tr.nodes) + 1, &mem_len)
                                   : get_doc(fs, n->ref, &mem_len);
         break;
@@ -515,7 +538,9 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
 /* The kernel can splice only bytes that lie in a file as they are: not those of a .zst. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (seg[i].kind == CKPT_SEG_FILE && fs->cat->sources[seg[i].source].zst) return false;
+        if (seg[i].kind == CKPT_SEG_FILE && (fs->cat->sources[seg[i].source].zst ||
+                                             fs->cat->sources[seg[i].source].remote))
+            return false;
     return true;
 }
 

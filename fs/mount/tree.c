@@ -13,6 +13,7 @@ static const char *const doc_paths[DOC_COUNT] = {
     [DOC_METADATA] = ".ckptfs/metadata.json",
     [DOC_TSV] = ".ckptfs/tensors.tsv",
     [DOC_STATS] = ".ckptfs/stats.json",
+    [DOC_CACHE] = ".ckptfs/cache.json",
 };
 
 typedef struct builder {
@@ -214,7 +215,10 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
             rc = add_path(&b, p, NODE_NPY, i);
         }
     }
-    for (int d = 0; !rc && d < DOC_COUNT; d++) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
+    bool remote = false;
+    for (uint32_t s = 0; s < cat->nsources && !remote; s++) remote = cat->sources[s].remote;
+    for (int d = 0; !rc && d < DOC_COUNT; d++)
+        if (d != DOC_CACHE || remote) rc = add_path(&b, doc_paths[d], NODE_DOC, (size_t)d);
     for (size_t i = 0; !rc && i < cat->naux; i++)
         rc = add_owned_path(&b, hf_dir, cat->aux[i].name, NODE_AUX, cat->aux[i].source);
     ckpt_err view_err;

@@ -18,8 +18,9 @@ typedef enum {
     NODE_NPY,     /* tensors[ref] as a .npy file: NPY header + its bytes */
 } node_kind;
 
-/* DOC_STATS reads every tensor: it is computed on first read, never to size it. */
-enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_STATS, DOC_COUNT };
+/* DOC_STATS reads every tensor: it is computed on first read, never to size it. DOC_CACHE
+ * (remote sources only) is live: generated at each open, never kept. */
+enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_STATS, DOC_CACHE, DOC_COUNT };
 
 typedef struct node {
     const char *name; /* not NUL-terminated: use name_len */

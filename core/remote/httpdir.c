@@ -1,0 +1,135 @@
+/* Plain http(s) servers: a directory is a URL whose index page links its entries (nginx
+ * autoindex, Apache, python -m http.server); a name is a file when a HEAD of it answers 200. */
+#include "remote.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int httpdir_kind(const char *path) {
+    remote_target t;
+    ckpt_err err;
+    if (remote_target_of(path, &t, &err) != 0) return REMOTE_MISSING;
+    char shown[2048], msg[512];
+    remote_shown(path, shown, sizeof shown);
+    http_req rq = {.url = t.url.data, .shown = shown, .head = true};
+    http_resp rs;
+    int kind = REMOTE_MISSING;
+    if (http_perform(&rq, &rs, msg, sizeof msg) == 0 && rs.status == 200) {
+        size_t n = strlen(t.url.data);
+        const char *eff = rs.effective_url ? rs.effective_url : t.url.data;
+        size_t en = strlen(eff);
+        bool slash_end = (en && eff[en - 1] == '/') || (n && t.url.data[n - 1] == '/');
+        bool html = strncmp(rs.content_type, "text/html", 9) == 0;
+        kind = slash_end || html ? REMOTE_DIR : REMOTE_FILE;
+    }
+    http_resp_free(&rs);
+    remote_target_free(&t);
+    return kind;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* An href of an index page as an entry name: relative, one component, decoded. NULL if it is
+ * a sort link, a parent link, absolute or elsewhere. */
+static char *entry_name(const char *h, size_t n, bool *dir) {
+    if (!n || h[0] == '?' || h[0] == '#' || h[0] == '/' || memmem(h, n, "://", 3)) return NULL;
+    if (n >= 2 && h[0] == '.' && h[1] == '/') h += 2, n -= 2;
+    *dir = n && h[n - 1] == '/';
+    if (*dir) n--;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i] == '%' && i + 2 < n && hexval(h[i + 1]) >= 0 && hexval(h[i + 2]) >= 0) {
+            out[o++] = (char)(hexval(h[i + 1]) * 16 + hexval(h[i + 2]));
+            i += 2;
+        } else if (h[i] == '&' && n - i >= 5 && memcmp(h + i, "&amp;", 5) == 0) {
+            out[o++] = '&';
+            i += 4;
+        } else {
+            out[o++] = h[i];
+        }
+    }
+    out[o] = 0;
+    if (!o || strchr(out, '/') || memchr(out, 0, o) != NULL || !strcmp(out, ".") ||
+        !strcmp(out, "..") || strchr(out, '?')) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
+    *out = NULL;
+    *count = 0;
+    remote_target t;
+    int rc = remote_target_of(dir, &t, err);
+    if (rc) return rc;
+    if (t.url.len == 0 || t.url.data[t.url.len - 1] != '/') sb_putc(&t.url, '/');
+    char shown[2048], msg[512];
+    remote_shown(dir, shown, sizeof shown);
+    strbuf body;
+    sb_init(&body);
+    http_req rq = {.url = t.url.data, .shown = shown, .body = &body, .body_cap = 64u << 20};
+    http_resp rs;
+    rc = http_perform(&rq, &rs, msg, sizeof msg);
+    if (rc)
+        rc = ckpt_fail(err, rc, "%s", msg);
+    else if (rs.status != 200)
+        rc = ckpt_fail(err,
+                       rs.status == 404   ? -ENOENT
+                       : rs.status == 403 ? -EACCES
+                                          : -EIO,
+                       "%s/: HTTP %ld listing the directory", shown, rs.status);
+    else if (rs.overflow || body.failed)
+        rc = ckpt_fail(err, -EFBIG, "%s/: index page over 64 MiB", shown);
+    http_resp_free(&rs);
+    remote_target_free(&t);
+    remote_entry *e = NULL;
+    size_t n = 0, cap = 0;
+    const char *p = body.data, *end = body.data ? body.data + body.len : NULL;
+    while (!rc && p && p < end) {
+        const char *h = memmem(p, (size_t)(end - p), "href=\"", 6);
+        if (!h) break;
+        h += 6;
+        const char *q = memchr(h, '"', (size_t)(end - h));
+        if (!q) break;
+        p = q + 1;
+        bool is_dir;
+        char *name = entry_name(h, (size_t)(q - h), &is_dir);
+        if (!name) continue;
+        bool dup = false;
+        for (size_t i = 0; i < n && !dup; i++) dup = strcmp(e[i].name, name) == 0;
+        if (dup) {
+            free(name);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            remote_entry *ne = realloc(e, cap * sizeof *ne);
+            if (!ne) {
+                free(name);
+                rc = ckpt_fail(err, -ENOMEM, "out of memory");
+                break;
+            }
+            e = ne;
+        }
+        e[n++] = (remote_entry){name, is_dir};
+    }
+    sb_free(&body);
+    if (rc) {
+        for (size_t i = 0; i < n; i++) free(e[i].name);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    *count = n;
+    return 0;
+}

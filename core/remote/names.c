@@ -1,0 +1,250 @@
+/* Names of remote places: what a name shows (no secrets), what URL it requests, what kind of
+ * thing it is and what a directory holds (listings cached for the life of the process: a mount
+ * pins what it saw). */
+#include "remote.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- secrets of http(s) names: user:password@ and ?query stay out of every shown name ---- */
+
+typedef struct secret {
+    char *shown; /* redacted prefix */
+    char *real;  /* the same prefix as given, without its query */
+    char *query; /* "?..." of a file URL, or "" */
+    struct secret *next;
+} secret;
+
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+static secret *secrets;
+
+void remote_shown(const char *path, char *out, size_t cap) {
+    if (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0) {
+        http_redact(path, out, cap);
+        if (strcmp(out, path) != 0) {
+            /* Remember how to get back to the real name from the shown one. */
+            secret *s = calloc(1, sizeof *s);
+            size_t ql = strcspn(path, "?#");
+            if (s) {
+                s->shown = strdup(out);
+                s->real = strndup(path, ql);
+                s->query = strdup(path + ql);
+            }
+            if (!s || !s->shown || !s->real || !s->query) {
+                if (s) free(s->shown), free(s->real), free(s->query);
+                free(s);
+                return;
+            }
+            pthread_mutex_lock(&names_lock);
+            s->next = secrets;
+            secrets = s;
+            pthread_mutex_unlock(&names_lock);
+        }
+        return;
+    }
+    snprintf(out, cap, "%s", path);
+}
+
+static void real_http_url(const char *path, strbuf *url) {
+    pthread_mutex_lock(&names_lock);
+    for (secret *s = secrets; s; s = s->next) {
+        size_t n = strlen(s->shown);
+        if (strncmp(path, s->shown, n) == 0 && (path[n] == 0 || path[n] == '/')) {
+            sb_puts(url, s->real);
+            sb_puts(url, path + n);
+            if (path[n] == 0) sb_puts(url, s->query);
+            pthread_mutex_unlock(&names_lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&names_lock);
+    sb_puts(url, path);
+}
+
+int remote_target_of(const char *path, remote_target *t, ckpt_err *err) {
+    sb_init(&t->url);
+    t->auth = NULL;
+    int rc = 0;
+    if (strncmp(path, "s3://", 5) == 0)
+        rc = s3_target(path, t, err);
+    else if (strncmp(path, "hf://", 5) == 0)
+        rc = hf_target(path, t, err);
+    else
+        real_http_url(path, &t->url);
+    if (!rc && t->url.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc) sb_free(&t->url);
+    return rc;
+}
+
+void remote_target_free(remote_target *t) {
+    sb_free(&t->url);
+}
+
+/* ---- paths ---- */
+
+/* Length of scheme://authority (the part ".." never climbs above). */
+static size_t root_len(const char *p) {
+    const char *s = strstr(p, "://");
+    if (!s) return 0;
+    s += 3;
+    return (size_t)(s - p) + strcspn(s, "/");
+}
+
+int remote_normalize(const char *path, char *out, size_t cap) {
+    size_t r = root_len(path);
+    if (r + 1 >= cap) return -ENAMETOOLONG;
+    memcpy(out, path, r);
+    size_t o = r;
+    const char *p = path + r;
+    while (*p) {
+        while (*p == '/') p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0) break;
+        if (n == 1 && p[0] == '.') {
+        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+            while (o > r && out[o - 1] != '/') o--;
+            if (o > r) o--;
+        } else {
+            if (o + 1 + n + 1 > cap) return -ENAMETOOLONG;
+            out[o++] = '/';
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p += n;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+/* ---- listings ---- */
+
+typedef struct listing {
+    char *dir;
+    remote_entry *e;
+    size_t n;
+    int rc;
+    struct listing *next;
+} listing;
+
+static listing *listings;
+
+static int entry_cmp(const void *a, const void *b) {
+    return strcmp(((const remote_entry *)a)->name, ((const remote_entry *)b)->name);
+}
+
+int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *err) {
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&names_lock);
+    for (listing *l = listings; l; l = l->next)
+        if (strcmp(l->dir, dir) == 0) {
+            pthread_mutex_unlock(&names_lock);
+            if (l->rc) return ckpt_fail(err, l->rc, "%s: cannot list this directory", dir);
+            *out = l->e;
+            *n = l->n;
+            return 0;
+        }
+    pthread_mutex_unlock(&names_lock);
+    remote_entry *e = NULL;
+    size_t cnt = 0;
+    int rc = strncmp(dir, "s3://", 5) == 0   ? s3_list(dir, &e, &cnt, err)
+             : strncmp(dir, "hf://", 5) == 0 ? hf_list(dir, &e, &cnt, err)
+                                             : httpdir_list(dir, &e, &cnt, err);
+    if (cnt > 1) qsort(e, cnt, sizeof *e, entry_cmp);
+    listing *l = calloc(1, sizeof *l);
+    if (!l || !(l->dir = strdup(dir))) {
+        free(l);
+        for (size_t i = 0; i < cnt; i++) free(e[i].name);
+        free(e);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    l->e = e;
+    l->n = cnt;
+    l->rc = rc;
+    pthread_mutex_lock(&names_lock);
+    l->next = listings;
+    listings = l;
+    pthread_mutex_unlock(&names_lock);
+    if (rc) return rc;
+    *out = e;
+    *n = cnt;
+    return 0;
+}
+
+static bool listed(const char *dir) {
+    pthread_mutex_lock(&names_lock);
+    bool found = false;
+    for (listing *l = listings; l && !found; l = l->next)
+        found = strcmp(l->dir, dir) == 0 && !l->rc;
+    pthread_mutex_unlock(&names_lock);
+    return found;
+}
+
+static int find_entry(const remote_entry *e, size_t n, const char *name) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(e[mid].name, name);
+        if (c == 0) return e[mid].dir ? REMOTE_DIR : REMOTE_FILE;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return REMOTE_MISSING;
+}
+
+/* An http directory is listed once known to be one: listed already, or a directory entry of a
+ * listed parent. A single file's parent may not be listable at all. */
+static bool http_dir_known(const char *dir) {
+    if (listed(dir)) return true;
+    const char *slash = strrchr(dir, '/');
+    if (!slash || (size_t)(slash - dir) < root_len(dir)) return false;
+    char parent[4096];
+    size_t pl = (size_t)(slash - dir);
+    if (pl >= sizeof parent) return false;
+    memcpy(parent, dir, pl);
+    parent[pl] = 0;
+    if (!listed(parent)) return false;
+    const remote_entry *e;
+    size_t n;
+    ckpt_err err;
+    return remote_list(parent, &e, &n, &err) == 0 && find_entry(e, n, slash + 1) == REMOTE_DIR;
+}
+
+int remote_kind(const char *path) {
+    char norm[4096];
+    if (remote_normalize(path, norm, sizeof norm) != 0) return REMOTE_MISSING;
+    size_t r = root_len(norm);
+    bool http = strncmp(norm, "http", 4) == 0;
+    const remote_entry *e;
+    size_t n;
+    ckpt_err err;
+    /* hf://ORG/NAME@REV is the repo's top directory. */
+    if (strncmp(norm, "hf://", 5) == 0 && !strchr(norm + r + 1, '/')) return REMOTE_DIR;
+    if (strlen(norm) == r) {
+        if (!http) return REMOTE_DIR; /* a bucket or a repo */
+        int k = httpdir_kind(norm);
+        if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
+        return k;
+    }
+    char *slash = strrchr(norm, '/');
+    const char *name = slash + 1;
+    char parent[4096];
+    size_t pl = (size_t)(slash - norm);
+    memcpy(parent, norm, pl);
+    parent[pl] = 0;
+    if (http && !http_dir_known(parent)) {
+        int k = httpdir_kind(norm);
+        if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
+        return k;
+    }
+    if (remote_list(parent, &e, &n, &err) != 0) return http ? httpdir_kind(norm) : REMOTE_MISSING;
+    int k = find_entry(e, n, name);
+    /* Index pages often leave out dot files (nginx does): ask for those directly. */
+    if (k == REMOTE_MISSING && http && name[0] == '.') k = httpdir_kind(norm);
+    return k;
+}

@@ -1,0 +1,473 @@
+/* Remote objects: pinned at open, read block by block through the block cache. */
+#include "../blockcache.h"
+#include "../sha256.h"
+#include "remote.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct remote_object {
+    char *shown; /* the name messages use */
+    remote_target target;
+    uint64_t size;
+    char etag[160];
+    time_t mtime;
+    uint64_t head_len, block_len; /* block 0 is head_len bytes, the others block_len */
+    char disk_key[SHA256_HEX_LEN + 1];
+    bc_source bc;
+    _Atomic int refs;
+    _Atomic bool changed;
+    _Atomic bool logged;
+    _Atomic uint64_t last_end, run;
+};
+
+enum { HEAD_DEFAULT = 256 << 10, BLOCK_DEFAULT = 4 << 20 };
+
+static struct {
+    uint64_t block_len;
+    unsigned prefetch;
+    bool configured;
+} conf = {BLOCK_DEFAULT, 4, false};
+static _Atomic uint64_t next_id = 1, bytes_read, reads;
+static _Thread_local char last_error[512];
+
+const char *remote_last_error(void) {
+    return last_error[0] ? last_error : "remote read failed";
+}
+
+bool remote_is_url(const char *p) {
+    return strncmp(p, "http://", 7) == 0 || strncmp(p, "https://", 8) == 0 ||
+           strncmp(p, "s3://", 5) == 0 || strncmp(p, "hf://", 5) == 0;
+}
+
+bool ckpt_is_url(const char *path) {
+    return remote_is_url(path);
+}
+
+int remote_configure(const ckpt_remote_options *o, ckpt_err *err) {
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&once);
+    bool first = !conf.configured;
+    conf.configured = true;
+    pthread_mutex_unlock(&once);
+    remote_set_s3_options(o);
+    if (!first) return 0;
+    http_config hc = {.timeout = o->timeout ? o->timeout : 30,
+                      .retries = o->retries || o->retries_set ? o->retries : 5,
+                      .backoff_ms = 100};
+    http_set_config(&hc);
+    if (o->block_size) {
+        if (o->block_size < 4096 || o->block_size > (1ull << 30))
+            return ckpt_fail(err, -EINVAL, "block_size=%llu: expected 4 KiB to 1 GiB",
+                             (unsigned long long)o->block_size);
+        conf.block_len = o->block_size;
+    }
+    if (o->prefetch || o->prefetch_set) conf.prefetch = o->prefetch;
+    if (conf.prefetch > 64) conf.prefetch = 64;
+    bc_config bc = {.ram_cap = o->cache_ram ? o->cache_ram : 256ull << 20,
+                    .disk_dir = o->cache_dir,
+                    .disk_cap = o->cache_size,
+                    .workers = conf.prefetch};
+    /* At least the blocks in flight plus one being read must fit. */
+    if (bc.ram_cap < (conf.prefetch + 2) * conf.block_len)
+        bc.ram_cap = (conf.prefetch + 2) * conf.block_len;
+    int rc = bc_configure(&bc);
+    if (rc)
+        return ckpt_fail(err, rc, "cache_dir=%s: %s", o->cache_dir ? o->cache_dir : "",
+                         strerror(-rc));
+    return 0;
+}
+
+static uint64_t block_start(const remote_object *o, uint64_t k) {
+    return k == 0 ? 0 : o->head_len + (k - 1) * o->block_len;
+}
+
+static uint64_t block_of(const remote_object *o, uint64_t off) {
+    return off < o->head_len ? 0 : 1 + (off - o->head_len) / o->block_len;
+}
+
+static size_t block_size_of(const remote_object *o, uint64_t k) {
+    uint64_t s = block_start(o, k);
+    uint64_t e = k == 0 ? o->head_len : s + o->block_len;
+    if (e > o->size) e = o->size;
+    return s < e ? (size_t)(e - s) : 0;
+}
+
+static const char *reason(long status) {
+    switch (status) {
+    case 401:
+        return "unauthorized (credentials missing or refused)";
+    case 403:
+        return "access denied (check credentials and permissions)";
+    case 404:
+        return "not found";
+    case 410:
+        return "gone";
+    case 416:
+        return "range not satisfiable";
+    default:
+        return status >= 500 ? "server error" : "unexpected answer";
+    }
+}
+
+static int status_errno(long status) {
+    return status == 401 || status == 403   ? -EACCES
+           : status == 404 || status == 410 ? -ENOENT
+                                            : -EIO;
+}
+
+static void log_once(remote_object *o, const char *msg) {
+    if (!atomic_exchange(&o->logged, true)) fprintf(stderr, "ckptfs: %s\n", msg);
+}
+
+static void mark_changed(remote_object *o) {
+    if (!atomic_exchange(&o->changed, true)) bc_forget(o->bc.id);
+}
+
+/* A block of a pinned object: exactly the bytes asked for, of the version pinned. */
+static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, size_t cap) {
+    remote_object *o = ctx;
+    if (atomic_load(&o->changed)) {
+        snprintf(msg, cap, "%s: the object changed since it was mounted", o->shown);
+        return -EIO;
+    }
+    uint64_t start = block_start(o, k);
+    http_req rq = {.url = o->target.url.data,
+                   .shown = o->shown,
+                   .auth = o->target.auth,
+                   .ranged = true,
+                   .off = start,
+                   .len = len,
+                   .buf = buf};
+    http_resp rs;
+    int rc = http_perform(&rq, &rs, msg, cap);
+    if (rc == 0) {
+        bool etag_differs = rs.etag[0] && o->etag[0] && strcmp(rs.etag, o->etag) != 0;
+        if (rs.status == 206 && rs.has_range && rs.range_total != o->size) etag_differs = true;
+        if (rs.status == 412 || etag_differs) {
+            mark_changed(o);
+            snprintf(msg, cap, "%s: the object changed since it was mounted (%s)", o->shown,
+                     rs.status == 412                            ? "precondition failed"
+                     : rs.has_range && rs.range_total != o->size ? "other size"
+                                                                 : "other ETag");
+            rc = -EIO;
+        } else if (rs.status == 206) {
+            if (!rs.has_range || rs.range_start != start || rs.range_end != start + len - 1)
+                snprintf(msg, cap, "%s: asked for bytes %llu-%llu, the server answered %s%llu-%llu",
+                         o->shown, (unsigned long long)start, (unsigned long long)(start + len - 1),
+                         rs.has_range ? "Content-Range " : "without Content-Range ",
+                         (unsigned long long)rs.range_start, (unsigned long long)rs.range_end),
+                    rc = -EIO;
+            else if (rs.got != len)
+                snprintf(msg, cap, "%s: short body at offset %llu (%llu of %zu bytes)", o->shown,
+                         (unsigned long long)start, (unsigned long long)rs.got, len),
+                    rc = -EIO;
+        } else if (rs.status == 200) {
+            /* Only a whole object read from its start is an acceptable answer to a Range. */
+            if (!(start == 0 && len == o->size && rs.got == len && !rs.overflow))
+                snprintf(msg, cap,
+                         "%s: the server ignored the Range request (200 instead of 206) at "
+                         "offset %llu",
+                         o->shown, (unsigned long long)start),
+                    rc = -EIO;
+        } else {
+            snprintf(msg, cap, "%s: HTTP %ld %s", o->shown, rs.status, reason(rs.status));
+            rc = status_errno(rs.status) == -EIO ? -EIO : -EIO;
+        }
+    }
+    http_resp_free(&rs);
+    if (rc) log_once(o, msg);
+    return rc;
+}
+
+static void obj_hold(void *ctx) {
+    atomic_fetch_add(&((remote_object *)ctx)->refs, 1);
+}
+
+static void obj_release(void *ctx) {
+    remote_close(ctx);
+}
+
+void remote_close(remote_object *o) {
+    if (!o || atomic_fetch_sub(&o->refs, 1) != 1) return;
+    bc_forget(o->bc.id);
+    remote_target_free(&o->target);
+    free(o->shown);
+    free(o);
+}
+
+/* ---- pinning ---- */
+
+static int pin(const char *path, remote_object **out, ckpt_err *err) {
+    *out = NULL;
+    remote_object *o = calloc(1, sizeof *o);
+    if (!o) return ckpt_fail(err, -ENOMEM, "out of memory");
+    atomic_init(&o->refs, 1);
+    char shown[2048];
+    remote_shown(path, shown, sizeof shown);
+    o->shown = strdup(shown);
+    int rc = o->shown ? remote_target_of(path, &o->target, err)
+                      : ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc) {
+        free(o->shown);
+        free(o);
+        return rc;
+    }
+    o->block_len = conf.block_len;
+    o->head_len = conf.block_len < HEAD_DEFAULT ? conf.block_len : HEAD_DEFAULT;
+    char *head = malloc(o->head_len);
+    if (!head) {
+        remote_close(o);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    http_req rq = {.url = o->target.url.data,
+                   .shown = o->shown,
+                   .auth = o->target.auth,
+                   .ranged = true,
+                   .off = 0,
+                   .len = o->head_len,
+                   .buf = head};
+    http_resp rs;
+    char msg[512];
+    rc = http_perform(&rq, &rs, msg, sizeof msg);
+    if (rc) {
+        rc = ckpt_fail(err, rc, "%s", msg);
+    } else if (rs.status == 206 && rs.has_range && rs.range_start == 0 &&
+               rs.range_end < rs.range_total && rs.got == rs.range_end + 1 &&
+               rs.got == (rs.range_total < o->head_len ? rs.range_total : o->head_len)) {
+        o->size = rs.range_total;
+    } else if (rs.status == 206) {
+        rc = ckpt_fail(err, -EIO,
+                       "%s: asked for bytes 0-%llu, the server answered with %s%llu-%llu/%llu and "
+                       "%llu bytes",
+                       o->shown, (unsigned long long)(o->head_len - 1),
+                       rs.has_range ? "Content-Range " : "no Content-Range ",
+                       (unsigned long long)rs.range_start, (unsigned long long)rs.range_end,
+                       (unsigned long long)rs.range_total, (unsigned long long)rs.got);
+    } else if (rs.status == 200 && !rs.overflow && (!rs.has_length || rs.length == rs.got)) {
+        o->size = rs.got; /* small enough to come whole */
+    } else if (rs.status == 200) {
+        rc = ckpt_fail(err, -EOPNOTSUPP,
+                       "%s: the server does not answer Range requests (200 with the whole object "
+                       "instead of 206); ckptfs needs byte ranges",
+                       o->shown);
+    } else if (rs.status == 416) {
+        o->size = 0;
+    } else {
+        rc = ckpt_fail(err, status_errno(rs.status), "%s: HTTP %ld %s", o->shown, rs.status,
+                       reason(rs.status));
+    }
+    if (!rc) {
+        snprintf(o->etag, sizeof o->etag, "%s", rs.etag);
+        o->mtime = rs.mtime;
+        o->bc = (bc_source){.id = atomic_fetch_add(&next_id, 1),
+                            .fetch = fetch_block,
+                            .ctx = o,
+                            .hold = obj_hold,
+                            .release = obj_release};
+        /* The disk cache holds content: keyed by what names it and what versions it. */
+        sha256_ctx c;
+        uint8_t d[SHA256_DIGEST_LEN];
+        char sz[32];
+        sha256_init(&c);
+        sha256_update(&c, o->shown, strlen(o->shown) + 1);
+        sha256_update(&c, o->etag, strlen(o->etag) + 1);
+        snprintf(sz, sizeof sz, "%llu/%llu/%llu", (unsigned long long)o->size,
+                 (unsigned long long)o->head_len, (unsigned long long)o->block_len);
+        sha256_update(&c, sz, strlen(sz));
+        if (!o->etag[0]) {
+            /* Without an ETag only the modification time tells versions apart. */
+            snprintf(sz, sizeof sz, "%lld", (long long)o->mtime);
+            sha256_update(&c, sz, strlen(sz));
+        }
+        sha256_final(&c, d);
+        sha256_hex(d, o->disk_key);
+        o->disk_key[32] = 0;
+        o->bc.disk_key = o->etag[0] || o->mtime ? o->disk_key : NULL;
+        size_t first = block_size_of(o, 0);
+        if (first) bc_insert(&o->bc, 0, head, first);
+    }
+    http_resp_free(&rs);
+    free(head);
+    if (rc) {
+        remote_close(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
+}
+
+/* ---- objects opened ahead (remote_warm) ---- */
+
+static pthread_mutex_t warm_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct warm_entry {
+    char *path;
+    remote_object *o;
+    struct warm_entry *next;
+} warm_entry;
+static warm_entry *warm_list;
+
+static remote_object *take_warm(const char *path) {
+    pthread_mutex_lock(&warm_lock);
+    remote_object *o = NULL;
+    for (warm_entry **pp = &warm_list; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->path, path) == 0) {
+            warm_entry *w = *pp;
+            *pp = w->next;
+            o = w->o;
+            free(w->path);
+            free(w);
+            break;
+        }
+    pthread_mutex_unlock(&warm_lock);
+    return o;
+}
+
+int remote_open(const char *path, remote_object **out, ckpt_err *err) {
+    remote_object *o = take_warm(path);
+    if (o) {
+        *out = o;
+        return 0;
+    }
+    return pin(path, out, err);
+}
+
+typedef struct warm_run {
+    const char *const *paths;
+    size_t n;
+    _Atomic size_t next;
+} warm_run;
+
+static void *warm_worker(void *arg) {
+    warm_run *w = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&w->next, 1);
+        if (i >= w->n) break;
+        remote_object *o;
+        ckpt_err e;
+        /* A failure is left for remote_open to meet again and report in order. */
+        if (pin(w->paths[i], &o, &e) != 0) continue;
+        warm_entry *we = malloc(sizeof *we);
+        char *p = strdup(w->paths[i]);
+        if (!we || !p) {
+            free(we);
+            free(p);
+            remote_close(o);
+            continue;
+        }
+        we->path = p;
+        we->o = o;
+        pthread_mutex_lock(&warm_lock);
+        we->next = warm_list;
+        warm_list = we;
+        pthread_mutex_unlock(&warm_lock);
+    }
+    return NULL;
+}
+
+void remote_warm(const char *const *paths, size_t n) {
+    enum { WARM_THREADS = 16 };
+    if (n < 2) return;
+    warm_run w = {paths, n, 0};
+    pthread_t t[WARM_THREADS];
+    size_t nt = 0;
+    for (; nt < WARM_THREADS && nt < n; nt++)
+        if (pthread_create(&t[nt], NULL, warm_worker, &w) != 0) break;
+    warm_worker(&w);
+    for (size_t i = 0; i < nt; i++) pthread_join(t[i], NULL);
+}
+
+/* ---- reading ---- */
+
+uint64_t remote_size(const remote_object *o) {
+    return o->size;
+}
+
+time_t remote_mtime(const remote_object *o) {
+    return o->mtime;
+}
+
+bool remote_changed(const remote_object *o) {
+    return atomic_load(&o->changed);
+}
+
+/* A reader moving forward through the object (one block read in a row) gets the next blocks
+ * fetched ahead, `prefetch` of them in flight. */
+static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
+    if (!conf.prefetch) return;
+    uint64_t prev = atomic_exchange(&o->last_end, off + len);
+    bool near = prev && off <= prev + o->block_len && off + o->block_len >= prev;
+    uint64_t run = near ? atomic_fetch_add(&o->run, len) + len : (atomic_store(&o->run, len), len);
+    if (run < o->block_len) return;
+    uint64_t last = block_of(o, off + len - 1);
+    for (unsigned i = 1; i <= conf.prefetch; i++) {
+        uint64_t k = last + i;
+        size_t bl = block_size_of(o, k);
+        if (!bl) break;
+        bc_prefetch(&o->bc, k, bl);
+    }
+}
+
+ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
+    if (atomic_load(&o->changed)) {
+        snprintf(last_error, sizeof last_error, "%s: the object changed since it was mounted",
+                 o->shown);
+        return -EIO;
+    }
+    if (off >= o->size) return 0;
+    if (len > o->size - off) len = (size_t)(o->size - off);
+    maybe_prefetch(o, off, len);
+    size_t done = 0;
+    while (done < len) {
+        uint64_t at = off + done;
+        uint64_t k = block_of(o, at);
+        uint64_t bs = block_start(o, k);
+        size_t bl = block_size_of(o, k);
+        size_t in = (size_t)(at - bs);
+        size_t n = bl - in < len - done ? bl - in : len - done;
+        int rc = bc_read(&o->bc, k, bl, in, (char *)buf + done, n, last_error, sizeof last_error);
+        /* Whatever went wrong remotely (timeout, refusal, other bytes), a reader sees EIO, as
+         * for a failing disk; the message says more. */
+        if (rc) return done ? (ssize_t)done : rc == -ENOMEM ? rc : -EIO;
+        done += n;
+    }
+    atomic_fetch_add(&bytes_read, len);
+    atomic_fetch_add(&reads, 1);
+    return (ssize_t)len;
+}
+
+void remote_stats_json(strbuf *sb) {
+    http_stats h;
+    bc_stats b;
+    http_get_stats(&h);
+    bc_get_stats(&b);
+    sb_printf(sb,
+              "\"requests\": %llu, \"retries\": %llu, \"failed_requests\": %llu, "
+              "\"bytes_fetched\": %llu, \"bytes_read\": %llu, \"reads\": %llu, "
+              "\"block_size\": %llu, \"prefetch\": %u, \"block_hits\": %llu, "
+              "\"block_misses\": %llu, \"block_waits\": %llu, \"blocks_prefetched\": %llu, "
+              "\"block_fetches\": %llu, \"disk_hits\": %llu, \"disk_writes\": %llu, "
+              "\"ram_bytes\": %llu, \"ram_blocks\": %llu, \"ram_cap\": %llu",
+              (unsigned long long)h.requests, (unsigned long long)h.retries,
+              (unsigned long long)h.failures, (unsigned long long)h.bytes,
+              (unsigned long long)atomic_load(&bytes_read), (unsigned long long)atomic_load(&reads),
+              (unsigned long long)conf.block_len, conf.prefetch, (unsigned long long)b.hits,
+              (unsigned long long)b.misses, (unsigned long long)b.waits,
+              (unsigned long long)b.prefetches, (unsigned long long)b.block_fetches,
+              (unsigned long long)b.disk_hits, (unsigned long long)b.disk_writes,
+              (unsigned long long)b.ram_bytes, (unsigned long long)b.ram_blocks,
+              (unsigned long long)b.ram_cap);
+}
+
+char *ckpt_remote_stats_json(size_t *len) {
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{");
+    remote_stats_json(&sb);
+    sb_puts(&sb, "}\n");
+    return sb_take(&sb, len);
+}

@@ -1,0 +1,74 @@
+/* Remote sources: objects behind http(s)://, s3:// and hf:// names, read through the block
+ * cache, pinned (size, ETag) when opened, and listed as directories. What catalog.c, source.c
+ * and place.c call; nothing above core/ sees this header. */
+#ifndef CKPT_REMOTE_H
+#define CKPT_REMOTE_H
+
+#include "../ckpt.h"
+#include "../strbuf.h"
+#include "http.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct remote_object remote_object;
+
+/* http://, https://, s3:// or hf://. */
+bool remote_is_url(const char *path);
+/* Applies the mount's options (cache, endpoints, timeouts); the first call wins for the
+ * process-wide parts (cache folder, workers). */
+int remote_configure(const ckpt_remote_options *o, ckpt_err *err);
+
+/* Opens and pins the object (size, ETag, modification time) with one ranged GET that also
+ * caches its first block. */
+int remote_open(const char *path, remote_object **out, ckpt_err *err);
+void remote_close(remote_object *o);
+uint64_t remote_size(const remote_object *o);
+time_t remote_mtime(const remote_object *o);
+/* Up to len bytes at off: the count, 0 at the end, or a negative errno (EIO once the object is
+ * seen changed). remote_last_error() says why, for this thread's last failure. */
+ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off);
+bool remote_changed(const remote_object *o);
+const char *remote_last_error(void);
+/* Opens these objects in parallel (a mount's shards); remote_open then finds them ready. */
+void remote_warm(const char *const *paths, size_t n);
+
+/* Where a name points: the URL to request and how to authenticate. */
+typedef struct remote_target {
+    strbuf url;            /* the request URL (may hold secrets: never shown) */
+    const http_auth *auth; /* NULL: anonymous */
+} remote_target;
+int remote_target_of(const char *path, remote_target *t, ckpt_err *err);
+void remote_target_free(remote_target *t);
+
+/* Directories. */
+typedef struct remote_entry {
+    char *name;
+    bool dir;
+} remote_entry;
+enum { REMOTE_MISSING, REMOTE_FILE, REMOTE_DIR };
+/* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING (also when it cannot be told). */
+int remote_kind(const char *path);
+/* The entries of a directory, sorted by name. *out belongs to the listing cache. */
+int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *err);
+/* A path with "." and ".." components resolved, as realpath would for a local one. */
+int remote_normalize(const char *path, char *out, size_t cap);
+/* A name as every message, summary and sidecar shows it: no user:password@, no ?query. */
+void remote_shown(const char *path, char *out, size_t cap);
+
+/* Scheme-specific parts (s3.c, hf.c, httpdir.c): listing one directory level. */
+int s3_target(const char *path, remote_target *t, ckpt_err *err);
+int s3_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
+int hf_target(const char *path, remote_target *t, ckpt_err *err);
+int hf_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
+/* Pins hf://org/name[@rev][/path] to a commit: the same name with @<sha> (in out). */
+int hf_pin(const char *path, char *out, size_t cap, ckpt_err *err);
+int httpdir_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
+int httpdir_kind(const char *url);
+void remote_set_s3_options(const ckpt_remote_options *o);
+
+/* Statistics as JSON members (no braces), for .ckptfs/cache.json. */
+void remote_stats_json(strbuf *sb);
+
+#endif
