@@ -69,6 +69,11 @@ int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, siz
 bool meta_mp_probe(const char *dir);
 int meta_mp_load(ckpt_catalog *cat, ckpt_err *err);
 
+/* DeepSpeed ZeRO 1/2/3 checkpoints (deepspeed.c): `latest` + global_stepN/, or the step
+ * directory itself; fp32 master weights assembled from the ranks' flat partitions. */
+bool deepspeed_probe(const char *dir);
+int deepspeed_load(ckpt_catalog *cat, ckpt_err *err);
+
 /* A folder of single-file checkpoints (folder.c): one is mounted as the model, several each
  * as a subtree named after its file. */
 bool folder_probe(const char *dir);
