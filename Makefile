@@ -4,8 +4,8 @@
 #   make check SANITIZE=1   the same suite built with ASan + UBSan (in build-san/)
 #   make demo       mount a generated sample checkpoint and show it
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
-#                   mounts, staging, .zst, stats/diff, remote sources behind a delaying
-#                   proxy (tests/bench/, results in $(B)/bench-out/)
+#                   mounts, staging, .zst, stats/diff, ZeRO/Meta MP layouts, remote sources
+#                   behind a delaying proxy (tests/bench/, results in $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
@@ -123,6 +123,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.

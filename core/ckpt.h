@@ -159,6 +159,9 @@ typedef struct ckpt_tensor {
                                  ".ckptfs/ranks/1/"), put in front of its path as it is */
     bool aside;               /* not part of the model (per-rank copies, optimizer state):
                                  left out of the HF view and the model's totals */
+    bool hf_view;             /* an aside tensor the HF view shows instead of the model's
+                                 own (a Meta checkpoint's Llama-named, rotary-permuted
+                                 weights): when any tensor has it, the view has only those */
     const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
     const char *sidecar_path; /* where it shows the .json sidecar */
 } ckpt_tensor;
@@ -220,6 +223,8 @@ struct ckpt_catalog {
     /* Members `"k": v, ...` that summary.json shows after "format" (which weights were chosen
      * over which, the checkpoints of a folder), or NULL. */
     const char *summary_extra;
+    /* A config.json the HF view synthesizes (from a Meta params.json), or NULL. */
+    const char *hf_config;
     ckpt_options opts;
     struct ckpt_catalog_private *priv;
 };

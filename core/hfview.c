@@ -5,7 +5,10 @@
  *
  * The headers follow the reference writer: compact JSON, {"format":"pt"} metadata first, then
  * tensors ordered by dtype (wider first) and name, padded with spaces to a multiple of 8, so the
- * data section and every tensor in it are naturally aligned and the offsets tile it exactly. */
+ * data section and every tensor in it are naturally aligned and the offsets tile it exactly.
+ * A catalog may name other tensors for the view (ckpt_tensor.hf_view) and a config.json to go
+ * with them (ckpt_catalog.hf_config): a Meta checkpoint shown as the Llama checkpoint the HF
+ * conversion script would write. */
 #include "hfview.h"
 
 #include "catalog.h"
@@ -190,9 +193,11 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     /* Only what a safetensors reader can load completely. */
+    bool renamed = false;
+    for (size_t i = 0; i < cat->ntensors && !renamed; i++) renamed = cat->tensors[i].hf_view;
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside) continue; /* per-rank copies, optimizer state */
+        if (renamed ? !t->hf_view : t->aside) continue; /* per-rank copies, optimizer state */
         if (!valid_utf8(t->name, t->name_len)) {
             v->skipped_name++; /* safetensors names are JSON strings */
             continue;
@@ -240,6 +245,12 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
             first = last;
         }
         if (!rc) rc = build_index(v, cat, order, n, shard_of, total, err);
+    }
+    if (!rc && cat->hf_config) {
+        rc = add_file(v, "config.json", err);
+        if (!rc &&
+            ckpt_vfile_add_mem(&v->files[v->nfiles - 1].vf, cat->hf_config, strlen(cat->hf_config)))
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
     }
     free(order);
     free(shard_of);

@@ -105,6 +105,8 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
  * .metadata names every file) before DCP-HF, which takes whatever shard files it finds. */
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     if (hf_dir_probe(cat->root)) return hf_dir_load(cat, err);
+    if (meta_mp_probe(cat->root)) return meta_mp_load(cat, err);
+    if (deepspeed_probe(cat->root)) return deepspeed_load(cat, err);
     if (nemo_step_probe(cat->root)) return nemo_step_load(cat, err);
     if (dcp_probe(cat->root)) return dcp_load(cat, err);
     if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
@@ -115,7 +117,8 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
                      "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index."
                      "json, NeMo step dirs model/ + optim/, PEFT adapter_model.safetensors, DCP "
                      ".metadata, DCP shards shard-*-model-*.safetensors, MLFramework "
-                     "metadata.bin + shard_rank0.pt, checkpoint files of a known format)",
+                     "metadata.bin + shard_rank0.pt, Meta consolidated.00.pth + params.json, "
+                     "DeepSpeed latest + global_stepN/, checkpoint files of a known format)",
                      cat->root);
 }
 

@@ -590,20 +590,46 @@ static const char *canonical_module(const char *m, size_t *len) {
     return m;
 }
 
+/* A wildcard entry (name "*") covers its module and every submodule of it. */
+static bool wildcard_covers(const pk_global *g, const char *mod, size_t mlen) {
+    size_t gl = strlen(g->module);
+    return strcmp(g->name, "*") == 0 && mlen >= gl && memcmp(g->module, mod, gl) == 0 &&
+           (mlen == gl || mod[gl] == '.');
+}
+
+/* The global as the tree shows it: a wildcard match gets an entry of its own naming the real
+ * module and name (the table's tag), so that messages and JSON say what was pickled. */
+static int push_global(parser *p, const pk_global *g, const char *mod, size_t mlen,
+                       const char *name, size_t nlen) {
+    int rc = 0;
+    if (strcmp(g->name, "*") == 0) {
+        pk_global *copy = arena_alloc(&p->doc->mem, sizeof *copy);
+        char *m = arena_memdup(&p->doc->mem, mod, mlen);
+        char *n = arena_memdup(&p->doc->mem, name, nlen);
+        if (!copy || !m || !n) return fail(p, -ENOMEM, "out of memory");
+        m[mlen] = '\0';
+        n[nlen] = '\0';
+        *copy = *g;
+        copy->module = m;
+        copy->name = n;
+        g = copy;
+    }
+    pk_value *v = new_value(p, PK_GLOBAL, &rc);
+    if (!v) return rc;
+    v->u.global = g;
+    return push(p, v);
+}
+
 static int resolve_global(parser *p, const char *mod, size_t mlen, const char *name, size_t nlen) {
     mod = canonical_module(mod, &mlen);
     for (size_t t = 0; t < p->opt->ntables; t++) {
         const pk_table *tab = &p->opt->tables[t];
         for (size_t i = 0; i < tab->count; i++) {
             const pk_global *g = &tab->entries[i];
-            if (strlen(g->module) == mlen && memcmp(g->module, mod, mlen) == 0 &&
-                strlen(g->name) == nlen && memcmp(g->name, name, nlen) == 0) {
-                int rc = 0;
-                pk_value *v = new_value(p, PK_GLOBAL, &rc);
-                if (!v) return rc;
-                v->u.global = g;
-                return push(p, v);
-            }
+            if ((strlen(g->module) == mlen && memcmp(g->module, mod, mlen) == 0 &&
+                 strlen(g->name) == nlen && memcmp(g->name, name, nlen) == 0) ||
+                wildcard_covers(g, mod, mlen))
+                return push_global(p, g, mod, mlen, name, nlen);
         }
     }
     return fail(p, -EPERM,

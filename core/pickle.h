@@ -65,7 +65,8 @@ typedef enum pk_tag {
 
 typedef struct pk_global {
     const char *module;
-    const char *name;
+    const char *name; /* "*": any global of module or of a submodule of it (a caller's table
+                         for a framework's own classes, carried as inert data) */
     uint16_t tag;
     /* PK_G_STORAGE and PK_G_DTYPE: the element type, -1 when ckptfs has none (quantized ...);
      * esz = element size in bytes (1 for untyped storage). */

@@ -64,6 +64,16 @@ bool hf_cache_probe(const char *dir);
 int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
                      strbuf *doc, ckpt_err *err);
 
+/* Meta's model-parallel consolidated.NN.pth + params.json (meta_mp.c): consolidated on read,
+ * with a Llama-named HF view. */
+bool meta_mp_probe(const char *dir);
+int meta_mp_load(ckpt_catalog *cat, ckpt_err *err);
+
+/* DeepSpeed ZeRO 1/2/3 checkpoints (deepspeed.c): `latest` + global_stepN/, or the step
+ * directory itself; fp32 master weights assembled from the ranks' flat partitions. */
+bool deepspeed_probe(const char *dir);
+int deepspeed_load(ckpt_catalog *cat, ckpt_err *err);
+
 /* A folder of single-file checkpoints (folder.c): one is mounted as the model, several each
  * as a subtree named after its file. */
 bool folder_probe(const char *dir);

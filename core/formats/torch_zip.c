@@ -104,6 +104,7 @@ typedef struct loader {
     size_t nmeta;
     bool meta_cut; /* the document reached CKPT_DOC_LIMIT */
     size_t budget; /* values the walk may still visit (shared values are visited again) */
+    const pk_table *extra_globals; /* a caller's table besides torch's, or NULL */
 } loader;
 
 /* What a rebuild call says about one tensor. */
@@ -870,7 +871,9 @@ static int load_zip(loader *l, strbuf *doc) {
         rc = zip_read(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
     pk_doc pd = {0};
     if (!rc) {
-        pk_options opt = {l->label, pkl_offset, &pk_torch_globals, 1, {0, 0, 0}};
+        const pk_table tables[2] = {pk_torch_globals,
+                                    l->extra_globals ? *l->extra_globals : pk_torch_globals};
+        pk_options opt = {l->label, pkl_offset, tables, l->extra_globals ? 2 : 1, {0, 0, 0}};
         rc = pk_parse(&pd, data, len, &opt, l->err);
     }
     if (!rc) {
@@ -1098,6 +1101,13 @@ void torch_embedded_free(torch_embedded *e) {
 int torch_zip_read_embedded(ckpt_catalog *cat, uint32_t source, uint64_t offset, uint64_t length,
                             const char *label, const char *root_name, size_t root_len,
                             torch_embedded *out, ckpt_err *err) {
+    return torch_zip_read_with(cat, source, offset, length, label, root_name, root_len, NULL, out,
+                               err);
+}
+
+int torch_zip_read_with(ckpt_catalog *cat, uint32_t source, uint64_t offset, uint64_t length,
+                        const char *label, const char *root_name, size_t root_len,
+                        const pk_table *extra_globals, torch_embedded *out, ckpt_err *err) {
     memset(out, 0, sizeof *out);
     unsigned char head[4];
     int rc = length < 4 ? 0 : source_read(cat, source, offset, head, 4, "zip magic", err);
@@ -1116,6 +1126,7 @@ int torch_zip_read_embedded(ckpt_catalog *cat, uint32_t source, uint64_t offset,
     l.base = offset;
     l.length = length;
     l.embedded = out;
+    l.extra_globals = extra_globals;
     snprintf(l.label, sizeof l.label, "%s", label);
     sb_init(&l.name);
     sb_init(&l.meta);

@@ -39,6 +39,12 @@ typedef struct torch_embedded {
 int torch_zip_read_embedded(ckpt_catalog *cat, uint32_t source, uint64_t offset, uint64_t length,
                             const char *label, const char *root_name, size_t root_len,
                             torch_embedded *out, ckpt_err *err);
+/* The same with the globals of extra_globals allowed besides torch's (a framework's own classes
+ * and enums, carried as inert data: the pickle reader never imports or calls anything). */
+struct pk_table;
+int torch_zip_read_with(ckpt_catalog *cat, uint32_t source, uint64_t offset, uint64_t length,
+                        const char *label, const char *root_name, size_t root_len,
+                        const struct pk_table *extra_globals, torch_embedded *out, ckpt_err *err);
 void torch_embedded_free(torch_embedded *e);
 
 #endif

@@ -369,12 +369,14 @@ static inline uint64_t fz_le64(const uint8_t *p) {
 }
 
 /* Reads a view file's synthesized part and checks it is what a safetensors reader accepts:
- * u64 header length, a JSON object, data offsets tiling the data section. */
+ * u64 header length, a JSON object, data offsets tiling the data section (JSON files: valid
+ * JSON). */
 static inline void fz_check_view_file(const ckpt_catalog *cat, const ckpt_hfview_file *f) {
     const ckpt_vfile *vf = &f->vf;
     char what[96];
     snprintf(what, sizeof what, "hf view %s", f->name);
-    if (strstr(f->name, ".index.json")) {
+    /* The index, and a synthesized config.json (Meta checkpoints): JSON documents. */
+    if (strstr(f->name, ".index.json") || strcmp(f->name, "config.json") == 0) {
         FZ_CHECK(vf->size < (64u << 20), "%s: %llu bytes", what, (unsigned long long)vf->size);
         uint8_t *text = malloc(vf->size ? vf->size : 1);
         FZ_CHECK(text, "out of memory");

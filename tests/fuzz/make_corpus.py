@@ -269,6 +269,22 @@ def main():
         c.add_dir("hostile-" + d, p)
     counts["mlfw_dir"] = c.count()
 
+    # Committed torch fixtures (tests/fixtures/, written with torch by their generators).
+    committed = os.path.join(REPO, "tests", "fixtures")
+    c = Corpus(out, "meta_mp")
+    for case, p in small_dirs(os.path.join(committed, "meta_mp")):
+        c.add_dir(case, p)
+    for d, p in small_dirs(os.path.join(committed, "meta_mp", "hostile")):
+        c.add_dir("hostile-" + d, p)
+    counts["meta_mp"] = c.count()
+
+    c = Corpus(out, "deepspeed")
+    for case, p in small_dirs(os.path.join(committed, "deepspeed")):
+        c.add_dir(case, p)
+    for d, p in small_dirs(os.path.join(committed, "deepspeed", "hostile")):
+        c.add_dir("hostile-" + d, p)
+    counts["deepspeed"] = c.count()
+
     c = Corpus(out, "hf_dir")
     for case in ("sharded", "both"):
         c.add_dir(case, os.path.join(fx, case))
