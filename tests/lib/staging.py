@@ -4,6 +4,7 @@
 Tests import it with:  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -81,6 +82,26 @@ def wait_gone(pid, seconds=60):
     while pid and alive(pid) and time.time() < end:
         time.sleep(0.05)
     return not pid or not alive(pid)
+
+
+def wait_spool_free(spool, seconds=60):
+    """Waits until no daemon holds the spool's lock: it keeps it through its commit on unmount
+    until it exits. (Its pid in the lock file is replaced by how it ended, so a pid read after
+    the unmount cannot be waited for.)"""
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            fd = os.open(os.path.join(spool, "lock"), os.O_RDONLY)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            os.close(fd)
+    return False
 
 
 def stage(ckptfs, out, mnt, *extra):

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..
 from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import run  # noqa: E402
 from staging import (commit, daemon_pid, read_safetensors, read_safetensors_dir,  # noqa: E402
-                     spool_of, stage, wait_gone, write_raw_tensor)
+                     spool_of, stage, wait_gone, wait_spool_free, write_raw_tensor)
 
 CHECK_TIMEOUT = 120
 
@@ -85,7 +85,7 @@ def non_utf8_names(tap, ckptfs, work):
                    sorted(os.listdir(work)))
         finally:
             run_capture(["fusermount3", "-u", mnt], 20)
-            wait_gone(daemon_pid(spool_of(out)))
+            wait_spool_free(spool_of(out))
             unmount(mnt)
             shutil.rmtree(spool_of(out), ignore_errors=True)
 
@@ -164,7 +164,7 @@ def stale_partial(tap, ckptfs, work):
         with Watchdog(mnt, CHECK_TIMEOUT):
             write_raw_tensor(os.path.join(mnt, "w"), [1.0, 2.0])
         run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(daemon_pid(spool_of(out)))
+        wait_spool_free(spool_of(out))
         left = os.path.join(work, ".hf2.partial-Ab12Cd")
         os.makedirs(os.path.join(left, "user-dir"))
         with open(os.path.join(left, "model.safetensors"), "wb") as f:
@@ -180,7 +180,7 @@ def stale_partial(tap, ckptfs, work):
                [text(err)])
     finally:
         run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(daemon_pid(spool_of(out)))
+        wait_spool_free(spool_of(out))
         unmount(mnt)
 
 
@@ -223,7 +223,7 @@ def hf_folder_files(tap, ckptfs, work):
                ["exit %r: %s" % (rc, text(err)), got, sorted(tensors)])
     finally:
         run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(daemon_pid(spool_of(out)))
+        wait_spool_free(spool_of(out))
         unmount(mnt)
     out = os.path.join(work, "flat.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t73.")
@@ -245,7 +245,7 @@ def hf_folder_files(tap, ckptfs, work):
                "says it is not written" % what, ["exit %r: %s %s" % (rc, text(so), text(err))])
     finally:
         run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(daemon_pid(spool_of(out)))
+        wait_spool_free(spool_of(out))
         unmount(mnt)
 
 
