@@ -114,7 +114,8 @@ def manifest_tensors(path, source):
     """The tensor entries ({name, dtype, shape, sha256, path, ...}) a generator's manifest
     gives for source: a plain {"tensors": [...]}, the committed torch manifest's entry for
     the file ({"fixtures": [{"file", "tensors"}]}), or an MLFramework directory's default
-    mount (its manifest is one level up: {"mounts": [{"label", "tensors"}]}). None when
+    mount without options (its manifest is one level up: {"mounts": [{"options",
+    "tensors"}]}). None when
     there is no such manifest."""
     for candidate in (path, os.path.join(os.path.dirname(os.path.dirname(path)),
                                          "manifest.json")):
@@ -132,7 +133,7 @@ def manifest_tensors(path, source):
                                                                           list):
                 return fx["tensors"]
         for mount in m.get("mounts", []):
-            if mount.get("label") == "default" and not mount.get("options"):
+            if not mount.get("options"):
                 return mount["tensors"]
     return None
 
