@@ -315,6 +315,25 @@ int main(void) {
             ckpt_close(cat);
         }
     }
+    { /* row-major is decided by the dims of more than one element: a stride of a dim of
+       * size 1 is never used, so [1,4] with strides {7,1} takes the fast path, and [2,4]
+       * with strides {5,1} (a padded row) needs the index */
+        for (int padded = 0; padded <= 1; padded++) {
+            ckpt_catalog *cat = fresh();
+            uint64_t shape[] = {padded ? 2u : 1u, 4}, st[] = {padded ? 5u : 7u, 1};
+            catalog_add_tensor(cat, "m", 1, CKPT_F32, 2, shape, &ti, &err);
+            catalog_add_piece(cat, ti, 0, 0, NULL, NULL, st, &err);
+            const ckpt_tensor *t = only_tensor(cat, &rc, &err);
+            ok(t && (t->index != NULL) == padded, "%s: %s",
+               padded ? "[2,4] strides {5,1}" : "[1,4] strides {7,1}",
+               padded ? "indexed (rows are 5 apart)" : "row-major, no index");
+            if (padded && t) {
+                expect w[] = {{F, 0, 20, 16}};
+                check_plan(t, 16, 16, w, N(w), "[2,4] strides {5,1}: row 1 starts at element 5");
+            }
+            ckpt_close(cat);
+        }
+    }
     { /* virtual file: header + tensor + trailer */
         ckpt_catalog *cat = fresh();
         uint64_t shape[] = {8};
