@@ -170,6 +170,22 @@ int main(void) {
         ok(rc != 0 && strstr(err.msg, "overlap"), "partially overlapping pieces refused: %s",
            err.msg);
         ckpt_close(cat);
+        /* Boxes that differ by one element, in either order, are not replicas: the second
+         * piece starting one before or after the first, or one element longer or shorter. */
+        static const uint64_t boxes[][4] = {{1, 2, 0, 2}, {0, 2, 1, 2}, {0, 2, 0, 3}, {0, 3, 0, 2}};
+        for (size_t i = 0; i < N(boxes); i++) {
+            cat = fresh();
+            uint64_t oa[] = {boxes[i][0]}, sa[] = {boxes[i][1]}, ob[] = {boxes[i][2]},
+                     sb[] = {boxes[i][3]};
+            catalog_add_tensor(cat, "o", 1, CKPT_U8, 1, shape, &ti, &err);
+            catalog_add_piece(cat, ti, 0, 0, oa, sa, NULL, &err);
+            catalog_add_piece(cat, ti, 0, 8, ob, sb, NULL, &err);
+            only_tensor(cat, &rc, &err);
+            ok(rc != 0 && strstr(err.msg, "overlap"),
+               "pieces [%llu,+%llu) then [%llu,+%llu): overlap refused", (unsigned long long)oa[0],
+               (unsigned long long)sa[0], (unsigned long long)ob[0], (unsigned long long)sb[0]);
+            ckpt_close(cat);
+        }
     }
     { /* 2-D grid: [4,4] U8 in four 2x2 quadrants, in four places */
         ckpt_catalog *cat = fresh();
