@@ -2,18 +2,22 @@
 """Mutation testing of the decoders' and the planner's bounds checks: does the suite notice
 when a check moves by one?
 
-Each mutant changes one comparison in an if/while condition of core/:
-  boundary  a > b  <->  a >= b,   a < b  <->  a <= b   (the check moves by one element)
-  shift     a OP b  ->  a OP (b + 1)  and  a OP (b - 1) for a simple right operand
-  one-sided a != b  ->  a > b  and  a < b             (an exact-size check that lets one side through)
-A mutant is built in a scratch copy of the tree (build/mutate/), then the fast tests that
-concern its file run first, stopping at the first failure. A mutant that fails a test, or
-hangs one past the per-test timeout, is killed; one that passes every fast test survived.
-A mutant that does not compile is not counted.
+Each mutant changes one comparison of an if/while condition of a core/ file, where an operand
+looks like a length, offset, size or count (type tags, pointers and loop indexes are left out):
+  boundary   a > b  <->  a >= b,  a < b  <->  a <= b   (the check moves by one)
+  shift      a > b  ->  a > (b + 1), a < b  ->  a < (b - 1), ...; a == b, a != b  ->  b + 1, b - 1
+  one-sided  a != b  ->  a > b, a < b                   (an exact check lets one side through)
+The mutants are built in a snapshot of the tree (OUT/src, built with -Werror: a mutant that
+does not compile or warns is not counted), then the fast tests that concern the file run, its
+own first, stopping at the first failure. A mutant that fails a test, or hangs one past 5x its
+unmutated time (twice: a busy machine is not a hang), is killed; one that passes them all
+survived. Survivors are either gaps in the suite or equivalent mutants (the report lists them
+to judge).
 
-  tests/mutate/mutate.py [--files core/planner.c,...] [--limit N] [--list] [--jobs-note]
-Run by `make mutate` (not part of `make check`: it takes minutes per file).
-Results: build/mutate/report.txt (one line per mutant) and a summary on stdout."""
+  tests/mutate/mutate.py [--files core/planner.c,core/formats/gguf.c] [--limit N] [--list]
+Run by `make mutate` (not part of `make check`: about half a minute per mutant). Results:
+OUT/report.txt (OUT = build/mutate by default: one line per mutant, then a summary).
+"""
 
 import argparse
 import os
