@@ -35,7 +35,8 @@ TEST_TIMEOUT = 60
 # Slow or environment-bound tests stay out: stress and valgrind runs, fault injection, the
 # staging mount, installation and the man-page lint.
 SLOW = {"10-man.t", "21-mount-helper.t", "23-install.t", "50-stress.t", "51-faults.t",
-        "52-valgrind.t", "70-stage.t", "71-stage-faults.t", "72-stage-option.t"}
+        "52-valgrind.t"}
+SLOW_PREFIXES = ("7",)  # 7x: the staging mount
 # Tests of several seconds run only for the files that name them in FIRST: a mutant that
 # survives costs the whole relevant set, so the set stays at about ten seconds.
 ONLY_WHERE_NAMED = {"22-subcommands.t", "32-hfview.t", "unit/segread.t",
@@ -163,7 +164,7 @@ def fast_tests(src):
     units = sorted("unit/" + f for f in os.listdir(os.path.join(src, "build", "unit"))
                    if f.endswith(".t"))
     tests = sorted(f for f in os.listdir(os.path.join(src, "tests", "t"))
-                   if f.endswith(".t") and f not in SLOW)
+                   if f.endswith(".t") and f not in SLOW and not f.startswith(SLOW_PREFIXES))
     return units + tests
 
 
