@@ -455,8 +455,10 @@ def gen_hostile(out):
            needle="data_offsets", desc="first tensor starts at 4, bytes 0-3 uncovered")
     h.file("offsets-end-before-begin.safetensors", hdr({"w": f32_entry(16, 0, [4])}),
            b"\1" * 16, needle="data_offsets", desc="data_offsets [16,0]: end < begin")
-    w("offsets-three", "data_offsets", "data_offsets with 3 entries", four * 2, offsets="[0,4,8]")
-    w("offsets-one", "data_offsets", "data_offsets with 1 entry", offsets="[4]")
+    # "array of 2": the count check's own complaint, not a later one about the offsets.
+    w("offsets-three", "data_offsets&array of 2", "data_offsets with 3 entries", four * 2,
+      offsets="[0,4,8]")
+    w("offsets-one", "data_offsets&array of 2", "data_offsets with 1 entry", offsets="[4]")
     w("offsets-negative", "data_offsets", "negative data_offsets", offsets="[-4,0]")
     w("offsets-missing", "data_offsets", "tensor entry without data_offsets", offsets=None)
     w("offsets-string", "data_offsets", "data_offsets given as strings", offsets='["0","4"]')
@@ -643,7 +645,10 @@ def gen_bounds(h, four):
               % size)
     # Header length against the 100,000,000-byte limit: at or under the limit, the next
     # complaint is that the header runs past the end of this small file.
-    for n, needle in ((99_999_999, "past the end"), (100_000_000, "past the end"),
+    # "header length&past the end": the length check's complaint, not the reader's (which
+    # says "header at offset 8 ... runs past the end").
+    for n, needle in ((99_999_999, "header length&past the end"),
+                      (100_000_000, "header length&past the end"),
                       (100_000_001, "limit")):
         h.file("bound-hdrlen-%d.safetensors" % n, hdr({"w": f32_entry()}), four,
                declared_len=n, needle=needle,
@@ -654,7 +659,7 @@ def gen_bounds(h, four):
     mount("bound-header-to-eof.safetensors", empty, b"", ["w"],
           "header ends at the end of the file, one empty tensor")
     h.file("bound-hdrlen-eof-plus-1.safetensors", empty, b"", declared_len=len(empty) + 1,
-           needle="past the end", desc="header length one byte past the end of the file")
+           needle="header length&past the end", desc="header length one byte past the end of the file")
     mount("bound-hdrlen-eof-minus-1.safetensors", empty + b" ", b"", ["w"],
           "header with one trailing space, ending at the end of the file")
     # The data section against the tensors: covered exactly, one byte over, one short.
@@ -706,7 +711,8 @@ def gen_bounds(h, four):
         ("bound-probe-10-bytes.st", struct.pack("<Q", 2) + b"{}", []),
         ("bound-probe-9-bytes.st", struct.pack("<Q", 2) + b"{", "knows"),
         ("bound-probe-hdrlen-1.st", struct.pack("<Q", 1) + b"{  ", "knows"),
-        ("bound-probe-hdrlen-limit.st", struct.pack("<Q", 100_000_000) + b"{}", "past the end"),
+        ("bound-probe-hdrlen-limit.st", struct.pack("<Q", 100_000_000) + b"{}",
+         "header length&past the end"),
         ("bound-probe-hdrlen-over.st", struct.pack("<Q", 100_000_001) + b"{}", "knows"),
     )
     for name, data, want in probe_cases:
