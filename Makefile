@@ -41,7 +41,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 FIXTURES := $(B)/fixtures
 
-.PHONY: all deps check test demo bench fuzz clean format install uninstall fixtures
+.PHONY: all deps check test demo bench mutate fuzz clean format install uninstall fixtures
 all: $(B)/ckptfs
 
 # Header dependencies come from the compiler (-MMD, included at the end). core/ is built
@@ -98,15 +98,19 @@ $(FIXTURES)/.done: $(wildcard tests/gen/*.py)
 	  $(PYTHON) $$g $(FIXTURES)/$$n || exit 1; done
 	@touch $@
 
+# Every test file runs under a time limit (tests/lib/with-timeout): a hang fails that file by
+# name instead of stopping the run. Sanitized builds run several times slower.
+TEST_TIMEOUT ?= $(if $(filter 1,$(SANITIZE)),900,300)
+
 # Under SANITIZE=1 the daemons detach from the terminal, so sanitizer reports go to log files
 # that fail the run when any appears.
 SANLOG := $(abspath $(B))/sanitizer-logs
 test: $(B)/ckptfs $(UNIT_BIN) $(TOOL_BIN) fixtures
 	@rm -rf $(SANLOG); mkdir -p $(SANLOG)
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
-	TOOLS=$(abspath $(B)/tools) \
+	TOOLS=$(abspath $(B)/tools) TEST_TIMEOUT=$(TEST_TIMEOUT) \
 	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
-	  prove --timer $(UNIT_BIN) tests/t/*.t
+	  prove --timer --exec $(abspath tests/lib/with-timeout) $(UNIT_BIN) tests/t/*.t
 	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
 
 check: deps
@@ -125,6 +129,11 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out
+
+# Mutation testing of core/'s bounds checks (minutes per file; not part of check):
+#   make mutate MUTATE_FILES=core/planner.c,core/formats/gguf.c
+mutate: deps
+	$(PYTHON) tests/mutate/mutate.py $(if $(MUTATE_FILES),--files $(MUTATE_FILES))
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
 fuzz: deps

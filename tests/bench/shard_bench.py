@@ -12,8 +12,11 @@
           copy the runs into one output file).
 
 usage: shard_bench.py CKPTFS OUTDIR     (env RUNS=5)
-Writes OUTDIR/bench-shard.json and prints a table.
+Writes OUTDIR/bench-shard.json and prints a table. Every timed read is read again, untimed,
+and compared with the checkpoint this script wrote (sha256 per tensor); wrong bytes fail the
+run (exit 1), whatever the times.
 """
+import hashlib
 import json
 import os
 import statistics
@@ -129,6 +132,44 @@ def timed(cmd):
     return time.perf_counter() - t0
 
 
+def file_sha(path, start=0, length=None):
+    h, left = hashlib.sha256(), length
+    with open(path, "rb") as f:
+        f.seek(start)
+        while left is None or left > 0:
+            chunk = f.read(1 << 22 if left is None else min(1 << 22, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return h.hexdigest()
+
+
+def safetensors_shas(path):
+    """{name: sha256} of a safetensors file read here (header parsed, each tensor hashed)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return {name: file_sha(path, 8 + n + e["data_offsets"][0],
+                           e["data_offsets"][1] - e["data_offsets"][0])
+            for name, e in header.items()}
+
+
+WRONG = []
+
+
+def check_bytes(what, got, want):
+    """A timed read is only worth its time when it returned the right bytes: every timed
+    file is read again, untimed, and compared; any difference fails the run."""
+    if got != want:
+        diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k)) \
+            if isinstance(got, dict) else ["content"]
+        WRONG.append("%s: wrong bytes (%s)" % (what, ", ".join(diff[:3])))
+        print("WRONG BYTES: " + WRONG[-1], file=sys.stderr, flush=True)
+
+
 def summary(xs):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
 
@@ -214,6 +255,9 @@ def main():
         write_safetensors(plain, [(n, "F32", a.shape, a.tobytes()) for n, a in tensors], {"format": "pt"})
         del tensors
     subprocess.run(f"cat {dcp}/* {plain} > /dev/null", shell=True, check=True)
+    # The reference: the plain file this script wrote, read by this script.
+    want = safetensors_shas(plain)
+    one = "model.layers.0.mlp.up_proj.weight"
     rows = {"view_assembled": [], "view_plain": [], "file_on_disk": [], "tensor_dim1": [],
             "tensor_plain": [], "python_consolidate": []}
     for _ in range(RUNS):
@@ -221,6 +265,10 @@ def main():
         try:
             rows["view_assembled"].append(timed(["cat", f"{a.mnt}/.ckptfs/hf/model.safetensors"]))
             rows["view_plain"].append(timed(["cat", f"{b.mnt}/.ckptfs/hf/model.safetensors"]))
+            check_bytes("assembled view", safetensors_shas(f"{a.mnt}/.ckptfs/hf/model.safetensors"),
+                        want)
+            check_bytes("plain view", safetensors_shas(f"{b.mnt}/.ckptfs/hf/model.safetensors"),
+                        want)
         finally:
             a.close()
             b.close()
@@ -228,6 +276,10 @@ def main():
         try:
             rows["tensor_dim1"].append(timed(["cat", f"{a.mnt}/model/layers/0/mlp/up_proj/weight"]))
             rows["tensor_plain"].append(timed(["cat", f"{b.mnt}/model/layers/0/mlp/up_proj/weight"]))
+            check_bytes("dim-1 tensor", file_sha(f"{a.mnt}/model/layers/0/mlp/up_proj/weight"),
+                        want[one])
+            check_bytes("plain tensor", file_sha(f"{b.mnt}/model/layers/0/mlp/up_proj/weight"),
+                        want[one])
         finally:
             a.close()
             b.close()
@@ -236,8 +288,11 @@ def main():
         t0 = time.perf_counter()
         python_consolidate(dcp, out)
         rows["python_consolidate"].append(time.perf_counter() - t0)
+        check_bytes("python consolidation", safetensors_shas(out), want)
         os.unlink(out)
     results["consolidate"] = {k: summary(v) for k, v in rows.items()}
+    results["bytes_checked"] = not WRONG
+    results["wrong_bytes"] = WRONG
 
     with open(os.path.join(outdir, "bench-shard.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -261,6 +316,12 @@ def main():
     print(f"dim-1 tensor vs plain tensor: {med['tensor_plain'] / med['tensor_dim1']:.2f}x (target >= 0.8)")
     print(f"python consolidation vs reading the assembled view: "
           f"{med['python_consolidate'] / med['view_assembled']:.2f}x slower")
+    if WRONG:
+        print("\nFAIL: timed reads returned wrong bytes, so the times above mean nothing:")
+        for w in WRONG:
+            print("  " + w)
+        sys.exit(1)
+    print("every timed read was compared with the bytes this script wrote: all equal")
 
 
 if __name__ == "__main__":

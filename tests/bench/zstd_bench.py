@@ -15,12 +15,16 @@ cost, not the disk's):
             S seconds (default 5): reads/s of both together
   seq       `dd bs=1M` of the whole tensor file, its first read: MB/s
 Medians of the runs, the ratio zst/plain of each, and every run's figures go to
-OUTDIR/bench-zstd.json; a table goes to stdout.
+OUTDIR/bench-zstd.json; a table goes to stdout. Every page a random read returns is compared
+with the plain file's bytes, and each sequential read is hashed afterwards (untimed): wrong
+bytes stop the bench with a failure, whatever the rate.
 """
 
 import argparse
 import datetime
+import hashlib
 import json
+import mmap
 import os
 import random
 import statistics
@@ -93,11 +97,14 @@ class Mount:
         return False
 
 
-def random_reads(path, seconds, seed):
+def random_reads(path, seconds, seed, want):
+    """Random 4 KiB preads per second from 2 threads; every page read is compared with want
+    (the tensor's bytes in the plain file this script wrote): a wrong page raises."""
     size = os.path.getsize(path)
     pages = size // PAGE
     counts = [0, 0]
     stop = time.monotonic() + seconds
+    errors = []
 
     def worker(k):
         rng = random.Random(seed * 2 + k)
@@ -107,8 +114,10 @@ def random_reads(path, seconds, seed):
             n = 0
             while True:
                 for _ in range(64):
-                    if len(os.pread(fd, PAGE, rng.randrange(pages) * PAGE)) != PAGE:
-                        raise OSError("short read")
+                    at = rng.randrange(pages) * PAGE
+                    if os.pread(fd, PAGE, at) != want[at:at + PAGE]:
+                        errors.append("%s: wrong bytes at %d" % (path, at))
+                        return
                 n += 64
                 if time.monotonic() >= stop:
                     break
@@ -122,15 +131,36 @@ def random_reads(path, seconds, seed):
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise SystemExit("zstd_bench: FAIL, a timed read returned wrong bytes: " + errors[0])
     return sum(counts) / (time.monotonic() - start)
 
 
-def seq_read(path):
+def seq_read(path, want_sha):
+    """dd's MB/s; then the file is hashed (untimed) and must be the plain tensor's bytes."""
     size = os.path.getsize(path)
     start = time.monotonic()
     subprocess.run(["dd", "if=" + path, "of=/dev/null", "bs=1M"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return size / (time.monotonic() - start) / 1e6
+    rate = size / (time.monotonic() - start) / 1e6
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    if h.hexdigest() != want_sha:
+        raise SystemExit("zstd_bench: FAIL, the timed sequential read of %s returned wrong "
+                         "bytes" % path)
+    return rate
+
+
+def plain_tensor(plain):
+    """The tensor's bytes in the plain file this script wrote (memory-mapped) and their sha256."""
+    with open(plain, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        a, b = json.loads(f.read(n))[NAME]["data_offsets"]
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    view = memoryview(m)[8 + n + a:8 + n + b]
+    return view, hashlib.sha256(view).hexdigest()
 
 
 def main():
@@ -147,13 +177,14 @@ def main():
     # The sources in the page cache: the figures are ckptfs's cost, not the disk's.
     for src in (plain, zst):
         subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)
+    want, want_sha = plain_tensor(plain)
     runs = {"plain": [], "zst": []}
     for r in range(a.runs):
         for label, src in (("plain", plain), ("zst", zst)):
             with Mount(ckptfs, src) as path:
-                rand = random_reads(path, a.seconds, r)
+                rand = random_reads(path, a.seconds, r, want)
             with Mount(ckptfs, src) as path:
-                seq = seq_read(path)
+                seq = seq_read(path, want_sha)
             runs[label].append({"random_4k_reads_s": round(rand, 1), "seq_mb_s": round(seq, 1)})
     med = {label: {k: statistics.median(x[k] for x in rs) for k in rs[0]}
            for label, rs in runs.items()}
@@ -172,6 +203,7 @@ def main():
         print("%-8s %16.0f %12.1f" % (label, med[label]["random_4k_reads_s"],
                                      med[label]["seq_mb_s"]))
     print("%-8s %16.3f %12.3f" % ("zst/plain", ratio["random_4k_reads_s"], ratio["seq_mb_s"]))
+    print("every timed read was compared with the tensor's bytes in the plain file: all equal")
     return 0
 
 

@@ -647,7 +647,39 @@ def gen_hostile(out):
     h.names["odd-names.gguf"] = odd
     h.add("odd-names.gguf", "mount", "", "names with '..', '/', control bytes, empty parts")
 
+    gen_bounds(h)
     gen_hostile_split(h, rng)
+
+
+def gen_bounds(h):
+    """The data-section, overlap and n_dims checks at exactly the bound, one over and (where
+    a case can be one under) one under: bound-*.gguf."""
+    def mount(name, fields, names, desc):
+        h.fields(name, fields, "", desc, expect="mount")
+        h.names[name] = names
+
+    # A 64-byte F32 tensor whose data ends exactly at the end of the file, one byte past it.
+    mount("bound-data-to-eof.gguf", one_info(ne=[16], data=b"\0" * 64), ["t"],
+          "64-byte tensor ending at the end of the file")
+    h.fields("bound-data-eof-plus-1.gguf", one_info(ne=[16], data=b"\0" * 63),
+             "end of the file", "64-byte tensor, 63 bytes of data")
+    mount("bound-data-eof-minus-1.gguf", one_info(ne=[16], data=b"\0" * 65), ["t"],
+          "64-byte tensor, one trailing byte after it")
+    # With general.alignment 1, a second tensor may start exactly where the first ends,
+    # not one byte sooner.
+    one = [("general.alignment", U32, 1)]
+    mount("bound-adjacent.gguf",
+          one_info(ne=[8], data=b"\0" * 64, kvs=one, extra_infos=[("u", [8], 0, 32)]),
+          ["t", "u"], "alignment 1: u starts where t ends")
+    h.fields("bound-overlap-1.gguf",
+             one_info(ne=[8], data=b"\0" * 64, kvs=one, extra_infos=[("u", [8], 0, 31)]),
+             "overlaps", "alignment 1: u starts one byte before t ends")
+    mount("bound-gap-1.gguf",
+          one_info(ne=[8], data=b"\0" * 64, kvs=one, extra_infos=[("u", [8], 0, 33)]),
+          ["t", "u"], "alignment 1: u starts one byte after t ends")
+    # n_dims: 32 is the most a tensor may have (n-dims-33 is refused).
+    mount("bound-n-dims-32.gguf", one_info(ne=[1] * 32, data=b"\0" * 32), ["t"],
+          "n_dims 32, every ne 1")
     h.finish()
 
 

@@ -428,7 +428,7 @@ def gen_hostile(out):
            declared_len=4096, needle="header length",
            desc="header length points past end of file")
     h.file("hdrlen-over-100M.safetensors", hdr({"w": f32_entry()}), four,
-           declared_len=100_000_001, needle="header length",
+           declared_len=100_000_001, needle="header length&limit",
            desc="header length 100000001 exceeds the 100 MB limit")
     h.file("hdrlen-u64max.safetensors", hdr({"w": f32_entry()}), four,
            declared_len=U64_MAX, needle="header length",
@@ -455,8 +455,10 @@ def gen_hostile(out):
            needle="data_offsets", desc="first tensor starts at 4, bytes 0-3 uncovered")
     h.file("offsets-end-before-begin.safetensors", hdr({"w": f32_entry(16, 0, [4])}),
            b"\1" * 16, needle="data_offsets", desc="data_offsets [16,0]: end < begin")
-    w("offsets-three", "data_offsets", "data_offsets with 3 entries", four * 2, offsets="[0,4,8]")
-    w("offsets-one", "data_offsets", "data_offsets with 1 entry", offsets="[4]")
+    # "array of 2": the count check's own complaint, not a later one about the offsets.
+    w("offsets-three", "data_offsets&array of 2", "data_offsets with 3 entries", four * 2,
+      offsets="[0,4,8]")
+    w("offsets-one", "data_offsets&array of 2", "data_offsets with 1 entry", offsets="[4]")
     w("offsets-negative", "data_offsets", "negative data_offsets", offsets="[-4,0]")
     w("offsets-missing", "data_offsets", "tensor entry without data_offsets", offsets=None)
     w("offsets-string", "data_offsets", "data_offsets given as strings", offsets='["0","4"]')
@@ -615,9 +617,113 @@ def gen_hostile(out):
            desc="all four JSON whitespace bytes before and after the object")
     h.names["whitespace-padding.safetensors"] = ["w"]
 
+    gen_bounds(h, four)
+
     # --- Hugging Face directories ---------------------------------------------
     gen_hostile_hf(h, rng)
     h.finish()
+
+
+def gen_bounds(h, four):
+    """Every length/offset/count check of the reader at exactly its bound, one under and
+    one over (bound-*): a check that moves by one byte, element or dim fails one of them.
+    Needles name the specific complaint, so a neighbouring check cannot stand in."""
+    def mount(name, header, data, names, desc):
+        h.file(name, header, data, expect="mount", desc=desc)
+        h.names[name] = names
+
+    def entry(dtype, shape, begin, end):
+        return {"dtype": dtype, "shape": list(shape), "data_offsets": [begin, end]}
+
+    # File size against the 8-byte length prefix (the name says safetensors, so the reader
+    # runs whatever the first bytes say).
+    for size, needle in ((7, "too short"), (8, "JSON")):
+        with open(os.path.join(h.root, "bound-file-%d-bytes.safetensors" % size), "wb") as f:
+            f.write(b"\0" * size)
+        h.add("bound-file-%d-bytes.safetensors" % size, "refuse", needle,
+              "%d-byte file (the length prefix needs 8; an 8-byte one has an empty header)"
+              % size)
+    # Header length against the 100,000,000-byte limit: at or under the limit, the next
+    # complaint is that the header runs past the end of this small file.
+    # "header length&past the end": the length check's complaint, not the reader's (which
+    # says "header at offset 8 ... runs past the end").
+    for n, needle in ((99_999_999, "header length&past the end"),
+                      (100_000_000, "header length&past the end"),
+                      (100_000_001, "limit")):
+        h.file("bound-hdrlen-%d.safetensors" % n, hdr({"w": f32_entry()}), four,
+               declared_len=n, needle=needle,
+               desc="header length %d against the limit of 100000000" % n)
+    # Header length against the file: the header may end exactly at the end of the file
+    # (every tensor empty), not one byte later.
+    empty = hdr({"w": entry("F32", [0], 0, 0)})
+    mount("bound-header-to-eof.safetensors", empty, b"", ["w"],
+          "header ends at the end of the file, one empty tensor")
+    h.file("bound-hdrlen-eof-plus-1.safetensors", empty, b"", declared_len=len(empty) + 1,
+           needle="header length&past the end", desc="header length one byte past the end of the file")
+    mount("bound-hdrlen-eof-minus-1.safetensors", empty + b" ", b"", ["w"],
+          "header with one trailing space, ending at the end of the file")
+    # The data section against the tensors: covered exactly, one byte over, one short.
+    one = hdr({"w": entry("U8", [5], 0, 5)})
+    mount("bound-data-exact.safetensors", one, b"\1" * 5, ["w"],
+          "5-byte tensor, 5-byte data section")
+    h.file("bound-data-trailing-1.safetensors", one, b"\1" * 6, needle="trailing",
+           desc="one byte after the last tensor")
+    h.file("bound-data-short-1.safetensors", one, b"\1" * 4, needle="past the end",
+           desc="last tensor ends one byte past the end of the file")
+    # Tiling: a tensor begins exactly where the previous ends, not one byte later or sooner.
+    for b, needle, what in ((3, "", "adjacent"), (4, "gap", "one-byte gap"),
+                            (2, "overlap", "one-byte overlap")):
+        name = "bound-tile-%s.safetensors" % what.replace(" ", "-")
+        header = hdr({"a": entry("U8", [3], 0, 3), "b": entry("U8", [2], b, b + 2)})
+        data = b"\1" * (b + 2)
+        if needle:
+            h.file(name, header, data, needle=needle, desc="tensors a [0,3) and b [%d,%d): %s"
+                   % (b, b + 2, what))
+        else:
+            mount(name, header, data, ["a", "b"], "tensors a [0,3) and b [3,5): adjacent")
+    # data_offsets order: end == begin is an empty tensor, end one below begin is refused.
+    mount("bound-offsets-empty.safetensors",
+          hdr({"a": entry("U8", [2], 0, 2), "e": entry("U8", [0], 2, 2)}), b"\1\1",
+          ["a", "e"], "data_offsets [2,2]: an empty tensor")
+    h.file("bound-offsets-end-minus-1.safetensors",
+           hdr({"a": entry("U8", [2], 0, 2), "e": entry("U8", [0], 2, 1)}), b"\1\1",
+           needle="before begin", desc="data_offsets [2,1]: end one below begin")
+    # The byte span against shape x dtype: equal, one over, one under.
+    for span, needle in ((8, ""), (9, "span"), (7, "span")):
+        name = "bound-span-%d.safetensors" % span
+        header = hdr({"w": entry("F32", [2], 0, span)})
+        if needle:
+            h.file(name, header, b"\1" * span, needle=needle,
+                   desc="F32 [2] needs 8 bytes, data_offsets span %d" % span)
+        else:
+            mount(name, header, b"\1" * 8, ["w"], "F32 [2] in exactly 8 bytes")
+    # Dims: 32 is the most a shape may have.
+    for nd in (31, 32, 33):
+        name = "bound-ndim-%d.safetensors" % nd
+        header = hdr({"w": entry("U8", [1] * nd, 0, 1)})
+        if nd <= 32:
+            mount(name, header, b"\1", ["w"], "shape of %d dims of 1" % nd)
+        else:
+            h.file(name, header, b"\1", needle="32 dims", desc="shape of 33 dims of 1")
+    # The format probe (a file not named .safetensors is recognised by its first bytes
+    # only): at least 10 bytes, a header length of 2 to 100,000,000, then a '{'.
+    probe_cases = (
+        ("bound-probe-10-bytes.st", struct.pack("<Q", 2) + b"{}", []),
+        ("bound-probe-9-bytes.st", struct.pack("<Q", 2) + b"{", "knows"),
+        ("bound-probe-hdrlen-1.st", struct.pack("<Q", 1) + b"{  ", "knows"),
+        ("bound-probe-hdrlen-limit.st", struct.pack("<Q", 100_000_000) + b"{}",
+         "header length&past the end"),
+        ("bound-probe-hdrlen-over.st", struct.pack("<Q", 100_000_001) + b"{}", "knows"),
+    )
+    for name, data, want in probe_cases:
+        with open(os.path.join(h.root, name), "wb") as f:
+            f.write(data)
+        if isinstance(want, list):
+            h.names[name] = want
+            h.add(name, "mount", "", "recognised by its first bytes: %d bytes" % len(data))
+        else:
+            h.add(name, "refuse", want, "first bytes %s, %d bytes, not named .safetensors"
+                  % (data[:8].hex(), len(data)))
 
 
 def hf_dir(h, case, index, shards=(), index_text=None):

@@ -13,8 +13,17 @@ help=$("$CKPTFS" --help)
 ok $? "ckptfs --help exits 0"
 lines=$(printf '%s\n' "$help" | wc -l)
 [ "$lines" -le 30 ]; ok $? "--help fits a screen ($lines lines)"
-for opt in $(printf '%s\n' "$help" | grep -oE '^  [a-z_]+(=|,)' | tr -d ' =,'); do
-    grep -q -- "$opt" "$root/man/ckptfs.1"; ok $? "option $opt is in ckptfs(1)"
+# The -o names of --help: the first column of the Options lines ("splice, nosplice",
+# "max_threads=N") and the "also spool=DIR, nocommit, ..." list of the staging line.
+opts=$(printf '%s\n' "$help" | sed -n '/^Options (-o):/,/^$/p' |
+       sed -nE 's/^  ([a-z_]+(=[A-Za-z0-9:_]+)?(, [a-z_]+(=[A-Za-z0-9:_]+)?)*)( {2,}.*|$)/\1/p;
+                s/^ +also (.*)$/\1/p' | grep -oE '(^|, )[a-z_]+' | tr -d ' ,' | sort -u)
+[ "$(printf '%s\n' $opts | wc -l)" -ge 12 ]; ok $? "--help lists the -o options ($(echo $opts))"
+# Each must be documented as an option: a whole word (so "splice" is not found inside
+# "nosplice", nor "view" inside "overview") on a bold font line, as the OPTIONS entries are.
+for opt in $opts; do
+    grep -qE "^\.(B|BI|BR|RB)( |.*[ \"(])$opt([^a-z_0-9]|\$)" "$root/man/ckptfs.1"
+    ok $? "option $opt is in ckptfs(1) (whole word, bold)"
 done
 echo "1..$n"
 exit $fail

@@ -44,10 +44,28 @@ ok $? "refused: no OUT and no temporary file"
 "$CKPTFS" convert "$FIXTURES/sharded" 2>/dev/null; [ $? = 1 ]; ok $? "missing OUT: usage error"
 "$CKPTFS" convert "$FIXTURES/sharded" "$tmp/y" --max-shard-size nope 2>/dev/null
 [ $? = 1 ]; ok $? "bad --max-shard-size: usage error"
+# A read-only destination. Root writes through mode bits, so as root the directory is a
+# tmpfs mounted read-only in a private mount namespace (gone when the command ends).
 mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+ro_convert() {
+    "$CKPTFS" convert "$FIXTURES/sharded" "$tmp/ro/z.safetensors" 2>"$tmp/err"
+    echo "exit $?: $(head -1 "$tmp/err")"
+}
 if [ "$(id -u)" != 0 ]; then
-    "$CKPTFS" convert "$FIXTURES/sharded" "$tmp/ro/z.safetensors" 2>/dev/null
-    [ $? = 4 ]; ok $? "read-only destination: output error"
+    how="mode 555"; got=$(ro_convert)
+elif unshare -m --propagation private true 2>/dev/null; then
+    how="read-only tmpfs"
+    got=$(tmp=$tmp CKPTFS=$CKPTFS FIXTURES=$FIXTURES unshare -m --propagation private bash -c \
+          'mount -t tmpfs -o ro tmpfs "$1" || exit 99; '"$(declare -f ro_convert)"'; ro_convert' \
+          _ "$tmp/ro" 2>&1)
+else
+    how=""
+fi
+if [ -n "$how" ]; then
+    case $got in "exit 4: "*"$tmp/ro"*) r=0 ;; *) r=1 ;; esac
+    ok $r "read-only destination ($how): exit 4, one line naming it [$got]"
+else
+    echo "ok $((n += 1)) - read-only destination # SKIP root without unshare -m: no way to make a directory root cannot write"
 fi
 echo "1..$n"
 exit $fail

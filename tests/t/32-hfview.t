@@ -609,8 +609,7 @@ def run_hostile_mount_cases(ctx):
     """Valid sources with hostile names: their names and bytes survive the view."""
     root = os.path.join(ctx.fixtures, "hostile")
     names_path = os.path.join(root, "mount-names.json")
-    if not os.path.isfile(names_path):
-        ctx.tap.diag("no %s: hostile name cases skipped" % names_path)
+    if not ctx.tap.ok(os.path.isfile(names_path), "the generator wrote %s" % names_path):
         return
     with open(names_path, encoding="utf-8") as f:
         cases = json.load(f)
@@ -655,8 +654,8 @@ def tree_tensors(mnt):
 def run_other_format_cases(ctx, top_cases):
     """The fixtures of the other decoders (FIXTURES/NAME/.../manifest.json): whatever their
     catalog holds, the view must be valid safetensors holding exactly the complete tensors
-    of safetensors dtypes, with the bytes the tree shows. Their own tests cover whether
-    they mount at all, so a source that does not mount (yet) is only noted."""
+    of safetensors dtypes, with the bytes the tree shows and the dtype, shape and sha256 the
+    generator's manifest records. Every fixture with a manifest must mount."""
     found = []
     for dirpath, dirnames, filenames in os.walk(ctx.fixtures):
         rel = os.path.relpath(dirpath, ctx.fixtures)
@@ -676,12 +675,25 @@ def run_other_format_cases(ctx, top_cases):
             if isinstance(src, list):
                 src = src[0]
             source = os.path.normpath(os.path.join(case_dir, src))
-            recorded = {t["name"]: t for t in manifest.get("tensors", [])
-                        if isinstance(t, dict) and isinstance(t.get("name"), str)}
-        except (OSError, ValueError, TypeError, KeyError, IndexError) as e:
-            ctx.tap.diag("%s: manifest not understood (%s), skipped" % (rel, e))
+            if "skip" in manifest:  # the generator had no sample to write this case from
+                ctx.tap.skip("%s: HF view" % rel, manifest["skip"])
+                continue
+            entries = manifest.get("tensors")
+            if entries is None:  # MLFramework: the tensors of the mount without options
+                entries = next(m["tensors"] for m in manifest["mounts"]
+                               if not m.get("options"))
+            recorded = {t["name"]: t for t in entries}
+            if len(recorded) != len(entries):
+                raise ValueError("a name is listed twice")
+        except (OSError, ValueError, TypeError, KeyError, IndexError, StopIteration) as e:
+            ctx.tap.ok(False, "%s: the manifest lists the tensors" % rel, [repr(e)])
             continue
-        with mounted(ctx, source, None, rel, required=False) as mnt:
+        # The view's reference: the generator's record of the complete, model (not aside)
+        # tensors of safetensors dtypes.
+        expected = {n: t for n, t in recorded.items()
+                    if t.get("dtype") in DTYPE_BITS and not t.get("incomplete") and
+                    not t.get("aside") and not str(t.get("path", "")).startswith("optim/")}
+        with mounted(ctx, source, None, rel) as mnt:
             if not mnt:
                 continue
             problems = []
@@ -695,10 +707,8 @@ def run_other_format_cases(ctx, top_cases):
             try:
                 tree = tree_tensors(mnt)
             except ValueError as e:
-                # A broken sidecar is the decoder's bug, reported by its own test; without
-                # the tree's dtypes there is nothing to compare the view with.
-                ctx.tap.diag("%s: a tree sidecar does not parse (%s); content check skipped"
-                             % (rel, e))
+                # Without the tree's dtypes there is nothing to compare the view with.
+                ctx.tap.ok(False, "%s: every tree sidecar parses" % rel, [str(e)])
                 continue
             want = {}
             for name, (sc, raw) in tree.items():
@@ -721,13 +731,21 @@ def run_other_format_cases(ctx, top_cases):
                                                                  sc.get("dtype"), sc.get("shape")))
                 elif guarded(problems, read_bytes, raw) != got:
                     problems.append("%r: bytes differ from the tree's %s" % (name, raw))
-                rec = recorded.get(name)
-                if rec and rec.get("sha256") and rec.get("dtype") == dt and \
-                        rec["sha256"] != sha(got):
-                    problems.append("%r: sha256 differs from the manifest" % name)
             ctx.tap.ok(not problems, "%s: view holds the %d complete safetensors-dtype "
                        "tensors of the tree with their bytes (%d left out)"
                        % (rel, len(want), len(left_out)), problems)
+            problems = ["missing: %r" % n for n in sorted(set(expected) - set(view.tensors))]
+            problems += ["extra: %r" % n for n in sorted(set(view.tensors) - set(expected))]
+            for name in sorted(set(expected) & set(view.tensors)):
+                rec = expected[name]
+                dt, shape, _, _ = view.tensors[name]
+                if (dt, shape) != (rec["dtype"], list(rec["shape"])) or \
+                        sha(view.tensor_bytes(data, name)) != rec["sha256"]:
+                    problems.append("%r: %s%s, manifest %s%s, or its sha256 differs"
+                                    % (name, dt, shape, rec["dtype"], rec["shape"]))
+            ctx.tap.ok(not problems, "%s: view holds exactly the manifest's %d complete "
+                       "safetensors-dtype tensors, with their sha256" % (rel, len(expected)),
+                       problems[:10])
 
 
 # ---------------------------------------------------------------------------

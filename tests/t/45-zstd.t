@@ -27,7 +27,11 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib",
+                                "readers"))
+import gguf_reader  # noqa: E402
 import hostile  # noqa: E402
+from dequant import CONVERT  # noqa: E402
 from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import case_dirs, mounted, read_bytes, read_json, run, tree_bytes  # noqa: E402
 
@@ -125,37 +129,64 @@ def interleaved_read(path, size):
 
 # ---------------------------------------------------------------------------
 
-def plain_mount(ckptfs, path, cache):
+def reference_tensors(tap, root, m, cache):
+    """{manifest path: bytes} of every tensor of the plain checkpoint, read by this test's own
+    readers (safetensors here, GGUF by tests/lib/readers/gguf_reader.py), never by ckptfs.
+    One TAP line: the reference was built and agrees with the generator's manifest; a
+    reference that cannot be built fails it (and the comparisons then fail, not pass)."""
+    plain = os.path.join(root, m["plain"])
+    if plain not in cache:
+        problems, by_name = [], {}
+        try:
+            if m["format"] == "gguf":
+                g = gguf_reader.read(plain)
+                by_name = {t.name: gguf_reader.tensor_bytes(g, t) for t in g.tensors}
+            else:
+                by_name = plain_tensors(plain)
+        except (OSError, ValueError, KeyError, struct.error, gguf_reader.GGUFError) as e:
+            problems.append("%s: %s" % (m["plain"], e))
+        cache[plain] = by_name, problems
+    by_name, problems = cache[plain]
+    problems = list(problems)
+    got = {}
+    for t in m["tensors"]:
+        data = by_name.get(t["name"])
+        if data is None or len(data) != t["nbytes"] or sha(data) != t["sha256"]:
+            problems.append("%s: %s" % (t["name"], "missing" if data is None else
+                                        "%d bytes, sha256 differs from the manifest" % len(data)))
+        else:
+            got[t["path"]] = data
+    tap.ok(not problems, "reference: %d tensors of %s read by the tests' own reader equal the "
+           "manifest" % (len(got), m["plain"]), problems[:5])
+    return got
+
+
+def plain_mount(tap, ckptfs, path, cache):
+    """Every file of the plain checkpoint's mount: the reference for the files that are not
+    tensor bytes (sidecars, documents), which a .zst must not change either. Its mount and
+    unmount are TAP lines: a reference mount that fails fails the test."""
     if path not in cache:
         got = {}
-        mounted(_Silent(), ckptfs, path, path, lambda mnt: got.update(tree_bytes(mnt)))
+        mounted(tap, ckptfs, path, "reference %s" % os.path.basename(path),
+                lambda mnt: got.update(tree_bytes(mnt)))
+        tap.ok(bool(got), "reference mount of %s has files (%d)" % (path, len(got)))
         cache[path] = got
     return cache[path]
 
 
-class _Silent:
-    """A Tap that only counts, for mounting the reference checkpoint."""
-    failed = 0
-
-    def ok(self, cond, desc, diag=()):
-        if not cond:
-            self.failed += 1
-            print("# reference mount: %s: %s" % (desc, list(diag)))
-        return cond
-
-
-def run_good(tap, ckptfs, root, case, plain_cache):
+def run_good(tap, ckptfs, root, case, plain_cache, reader_cache):
     d = os.path.join(root, case)
     m = read_json(os.path.join(d, "manifest.json"))
     src = os.path.join(d, m["source"])
     plain = os.path.join(root, m["plain"])
-    reference = plain_mount(ckptfs, plain, plain_cache)
+    want = reference_tensors(tap, root, m, reader_cache)
+    reference = plain_mount(tap, ckptfs, plain, plain_cache)
     tensors = m["tensors"]
 
     def checks(mnt):
         if tensors:
-            files = [(os.path.join(mnt, t["path"]), reference.get(t["path"], b""))
-                     for t in tensors]
+            files = [(os.path.join(mnt, t["path"]), want.get(t["path"], b""))
+                     for t in tensors if t["nbytes"]]
             random_reads(tap, case, files, len(case))
         problems = []
         for t in tensors:
@@ -189,6 +220,8 @@ def run_good(tap, ckptfs, root, case, plain_cache):
         problems += ["unexpected " + p for p in sorted(set(got) - set(reference))]
         problems += ["differs: " + p for p in sorted(set(got) & set(reference))
                      if got[p] != reference[p]]
+        problems += ["tensor %s: not the reader's bytes" % p for p in want
+                     if got.get(p) != want[p]]
         tap.ok(not problems, "%s: all %d files equal the plain %s's mount"
                % (case, len(got), os.path.basename(plain)), problems[:10])
 
@@ -212,21 +245,34 @@ def run_good(tap, ckptfs, root, case, plain_cache):
             out2.decode(errors="replace")[-300:], err2.decode(errors="replace")])
 
 
-def run_options(tap, ckptfs, root):
+def run_options(tap, ckptfs, root, reader_cache):
     """-o splice (the kernel cannot splice decompressed bytes: they are copied) and
-    -o as_dtype=f32 (GGUF blocks converted on read) give the plain file's bytes."""
+    -o as_dtype=f32 (GGUF blocks converted on read) give the plain file's bytes, as this
+    test's own readers and dequantizers (tests/lib/readers/dequant.py) compute them."""
     for case, opts in (("aligned-1mib", "splice"), ("gguf-frames", "as_dtype=f32,splice")):
         d = os.path.join(root, case)
         m = read_json(os.path.join(d, "manifest.json"))
-        want, got = {}, {}
-        mounted(_Silent(), ckptfs, os.path.join(root, m["plain"]), case,
-                lambda mnt: want.update(tree_bytes(mnt)), options=["-o", opts])
+        raw = reference_tensors(tap, root, m, reader_cache)
+        want = {}
+        for t in m["tensors"]:
+            if t["path"] not in raw:
+                continue
+            convert = CONVERT.get(t["dtype"]) if "as_dtype=f32" in opts else None
+            path = t["path"]
+            if convert:
+                # A converted tensor is shown under its F32 name (NAME.raw stays NAME.raw).
+                want[path] = convert(raw[path]).tobytes()
+            else:
+                want[path] = raw[path]
+        got = {}
         mounted(tap, ckptfs, os.path.join(d, m["source"]), "%s -o %s" % (case, opts),
-                lambda mnt: got.update(tree_bytes(mnt)), options=["-o", opts])
-        paths = [t["path"] for t in m["tensors"]]
-        bad = [p for p in paths if got.get(p) is None or got.get(p) != want.get(p)]
-        tap.ok(paths and not bad, "%s -o %s: %d tensors equal the plain file's"
-               % (case, opts, len(paths)), bad)
+                lambda mnt: got.update({p: read_bytes(os.path.join(mnt, p)) for p in want}),
+                options=["-o", opts])
+        converted = sum(1 for t in m["tensors"] if "as_dtype" in opts and t["dtype"] in CONVERT)
+        bad = [p for p in want if got.get(p) != want[p]]
+        tap.ok(len(want) == len(m["tensors"]) and want and not bad,
+               "%s -o %s: %d tensors (%d converted) equal the reference" %
+               (case, opts, len(want), converted), bad)
 
 
 def run_changed(tap, ckptfs, root):
@@ -305,10 +351,10 @@ def run_late(tap, ckptfs, root):
 def body(tap, ckptfs, root):
     cases = case_dirs(root)
     tap.ok(len(cases) >= 6, "found %d good cases in %s" % (len(cases), root))
-    plain_cache = {}
+    plain_cache, reader_cache = {}, {}
     for case in cases:
-        run_good(tap, ckptfs, root, case, plain_cache)
-    run_options(tap, ckptfs, root)
+        run_good(tap, ckptfs, root, case, plain_cache, reader_cache)
+    run_options(tap, ckptfs, root, reader_cache)
     run_changed(tap, ckptfs, root)
     run_nonseekable(tap, ckptfs, root)
     hostile.run_cases(tap, ckptfs, os.path.join(root, "hostile"), min_cases=35, named=True)

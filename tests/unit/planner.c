@@ -170,6 +170,22 @@ int main(void) {
         ok(rc != 0 && strstr(err.msg, "overlap"), "partially overlapping pieces refused: %s",
            err.msg);
         ckpt_close(cat);
+        /* Boxes that differ by one element, in either order, are not replicas: the second
+         * piece starting one before or after the first, or one element longer or shorter. */
+        static const uint64_t boxes[][4] = {{1, 2, 0, 2}, {0, 2, 1, 2}, {0, 2, 0, 3}, {0, 3, 0, 2}};
+        for (size_t i = 0; i < N(boxes); i++) {
+            cat = fresh();
+            uint64_t oa[] = {boxes[i][0]}, sa[] = {boxes[i][1]}, ob[] = {boxes[i][2]},
+                     sb[] = {boxes[i][3]};
+            catalog_add_tensor(cat, "o", 1, CKPT_U8, 1, shape, &ti, &err);
+            catalog_add_piece(cat, ti, 0, 0, oa, sa, NULL, &err);
+            catalog_add_piece(cat, ti, 0, 8, ob, sb, NULL, &err);
+            only_tensor(cat, &rc, &err);
+            ok(rc != 0 && strstr(err.msg, "overlap"),
+               "pieces [%llu,+%llu) then [%llu,+%llu): overlap refused", (unsigned long long)oa[0],
+               (unsigned long long)sa[0], (unsigned long long)ob[0], (unsigned long long)sb[0]);
+            ckpt_close(cat);
+        }
     }
     { /* 2-D grid: [4,4] U8 in four 2x2 quadrants, in four places */
         ckpt_catalog *cat = fresh();
@@ -231,6 +247,108 @@ int main(void) {
         rc = catalog_add_tensor(cat, "big", 3, CKPT_U8, 2, huge, &ti, &err);
         ok(rc != 0 && strstr(err.msg, "overflow"), "shape product overflow refused");
         ckpt_close(cat);
+    }
+    { /* each bound of check_piece at exactly the bound and one over: a piece may end at the
+       * end of its 4096-byte file and at the end of the shape, never one past */
+        static const struct {
+            const char *what;
+            ckpt_dtype dtype;
+            uint64_t file_offset, stride0; /* stride0: row stride of a [2,2] piece, 0 = dense */
+            int refused;
+        } file_cases[] = {
+            {"F64 scalar ending at EOF", CKPT_F64, 4088, 0, 0},
+            {"F64 scalar 1 byte past EOF", CKPT_F64, 4089, 0, 1},
+            {"strided [2,2] U8 (strides 4,1; 6 bytes) ending at EOF", CKPT_U8, 4090, 4, 0},
+            {"strided [2,2] U8 (strides 4,1; 6 bytes) 1 byte past EOF", CKPT_U8, 4091, 4, 1},
+            {"Q8_0 block (32 elements, 34 bytes) ending at EOF", CKPT_Q8_0, 4062, 0, 0},
+            {"Q8_0 block (32 elements, 34 bytes) 1 byte past EOF", CKPT_Q8_0, 4063, 0, 1},
+        };
+        for (size_t i = 0; i < N(file_cases); i++) {
+            ckpt_catalog *cat = fresh();
+            bool q = file_cases[i].dtype == CKPT_Q8_0, strided = file_cases[i].stride0 != 0;
+            uint64_t shape2[] = {2, 2}, shapeq[] = {32}, st[] = {file_cases[i].stride0, 1};
+            uint32_t nd = q ? 1 : file_cases[i].dtype == CKPT_F64 ? 0 : 2;
+            catalog_add_tensor(cat, "b", 1, file_cases[i].dtype, nd, q ? shapeq : shape2, &ti,
+                               &err);
+            catalog_add_piece(cat, ti, 0, file_cases[i].file_offset, NULL, NULL,
+                              strided ? st : NULL, &err);
+            only_tensor(cat, &rc, &err);
+            if (file_cases[i].refused)
+                ok(rc != 0 && strstr(err.msg, "past the end"), "%s: refused (%s)",
+                   file_cases[i].what, rc ? err.msg : "accepted");
+            else
+                ok(rc == 0, "%s: accepted%s%s", file_cases[i].what, rc ? ": " : "",
+                   rc ? err.msg : "");
+            ckpt_close(cat);
+        }
+        /* [6] U8 in pieces [0,k) and [k,6): the second ends exactly at the shape's end; one
+         * element longer lies outside it */
+        for (uint64_t extra = 0; extra <= 1; extra++) {
+            ckpt_catalog *cat = fresh();
+            uint64_t shape[] = {6}, o0[] = {0}, s0[] = {2}, o1[] = {2}, s1[] = {4 + extra};
+            catalog_add_tensor(cat, "e", 1, CKPT_U8, 1, shape, &ti, &err);
+            catalog_add_piece(cat, ti, 0, 0, o0, s0, NULL, &err);
+            catalog_add_piece(cat, ti, 1, 0, o1, s1, NULL, &err);
+            const ckpt_tensor *t = only_tensor(cat, &rc, &err);
+            if (extra)
+                ok(rc != 0 && strstr(err.msg, "outside the shape"),
+                   "piece [2,7) of a [6] tensor: outside the shape (%s)",
+                   rc ? err.msg : "accepted");
+            else
+                ok(t && !t->incomplete, "pieces [0,2) and [2,6) of a [6] tensor: complete");
+            ckpt_close(cat);
+        }
+    }
+    { /* ckpt_plan's bounds: the last byte, the first byte past the end, and a length that
+       * ends exactly at, one under and one over nbytes (fast path and indexed path) */
+        for (int indexed = 0; indexed <= 1; indexed++) {
+            ckpt_catalog *cat = fresh();
+            uint64_t shape[] = {8}, o0[] = {0}, s0[] = {4}, o1[] = {4}, s1[] = {4};
+            catalog_add_tensor(cat, "r", 1, CKPT_U8, 1, shape, &ti, &err);
+            if (indexed) {
+                catalog_add_piece(cat, ti, 0, 100, o0, s0, NULL, &err);
+                catalog_add_piece(cat, ti, 1, 200, o1, s1, NULL, &err);
+            } else {
+                catalog_add_piece(cat, ti, 1, 196, NULL, NULL, NULL, &err);
+            }
+            const ckpt_tensor *t = only_tensor(cat, &rc, &err);
+            const char *how = indexed ? "indexed" : "one piece";
+            expect last[] = {{F, 1, 203, 1}};
+            check_plan(t, 7, 1, last, N(last),
+                       indexed ? "indexed: the last byte" : "one piece: the last byte");
+            ckpt_segment seg[4];
+            uint64_t done = 99;
+            size_t n = ckpt_plan(t, 8, 1, seg, 4, &done);
+            ok(n == 0 && done == 0, "%s: a read at nbytes gives nothing (%zu, %llu)", how, n,
+               (unsigned long long)done);
+            for (uint64_t len = 3; len <= 5; len++) {
+                n = ckpt_plan(t, 4, len, seg, 4, &done);
+                uint64_t want = len < 4 ? len : 4;
+                ok(n == 1 && done == want && seg[0].offset == 200 && seg[0].length == want,
+                   "%s: %llu bytes from 4 of 8 give %llu (%zu segs, %llu)", how,
+                   (unsigned long long)len, (unsigned long long)want, n, (unsigned long long)done);
+            }
+            ckpt_close(cat);
+        }
+    }
+    { /* row-major is decided by the dims of more than one element: a stride of a dim of
+       * size 1 is never used, so [1,4] with strides {7,1} takes the fast path, and [2,4]
+       * with strides {5,1} (a padded row) needs the index */
+        for (int padded = 0; padded <= 1; padded++) {
+            ckpt_catalog *cat = fresh();
+            uint64_t shape[] = {padded ? 2u : 1u, 4}, st[] = {padded ? 5u : 7u, 1};
+            catalog_add_tensor(cat, "m", 1, CKPT_F32, 2, shape, &ti, &err);
+            catalog_add_piece(cat, ti, 0, 0, NULL, NULL, st, &err);
+            const ckpt_tensor *t = only_tensor(cat, &rc, &err);
+            ok(t && (t->index != NULL) == padded, "%s: %s",
+               padded ? "[2,4] strides {5,1}" : "[1,4] strides {7,1}",
+               padded ? "indexed (rows are 5 apart)" : "row-major, no index");
+            if (padded && t) {
+                expect w[] = {{F, 0, 20, 16}};
+                check_plan(t, 16, 16, w, N(w), "[2,4] strides {5,1}: row 1 starts at element 5");
+            }
+            ckpt_close(cat);
+        }
     }
     { /* virtual file: header + tensor + trailer */
         ckpt_catalog *cat = fresh();

@@ -1,0 +1,291 @@
+#!/usr/bin/python3
+"""Mutation testing of the decoders' and the planner's bounds checks: does the suite notice
+when a check moves by one?
+
+Each mutant changes one comparison of an if/while condition of a core/ file, where an operand
+looks like a length, offset, size or count (type tags, pointers and loop indexes are left out):
+  boundary   a > b  <->  a >= b,  a < b  <->  a <= b   (the check moves by one)
+  shift      a > b  ->  a > (b + 1), a < b  ->  a < (b - 1), ...; a == b, a != b  ->  b + 1, b - 1
+  one-sided  a != b  ->  a > b, a < b                   (an exact check lets one side through)
+The mutants are built in a snapshot of the tree (OUT/src, built with -Werror: a mutant that
+does not compile or warns is not counted), then the fast tests that concern the file run, its
+own first, stopping at the first failure. A mutant that fails a test, or hangs one past 5x its
+unmutated time (twice: a busy machine is not a hang), is killed; one that passes them all
+survived. Survivors are either gaps in the suite or equivalent mutants (the report lists them
+to judge).
+
+  tests/mutate/mutate.py [--files core/planner.c,core/formats/gguf.c] [--limit N] [--list]
+Run by `make mutate` (not part of `make check`: about half a minute per mutant). Results:
+OUT/report.txt (OUT = build/mutate by default: one line per mutant, then a summary).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DEFAULT_FILES = ["core/planner.c", "core/formats/safetensors.c"]
+TEST_TIMEOUT = 60
+# Slow or environment-bound tests stay out: stress and valgrind runs, fault injection, the
+# staging mount, installation and the man-page lint.
+SLOW = {"10-man.t", "21-mount-helper.t", "23-install.t", "50-stress.t", "51-faults.t",
+        "52-valgrind.t"}
+SLOW_PREFIXES = ("7",)  # 7x: the staging mount
+# Tests of several seconds run only for the files that name them in FIRST: a mutant that
+# survives costs the whole relevant set, so the set stays at about ten seconds.
+ONLY_WHERE_NAMED = {"22-subcommands.t", "32-hfview.t", "unit/segread.t",
+                    "unit/zstd_seekable.t"}
+# Tests that concern a source file most, run first (a killed mutant then costs one test).
+FIRST = {
+    "planner": ["unit/planner.t", "30-mount-fixtures.t", "36-dcp.t", "33-dcphf.t", "34-mlfw.t"],
+    "safetensors": ["30-mount-fixtures.t", "31-hostile.t", "32-hfview.t"],
+    "gguf": ["unit/gguf_decode.t", "41-gguf.t", "60-convert-gguf.t"],
+    "dcp": ["36-dcp.t", "33-dcphf.t"], "dcp_hf": ["33-dcphf.t"],
+    "torch_zip": ["40-torch.t"], "zip": ["40-torch.t"], "pickle": ["unit/pickle.t", "40-torch.t"],
+    "gptrs": ["42-gptrs.t", "62-convert-gptrs.t"], "lwt": ["43-lwt.t", "61-convert-lwt.t"],
+    "burnpack": ["44-burnpack.t", "63-convert-burnpack.t"], "mlfw_tp": ["34-mlfw.t"],
+    "nemo_step": ["37-nemo.t"], "hf_dir": ["32-hfview.t", "30-mount-fixtures.t"],
+    "zstd_seekable": ["unit/zstd_seekable.t", "45-zstd.t", "64-convert-zstd.t"],
+}
+
+COND_START = re.compile(r"^\s*(?:\}\s*else\s+)?(?:if|while)\s*\(")
+# Comparison operators, not parts of ->, <<, >>, <<=, >>=.
+CMP = re.compile(r"(?<![-<>=!])(>=|<=|==|!=|>|<)(?![<>=])")
+# A simple right operand: a name with member accesses and indexes, or a number.
+OPERAND = re.compile(r"\s*((?:[A-Za-z_]\w*(?:(?:->|\.)\w+|\[[^\[\]]*\])*)|\d+[uUlL]*)")
+
+FLIP = {">": ">=", ">=": ">", "<": "<=", "<=": "<"}
+# The left operand: back to the nearest (, &&, ||, !, comma or statement start.
+LEFT_STOP = re.compile(r"\(|&&|\|\||!(?!=)|,|;|\?|:")
+# Bounds checks compare lengths, offsets, sizes and counts; type tags, pointers and
+# loop indexes are something else.
+BOUNDS = re.compile(r"(?i)size|len|end|count|off|limit|max|min|bytes|numel|pos|cap|room|"
+                    r"left|remain|total|ndim|nb|extent|span|avail|need|have|at\b|^\s*n\b|\bn\s*$")
+NOT_BOUNDS = re.compile(r"type|kind|NULL|->head|->next|\bc\b")
+
+
+def condition_lines(text):
+    """Line numbers (0-based) that belong to an if/while condition."""
+    lines = text.split("\n")
+    out = []
+    depth, inside = 0, False
+    for i, line in enumerate(lines):
+        code = line.split("//")[0]
+        if not inside and COND_START.match(code):
+            inside, depth = True, 0
+        if inside:
+            out.append(i)
+            for ch in code:
+                if ch == "(":
+                    depth += 1
+                elif ch == ")":
+                    depth -= 1
+                    if depth == 0:
+                        inside = False
+                        break
+    return lines, out
+
+
+def strip_strings(line):
+    """The line with string and char literals blanked, so operators inside them are skipped."""
+    return re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', lambda m: " " * len(m.group()), line)
+
+
+def mutants_of(path):
+    text = open(os.path.join(ROOT, path)).read()
+    lines, cond = condition_lines(text)
+    out = []
+    for i in cond:
+        line = lines[i]
+        if line.lstrip().startswith(("/*", "*", "#")):
+            continue
+        code = strip_strings(line)
+        for m in CMP.finditer(code):
+            op, a, b = m.group(1), m.start(1), m.end(1)
+            rhs = OPERAND.match(line, b)
+            left = LEFT_STOP.split(code[:a])[-1]
+            right = rhs.group(1) if rhs else code[b:b + 30]
+            if not BOUNDS.search(left + " " + right) or NOT_BOUNDS.search(left + " " + right):
+                continue
+            variants = []
+            if op in FLIP:
+                variants.append(("boundary", line[:a] + FLIP[op] + line[b:]))
+            if op == "!=":
+                for one in (">", "<"):
+                    variants.append(("one-sided", line[:a] + one + line[b:]))
+            # Shifting a 0 or 1 of an (in)equality makes an emptiness test into nonsense, not
+            # a bound that moved; the boundary flip covers those.
+            trivial = op in ("==", "!=") and rhs and rhs.group(1) in ("0", "1")
+            if rhs and not trivial and line[rhs.end():rhs.end() + 1] != "(":
+                s, e = rhs.start(1), rhs.end(1)
+                # For < and > the boundary flip already moves the bound one way.
+                steps = {">": ["+ 1"], ">=": ["- 1"], "<": ["- 1"], "<=": ["+ 1"]}.get(
+                    op, ["+ 1", "- 1"])
+                for d in steps:
+                    variants.append(("shift", line[:s] + "(" + line[s:e] + " " + d + ")" + line[e:]))
+            for kind, new in variants:
+                out.append({"file": path, "line": i + 1, "kind": kind, "old": line, "new": new})
+    return out
+
+
+def run(cmd, cwd, timeout, env=None, log=None):
+    """Runs cmd in its own process group; returns (rc or 'timeout', seconds)."""
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log or subprocess.DEVNULL,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        rc = "timeout"
+    return rc, time.monotonic() - start
+
+
+def unmount_leftovers(tmp):
+    """Unmounts FUSE mounts a killed test left under its own TMPDIR (only ours)."""
+    try:
+        mounts = [l.split()[4] for l in open("/proc/self/mountinfo")]
+    except OSError:
+        return
+    for m in mounts:
+        if m.startswith(tmp + "/"):
+            subprocess.run(["fusermount3", "-u", "-z", m], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+
+def fast_tests(src):
+    units = sorted("unit/" + f for f in os.listdir(os.path.join(src, "build", "unit"))
+                   if f.endswith(".t"))
+    tests = sorted(f for f in os.listdir(os.path.join(src, "tests", "t"))
+                   if f.endswith(".t") and f not in SLOW and not f.startswith(SLOW_PREFIXES))
+    return units + tests
+
+
+def relevant(tests, path):
+    """The tests for a mutant of path: its own first, then the fast rest."""
+    stem = os.path.basename(path)[:-2]
+    first = [t for t in FIRST.get(stem, []) if t in tests]
+    return first + [t for t in tests if t not in first and t not in ONLY_WHERE_NAMED]
+
+
+def test_cmd(src, test):
+    if test.startswith("unit/"):
+        return [os.path.join(src, "build", test)]
+    path = os.path.join(src, "tests", "t", test)
+    first = open(path).readline()
+    return [first[2:].split()[0] if first.startswith("#!") else "/bin/sh", path]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--files", default=",".join(DEFAULT_FILES),
+                    help="comma-separated core/ sources to mutate (default: %(default)s)")
+    ap.add_argument("--limit", type=int, default=0, help="at most N mutants per file")
+    ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "mutate"))
+    args = ap.parse_args()
+    args.out = os.path.abspath(args.out)
+
+    mutants = []
+    for f in args.files.split(","):
+        ms = mutants_of(f.strip())
+        mutants += ms[:args.limit] if args.limit else ms
+    if args.list:
+        for m in mutants:
+            print("%s:%d %s: %s" % (m["file"], m["line"], m["kind"], m["new"].strip()))
+        print("%d mutants" % len(mutants))
+        return 0
+
+    src = os.path.join(args.out, "src")
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    # A snapshot of the tree: edits to the worktree during a run do not change its results.
+    for d in ("core", "fs", "tests/unit", "tests/t", "tests/lib", "tests/gen", "tests/fixtures",
+              "man", "mount-helpers"):
+        shutil.copytree(os.path.join(ROOT, d), os.path.join(src, d))
+    for f in ("Makefile", "README.md"):
+        shutil.copy(os.path.join(ROOT, f), src)
+    make = ["make", "-s", "-j2", "B=build", "build/ckptfs", "build/tools/convert_tool",
+            "build/fixtures/.done"]
+    units = ["build/unit/%s.t" % f[:-2] for f in os.listdir(os.path.join(src, "tests", "unit"))
+             if f.endswith(".c") and not f.endswith("_tool.c")]
+    blog = open(os.path.join(args.out, "build.log"), "w")
+    rc, _ = run(make + units, src, 900, log=blog)
+    if rc != 0:
+        print("mutate: the unmutated copy does not build (see %s/build.log)" % args.out)
+        return 1
+    files = sorted({m["file"] for m in mutants})
+    tests = [t for t in fast_tests(src) if any(t in relevant(fast_tests(src), f) for f in files)]
+    tmp = tempfile.mkdtemp(prefix="ckptfs-mutate.")
+    env = dict(os.environ, CKPTFS=os.path.join(src, "build", "ckptfs"), FIXTURES=os.path.join(src, "build", "fixtures"),
+               UNIT_DIR=os.path.join(src, "build", "unit"),
+               TOOLS=os.path.join(src, "build", "tools"), TMPDIR=tmp)
+
+    # The unmutated tree must pass, or every mutant would look killed. Its times set each
+    # test's timeout: a mutant that takes far longer is hanging (a loop that never ends).
+    timeout = {}
+    for t in tests:
+        rc, took = run(test_cmd(src, t), src, TEST_TIMEOUT, env)
+        unmount_leftovers(tmp)
+        if rc != 0:
+            print("mutate: %s fails without any mutation; fix that first" % t)
+            return 1
+        timeout[t] = max(10.0, 5 * took)
+
+    report = open(os.path.join(args.out, "report.txt"), "w")
+    counts = {"killed": 0, "survived": 0, "no-build": 0}
+    survivors = []
+    for n, m in enumerate(mutants, 1):
+        path = os.path.join(src, m["file"])
+        original = open(path).read()
+        lines = original.split("\n")
+        assert lines[m["line"] - 1] == m["old"]
+        lines[m["line"] - 1] = m["new"]
+        open(path, "w").write("\n".join(lines))
+        try:
+            rc, _ = run(make + units, src, 900, log=blog)
+            if rc != 0:
+                verdict, by = "no-build", ""
+            else:
+                verdict, by = "survived", ""
+                for t in relevant(tests, m["file"]):
+                    rc, _ = run(test_cmd(src, t), src, timeout[t], env)
+                    unmount_leftovers(tmp)
+                    if rc == "timeout":  # a busy machine, or a hang? Once more, 3x longer.
+                        rc, _ = run(test_cmd(src, t), src, 3 * timeout[t], env)
+                        unmount_leftovers(tmp)
+                    if rc != 0:
+                        verdict, by = "killed", "%s%s" % (t, " (timeout)" if rc == "timeout" else "")
+                        break
+        finally:
+            open(path, "w").write(original)
+        counts[verdict] += 1
+        line = "%-8s %s:%d %s: %s%s" % (verdict, m["file"], m["line"], m["kind"],
+                                       m["new"].strip(), "  [by %s]" % by if by else "")
+        report.write(line + "\n")
+        report.flush()
+        print("[%d/%d] %s" % (n, len(mutants), line), flush=True)
+        if verdict == "survived":
+            survivors.append(line)
+    # Leave the copy's objects matching the unmutated sources.
+    run(make + units, src, 900, log=blog)
+    shutil.rmtree(tmp, ignore_errors=True)
+    counted = counts["killed"] + counts["survived"]
+    print("\nmutants: %d built, %d killed, %d survived (%d did not build)"
+          % (counted, counts["killed"], counts["survived"], counts["no-build"]))
+    for s in survivors:
+        print("  " + s)
+    report.write("summary: %d built, %d killed, %d survived, %d no-build\n"
+                 % (counted, counts["killed"], counts["survived"], counts["no-build"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
