@@ -26,6 +26,7 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
               -Wno-format-nonliteral $(OPT) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
+MHD_LIBS    = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 CORE_LIBS   := -lcbor -lz -lzstd -lm -lcurl -lpthread
 
 # Sources are found, not listed: a new file in any folder of core/ or fs/ is built without edits.
@@ -59,7 +60,7 @@ $(B)/libckpt.a: $(CORE_OBJ)
 	ar rcs $@ $^
 
 $(B)/ckptfs: $(FS_OBJ) $(B)/libckpt.a
-	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) $(CORE_LIBS) -lpthread
+	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) $(MHD_LIBS) $(CORE_LIBS) -lpthread
 
 $(B)/unit/%.t: tests/unit/%.c tests/unit/tap.h $(B)/libckpt.a
 	@mkdir -p $(dir $@)
@@ -76,7 +77,7 @@ $(B)/bench/passthrough: tests/bench/passthrough.c
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
             python3 python3-numpy perl attr mandoc procps bash-completion libcurl4-openssl-dev \
-            nginx
+            nginx libmicrohttpd-dev curl
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

@@ -13,6 +13,7 @@
 #include "remote_opts.h"
 #include "size.h"
 #include "mount/view_job.h"
+#include "serve/serve.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -150,6 +151,7 @@ static void usage(FILE *out) {
             "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
             "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
             "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
+            "Over HTTP:    ckptfs serve SOURCE... (Hub-compatible repos; ckptfs serve --help)\n"
             "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
 }
 
@@ -256,6 +258,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "stage") == 0) return stage_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "commit") == 0) return commit_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "umount") == 0) return umount_main(argc - 1, argv + 1);
+    /* `ckptfs serve SOURCE...`: the HF view over HTTP (fs/serve/). */
+    if (argc > 1 && strcmp(argv[1], "serve") == 0) return serve_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
     ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};

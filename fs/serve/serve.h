@@ -1,0 +1,111 @@
+/* `ckptfs serve SOURCE...`: checkpoints as Hugging Face Hub repositories over HTTP.
+ *
+ * Each source is a repo `ckptfs/<name>` whose files are the HF view of the mount (config,
+ * model.safetensors or shards + index, tokenizer files) plus the mount's tensor tree under
+ * tensors/. A repo holds a snapshot: the catalog, its HF view and the mount's tree, built by the
+ * same code as the FUSE mount. When a source changes on disk a new snapshot replaces it; requests
+ * in flight keep the one they started with. */
+#ifndef CKPTFS_SERVE_H
+#define CKPTFS_SERVE_H
+
+#include "core/ckpt.h"
+#include "core/hfview.h"
+#include "mount/tree.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum {
+    SERVE_SHA_HEX = 40,               /* a git commit id, as Hub clients expect */
+    SERVE_NAME_MAX = 96,              /* repo names: [A-Za-z0-9._-], as the Hub allows */
+    SERVE_NODE_NONE = UINT32_MAX,     /* no such file */
+    SERVE_NODE_ROOT = UINT32_MAX - 1, /* the repo's top directory (the HF view + tensors/) */
+};
+
+#define SERVE_TENSORS_DIR "tensors"
+
+typedef struct serve_snapshot {
+    atomic_int refs;
+    ckpt_catalog *cat;
+    ckpt_hfview view;
+    tree tr;
+    uint32_t hf_dir; /* the tree's .ckptfs/hf directory, or SERVE_NODE_NONE */
+    char sha[SERVE_SHA_HEX + 1];
+    time_t modified; /* newest source mtime */
+    char *docs[DOC_COUNT];
+    size_t doc_len[DOC_COUNT];
+    pthread_mutex_t plot_lock; /* the per-layer SVG, drawn on its first request */
+    char *plot;
+    size_t plot_len;
+} serve_snapshot;
+
+typedef struct serve_repo {
+    char name[SERVE_NAME_MAX + 1];
+    char *source;
+    pthread_mutex_t lock; /* guards cur, checked, error */
+    serve_snapshot *cur;
+    double checked;  /* monotonic seconds of the last look at the sources */
+    char error[600]; /* why the changed source could not be opened again, or "" */
+} serve_repo;
+
+/* Opens the source into a snapshot holding one reference. */
+int serve_snapshot_open(const char *source, serve_snapshot **out, ckpt_err *err);
+void serve_snapshot_put(serve_snapshot *s);
+/* The repo's current snapshot with a reference, reopened first when a source changed (looked
+ * at most once a second). NULL with why filled when the source changed and cannot be read. */
+serve_snapshot *serve_repo_get(serve_repo *r, char *why, size_t why_len);
+
+/* A file or directory of the repo by its path ("" is the top): a tree node, SERVE_NODE_ROOT or
+ * SERVE_NODE_NONE. Components "", "." and ".." never match. */
+uint32_t serve_lookup(const serve_snapshot *s, const char *path);
+/* Whether node i of the tree is shown under tensors/ (.ckptfs/hf and stats.json are not). */
+bool serve_node_shown(const serve_snapshot *s, uint32_t i);
+/* Whether node i is a file (or folder) of the HF view, below .ckptfs/hf. */
+bool serve_in_view(const serve_snapshot *s, uint32_t i);
+/* The size of a file node; generated sidecars are sized by generating them. */
+uint64_t serve_node_size(const serve_snapshot *s, uint32_t i);
+/* The repo path of node i into sb (without a trailing slash). */
+struct strbuf;
+void serve_node_path(const serve_snapshot *s, uint32_t i, struct strbuf *sb);
+/* The files the Hub calls siblings: the HF view (aux files and synthesized ones), by name. */
+size_t serve_view_files(const serve_snapshot *s, uint32_t **out);
+
+/* The content of a file node as memory, when it is a generated document: the text (owned by
+ * the snapshot, or malloc'd into *owned for sidecars), NULL for nodes read through the planner. */
+const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, char **owned);
+/* Plans [off, off+len) of a planner-backed file node (tensor, aux, view file). */
+size_t serve_node_plan(const serve_snapshot *s, uint32_t i, uint64_t off, uint64_t len,
+                       ckpt_segment *seg, size_t cap, uint64_t *done);
+/* Whether every source behind a file node is still the file the catalog saw. */
+bool serve_node_current(const serve_snapshot *s, uint32_t i);
+
+/* The per-layer SVG (statistics of every tensor, computed once): NULL when no tensor has a
+ * layer number or on failure. */
+const char *serve_plot(serve_snapshot *s, size_t *len);
+
+/* HTML pages. */
+char *serve_html_index(serve_repo *repos, size_t n, size_t *len);
+char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len);
+
+/* The HTTP side. */
+typedef struct serve_config {
+    serve_repo *repos;
+    size_t nrepos;
+    const char *token; /* NULL: no authentication */
+    unsigned threads;
+    unsigned max_connections;
+    unsigned timeout; /* seconds a connection may stay idle */
+} serve_config;
+
+struct MHD_Daemon;
+/* Starts listening on addr (a sockaddr of addrlen bytes). NULL with a message on failure. */
+struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigned addrlen,
+                                    char *msg, size_t msg_len);
+unsigned serve_http_port(struct MHD_Daemon *d);
+void serve_http_stop(struct MHD_Daemon *d);
+
+int serve_main(int argc, char **argv);
+
+#endif
