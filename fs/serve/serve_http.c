@@ -669,6 +669,33 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return send_error(c, MHD_HTTP_NOT_FOUND, "RepoNotFound", "no such page");
 }
 
+static int hex_digit(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decoding in place, except %00: a NUL would cut the path short in C strings, so
+ * "model.safetensors%00.txt" would name model.safetensors. Left encoded it names nothing. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    char *out = s;
+    for (const char *in = s; *in;) {
+        int hi, lo;
+        if (in[0] == '%' && (hi = hex_digit(in[1])) >= 0 && (lo = hex_digit(in[2])) >= 0 &&
+            (hi | lo) != 0) {
+            *out++ = (char)(hi * 16 + lo);
+            in += 3;
+        } else {
+            *out++ = *in++;
+        }
+    }
+    *out = '\0';
+    return (size_t)(out - s);
+}
+
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     fputs("ckptfs serve: ", stderr);
@@ -687,7 +714,8 @@ struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigne
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout,
         /* Request line and headers must fit: larger ones are refused with 431 by the library. */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_UNESCAPE_CALLBACK,
+        unescape, NULL, MHD_OPTION_END);
     if (!d) snprintf(msg, msg_len, "cannot listen: %s", strerror(errno));
     return d;
 }

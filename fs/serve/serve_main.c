@@ -182,28 +182,30 @@ int serve_main(int argc, char **argv) {
             free(sources);
             return usage_error("%s needs a value", a);
         }
-        if (strcmp(a, "--listen") == 0) {
+        bool bad_count = false;
+        if (strcmp(a, "--listen") == 0)
             listen = val;
-        } else if (strcmp(a, "--token-file") == 0) {
+        else if (strcmp(a, "--token-file") == 0)
             token_file = val;
-        } else if (strcmp(a, "--max-shard-size") == 0) {
+        else if (strcmp(a, "--max-shard-size") == 0)
             max_shard = val;
-        } else if (strcmp(a, "--threads") == 0 && !parse_count(val, 1, 256, &threads)) {
-            free(sources);
-            return usage_error("--threads %s: expected 1 to 256", val);
-        } else if (strcmp(a, "--max-connections") == 0 && !parse_count(val, 1, 65536, &max_conn)) {
-            free(sources);
-            return usage_error("--max-connections %s: expected 1 to 65536", val);
-        } else if (strcmp(a, "--timeout") == 0 && !parse_count(val, 1, 86400, &timeout)) {
-            free(sources);
-            return usage_error("--timeout %s: expected 1 to 86400 seconds", val);
-        } else if (strcmp(a, "--insecure-no-auth") == 0) {
+        else if (strcmp(a, "--threads") == 0)
+            bad_count = !parse_count(val, 1, 256, &threads);
+        else if (strcmp(a, "--max-connections") == 0)
+            bad_count = !parse_count(val, 1, 65536, &max_conn);
+        else if (strcmp(a, "--timeout") == 0)
+            bad_count = !parse_count(val, 1, 86400, &timeout);
+        else if (strcmp(a, "--insecure-no-auth") == 0)
             insecure = true;
-        } else if (a[0] == '-' && a[1]) {
+        else if (a[0] == '-' && a[1]) {
             free(sources);
             return usage_error("unknown option %s", a);
-        } else {
+        } else
             sources[nsources++] = argv[i];
+        if (bad_count) {
+            free(sources);
+            fprintf(stderr, "ckptfs serve: %s %s: expected a positive count ", a, val);
+            return usage_error("%s", "(threads <= 256, connections <= 65536, timeout <= 86400)");
         }
         if (takes) i++;
     }
