@@ -5,7 +5,8 @@
 #   make demo       mount a generated sample checkpoint and show it
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
 #                   mounts, staging, .zst, stats/diff, ZeRO/Meta MP layouts, remote sources
-#                   behind a delaying proxy (tests/bench/, results in $(B)/bench-out/)
+#                   behind a delaying proxy, serve vs nginx (tests/bench/, results in
+#                   $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
@@ -130,6 +131,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
 #   make mutate MUTATE_FILES=core/planner.c,core/formats/gguf.c
