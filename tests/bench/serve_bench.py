@@ -197,6 +197,12 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
+    if not shutil.which("nginx") and os.geteuid() == 0:  # the peer, installed like peers.py's
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        cmd = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx-light"]
+        if subprocess.run(cmd, env=env).returncode != 0:
+            subprocess.run(["apt-get", "update", "-qq"], env=env)
+            subprocess.run(cmd, env=env)
     for tool in ("curl", "nginx"):
         if not shutil.which(tool):
             print("serve_bench: %s not found (apt-get install %s); skipped" % (tool, tool))
