@@ -148,10 +148,9 @@ static void usage(FILE *out) {
             "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
             "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
             "\n"
-            "Without FUSE: ckptfs ls|info|cat|verify|convert SOURCE ...  (ckptfs help)\n"
+            "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
             "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
             "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
-            "Over HTTP:    ckptfs serve SOURCE... (Hub-compatible repos; ckptfs serve --help)\n"
             "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
 }
 

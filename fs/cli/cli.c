@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "heap.h"
 #include "cli_internal.h"
+#include "serve/serve.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -32,6 +33,8 @@ static void overview(strbuf *sb) {
                 "Read a checkpoint without mounting it (no /dev/fuse needed).\n\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         sb_printf(sb, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    sb_printf(sb, "  %-8s %s\n", "serve",
+              "serve checkpoints over HTTP as Hub repos (ckptfs serve --help)");
     sb_printf(sb, "  %-8s %s\n", "help", "this overview; `ckptfs help COMMAND` for one command");
     sb_puts(sb, "\n"
                 "SOURCE is what `ckptfs SOURCE MOUNTPOINT` mounts: a checkpoint file or a model\n"
@@ -52,6 +55,10 @@ static int help(int argc, char **argv) {
     if (argc > 2) {
         cli_error("help", "expected at most one COMMAND");
         return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "serve") == 0) { /* not a catalog command: dispatched by main.c */
+        char *args[] = {argv[1], "--help", NULL};
+        return serve_main(2, args);
     }
     for (size_t i = 0; i < NCOMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
