@@ -458,6 +458,35 @@ def check_tokens(tap, ckptfs, tmp, src):
         tap.ok(srv.stop() == 0, "token server exits 0 on SIGTERM")
 
 
+def check_pages(tap, srv, manifest):
+    r = request(srv, "/ckptfs/sharded")
+    page = r.body.decode("utf-8", "replace")
+    missing = [t["path"] for t in manifest["tensors"]
+               if ">%s</a>" % t["path"].split("/")[-1] not in page
+               or "/resolve/main/tensors/%s\"" % t["path"] not in page]
+    tap.ok(r.status == 200 and r.header("content-type").startswith("text/html")
+           and not missing and "<script" not in page and "<details" in page,
+           "repo page: HTML without script, every tensor linked to resolve/main/tensors/...",
+           [r.status, missing[:5]])
+    dtypes = sorted({t["dtype"] for t in manifest["tensors"]})
+    tap.ok(all(d in page for d in dtypes) and "Summary" in page and "Warnings" in page,
+           "repo page: dtypes %s, the summary and the warnings section" % dtypes)
+    r = request(srv, "/")
+    tap.ok(r.status == 200 and b'href="/ckptfs/sharded"' in r.body, "index page links the repos")
+    r = request(srv, "/ckptfs/nasty")
+    page = r.body.decode("utf-8", "replace")
+    tap.ok(r.status == 200 and "<b>" not in page and "&lt;b&gt;" in page and "&amp;" in page
+           and "%3Cb%3E" in page, "a tensor named with <b>, & and quotes: escaped in text "
+           "and percent-encoded in links", [page[-600:]])
+    r = request(srv, "/ckptfs/big/layers.svg")
+    svg = r.body.decode("utf-8", "replace")
+    tap.ok(r.status == 200 and r.header("content-type") == "image/svg+xml"
+           and svg.lstrip().startswith("<") and "<svg" in svg and "layers.*.w" in svg,
+           "layers.svg: the per-layer plot of the layers.*.w family", [r.status, svg[:200]])
+    r = request(srv, "/ckptfs/changing/layers.svg")
+    tap.ok(r.status == 404, "layers.svg of a repo without layer numbers: 404")
+
+
 def main():
     tap = Tap()
     ckptfs, fixtures = os.environ.get("CKPTFS"), os.environ.get("FIXTURES")
@@ -482,9 +511,11 @@ def main():
         big = os.path.join(tmp, "big.safetensors")
         write_safetensors(big, {"layers.%d.w" % i: np.full((256, 256), i, np.float32)
                                 for i in range(8)})
-        srcs = [sharded, "dcp=" + DCP, changing, big]
+        nasty = os.path.join(tmp, "nasty.safetensors")
+        write_safetensors(nasty, {"a.<b>&\"x'": np.zeros(2, np.float32)})
+        srcs = [sharded, "dcp=" + DCP, changing, big, nasty]
         with Server(ckptfs, srcs) as srv:
-            tap.ok(sorted(srv.repos) == ["big", "changing", "dcp", "sharded"],
+            tap.ok(sorted(srv.repos) == ["big", "changing", "dcp", "nasty", "sharded"],
                    "repo names: the sources' names without extension, NAME=SOURCE",
                    [srv.repos])
             for name, src in (("sharded", sharded), ("dcp", DCP)):
@@ -506,6 +537,7 @@ def main():
             r = request(srv, "/ckptfs/big/resolve/main/tensors/layers/3/w")
             tap.ok(r.status == 200 and r.body == np.full((256, 256), 3, np.float32).tobytes(),
                    "big: a tensor in one extent of one file (sendfile path) is exact")
+            check_pages(tap, srv, json.load(open(os.path.join(sharded, "manifest.json"))))
             check_change(tap, srv, changing)
             check_hostile(tap, srv, "sharded", None)
             tap.ok(srv.stop() == 0, "the server exits 0 on SIGTERM", [srv.stderr_text()[-800:]])
