@@ -34,7 +34,7 @@ for c in $cmds; do has "$offered" "$c" || missing="$missing $c"; done
 [ -n "$cmds" ] && [ -z "$missing" ]; ok $? "every subcommand of ckptfs help is offered (missing:$missing)"
 
 # Every flag a subcommand's --help lists is offered after `ckptfs CMD -`.
-for cmd in ls info cat verify convert stats diff stage; do
+for cmd in ls info cat verify convert stats diff stage serve; do
     # The flag column of the help: lines that start with spaces and a dash, up to two spaces.
     flags=$("$CKPTFS" "$cmd" --help 2>&1 | grep -E '^ +-' | sed -E 's/^ +//; s/  .*//' |
             grep -oE '(^|, )--?[a-z][a-z-]*' | sed 's/^, //' | sort -u)
