@@ -186,19 +186,25 @@ uint32_t serve_lookup(const serve_snapshot *s, const char *path) {
 }
 
 void serve_node_path(const serve_snapshot *s, uint32_t i, strbuf *sb) {
-    uint32_t chain[512];
-    size_t depth = 0;
-    bool hf = s->hf_dir != SERVE_NODE_NONE && inside(s, i, s->hf_dir);
+    bool hf = serve_in_view(s, i);
     uint32_t top = hf ? s->hf_dir : 0;
-    for (uint32_t k = i; k != top && depth < sizeof chain / sizeof *chain;
-         k = s->tr.nodes[k].parent)
-        chain[depth++] = k;
+    size_t depth = 0;
+    for (uint32_t k = i; k != top && k != 0; k = s->tr.nodes[k].parent) depth++;
+    /* Names can nest thousands deep: the chain goes on the heap when it is long. */
+    uint32_t small[64], *chain = depth <= 64 ? small : malloc(depth * sizeof *chain);
+    if (!chain) {
+        sb->failed = true;
+        return;
+    }
+    size_t d = 0;
+    for (uint32_t k = i; k != top && k != 0; k = s->tr.nodes[k].parent) chain[d++] = k;
     if (!hf) sb_puts(sb, SERVE_TENSORS_DIR);
-    for (size_t d = depth; d-- > 0;) {
+    while (d-- > 0) {
         const node *n = &s->tr.nodes[chain[d]];
         if (sb->len || !hf) sb_putc(sb, '/');
         sb_put(sb, n->name, n->name_len);
     }
+    if (chain != small) free(chain);
 }
 
 size_t serve_view_files(const serve_snapshot *s, uint32_t **out) {

@@ -478,6 +478,13 @@ def check_pages(tap, srv, manifest):
     tap.ok(r.status == 200 and "<b>" not in page and "&lt;b&gt;" in page and "&amp;" in page
            and "%3Cb%3E" in page, "a tensor named with <b>, & and quotes: escaped in text "
            "and percent-encoded in links", [page[-600:]])
+    r = request(srv, "/api/models/ckptfs/nasty/tree/main/tensors?recursive=true")
+    deep = "tensors/" + "/".join(["d"] * 3000)
+    paths = [e["path"] for e in json.loads(r.body)] if r.status == 200 else []
+    got = request(srv, "/ckptfs/nasty/resolve/main/" + deep)
+    tap.ok(deep in paths and got.body == np.arange(3, dtype=np.float32).tobytes(),
+           "a tensor 3000 directories deep: listed with its whole path and served",
+           [r.status, len(paths), got.status])
     r = request(srv, "/ckptfs/big/layers.svg")
     svg = r.body.decode("utf-8", "replace")
     tap.ok(r.status == 200 and r.header("content-type") == "image/svg+xml"
@@ -512,7 +519,9 @@ def main():
         write_safetensors(big, {"layers.%d.w" % i: np.full((256, 256), i, np.float32)
                                 for i in range(8)})
         nasty = os.path.join(tmp, "nasty.safetensors")
-        write_safetensors(nasty, {"a.<b>&\"x'": np.zeros(2, np.float32)})
+        deep = ".".join(["d"] * 3000)  # nests 3000 directories deep
+        write_safetensors(nasty, {"a.<b>&\"x'": np.zeros(2, np.float32),
+                                  deep: np.arange(3, dtype=np.float32)})
         srcs = [sharded, "dcp=" + DCP, changing, big, nasty]
         with Server(ckptfs, srcs) as srv:
             tap.ok(sorted(srv.repos) == ["big", "changing", "dcp", "nasty", "sharded"],
