@@ -11,13 +11,18 @@ Environment:
      the listing equals the server's tree; the slice equals the file's bytes.
   2. the same client against a server with --token-file: refused without the token, served
      with it.
-  3. Chromium (Debian's, headless) loads a repo page: the DOM holds the tensor tree, the
+  3. ckptfs itself as the client (hf:// with HF_ENDPOINT at the server): `ckptfs cat` of every
+     model tensor equals the manifest; a FUSE mount of hf://ckptfs/NAME shows the tensors with
+     the manifest's bytes and its HF view is byte for byte the model.safetensors the server
+     gives; with --token-file, HF_TOKEN is needed and enough.
+  4. Chromium (Debian's, headless) loads a repo page: the DOM holds the tensor tree, the
      summary and the dtype bar; the screenshot is decoded here (PNG, zlib) and must show the
      page (text and the bar's colours), not a blank or an error page.
 Skips: no node/npm (the npm package cannot be had), no chromium (not in `make deps`: it is
 large; `apt-get install chromium` enables the check).
 """
 
+import hashlib
 import json
 import os
 import random
@@ -29,7 +34,7 @@ import tempfile
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Tap  # noqa: E402
+from ckptfs_test import Tap, is_mounted, run_capture, unmount  # noqa: E402
 from serve_util import Server, load_hfview_checks, request  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -116,6 +121,71 @@ def check_token_client(tap, node_dir, ckptfs, tmp):
         tap.ok(rc == 0 and res and any(d["path"] == "model.safetensors"
                                        for d in res["downloaded"]),
                "token server: with accessToken the client downloads the view", [rc, err[-300:]])
+
+
+def model_tensors(case):
+    m = json.load(open(os.path.join(HERE, "..", "fixtures", "dcp", case, "manifest.json")))
+    return [t for t in m["tensors"] if not t.get("aside") and not t.get("prefix")]
+
+
+def check_ckptfs_client(tap, ckptfs, tmp):
+    case = DCP_CASES[0]
+    want = model_tensors(case)
+    src = "dcp=" + os.path.join(HERE, "..", "fixtures", "dcp", case)
+    with Server(ckptfs, [src]) as srv:
+        env = dict(os.environ, HF_ENDPOINT=srv.url)
+        env.pop("HF_TOKEN", None)
+        bad = []
+        for t in want:
+            p = subprocess.run([ckptfs, "cat", "hf://ckptfs/dcp", t["name"]], env=env,
+                               capture_output=True, timeout=60)
+            if p.returncode != 0 or hashlib.sha256(p.stdout).hexdigest() != t["sha256"]:
+                bad.append("%s: exit %d %s" % (t["name"], p.returncode, p.stderr[-200:]))
+        tap.ok(not bad, "round trip: `ckptfs cat hf://ckptfs/dcp NAME` (HF_ENDPOINT at the "
+               "server) gives the manifest's bytes for all %d model tensors" % len(want), bad)
+        if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+            tap.skip("round trip through a FUSE mount", "/dev/fuse or fusermount3 missing")
+            return
+        mnt = tempfile.mkdtemp(prefix="mnt.", dir=tmp)
+        # run_capture passes this process's environment: env(1) adds the endpoint.
+        rc, _, err = run_capture(["env", "HF_ENDPOINT=" + srv.url, ckptfs, "hf://ckptfs/dcp",
+                                  mnt], 60)
+        mounted = rc == 0 and is_mounted(mnt)
+        tap.ok(mounted, "round trip: ckptfs mounts hf://ckptfs/dcp from ckptfs serve",
+               [rc, err[-300:]])
+        if mounted:
+            try:
+                bad = []
+                for t in want:
+                    data = open(os.path.join(mnt, t["path"]), "rb").read()
+                    if hashlib.sha256(data).hexdigest() != t["sha256"]:
+                        bad.append(t["path"])
+                tap.ok(not bad, "round trip: the mounted tensors have the manifest's bytes", bad)
+                served = request(srv, "/ckptfs/dcp/resolve/main/model.safetensors").body
+                again = open(os.path.join(mnt, ".ckptfs", "hf", "model.safetensors"), "rb").read()
+                tap.ok(served == again and len(served) > 0,
+                       "round trip: the mount's HF view of the served model.safetensors is that "
+                       "file byte for byte (%d bytes)" % len(served))
+            finally:
+                tap.ok(unmount(mnt), "round trip: unmounted")
+    tok = os.path.join(tmp, "rt-token")
+    secret = "hf_roundtrip%d" % random.randrange(10 ** 9)
+    open(tok, "w").write(secret + "\n")
+    with Server(ckptfs, [src], ["--token-file", tok]) as srv:
+        env = dict(os.environ, HF_ENDPOINT=srv.url)
+        env.pop("HF_TOKEN", None)
+        env["HF_HOME"] = os.path.join(tmp, "no-hf-home")  # no token file of the user's
+        env.pop("HF_TOKEN_PATH", None)
+        p1 = subprocess.run([ckptfs, "ls", "hf://ckptfs/dcp"], env=env, capture_output=True,
+                            timeout=60)
+        env["HF_TOKEN"] = secret
+        p2 = subprocess.run([ckptfs, "ls", "hf://ckptfs/dcp"], env=env, capture_output=True,
+                            timeout=60)
+        names = sorted(p2.stdout.decode().split())
+        tap.ok(p1.returncode != 0 and p2.returncode == 0 and
+               names == sorted(t["name"] for t in want),
+               "round trip with a token: refused without HF_TOKEN, listed with it",
+               [p1.returncode, p1.stderr[-200:], p2.returncode, p2.stderr[-200:]])
 
 
 # ---------------------------------------------------------------------------
@@ -226,6 +296,7 @@ def main():
         else:
             check_hub_client(tap, node_dir, ckptfs, tmp)
             check_token_client(tap, node_dir, ckptfs, tmp)
+        check_ckptfs_client(tap, ckptfs, tmp)
         check_browser(tap, ckptfs, tmp, os.environ.get("FIXTURES"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
