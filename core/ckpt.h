@@ -129,6 +129,11 @@ bool ckpt_source_remote_changed(const ckpt_source *s);
 char *ckpt_remote_stats_json(size_t *len);
 /* True for names ckpt_open takes as URLs (http://, https://, s3://, hf://). */
 bool ckpt_is_url(const char *path);
+/* Whether the file behind the source's descriptor still has the size and modification time it
+ * had when opened. A file rewritten in place (`cp NEW SRC`: same inode) changes its mtime, so
+ * readers check after reading: bytes read before the check that passes are the old ones (the
+ * kernel updates mtime before it copies a write's data). One fstat. */
+bool ckpt_source_unchanged(const ckpt_source *s);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */

@@ -44,8 +44,32 @@ static size_t gather_group(const ckpt_segment *seg, size_t m, size_t first, cons
     return count;
 }
 
+/* The sources one call read from, checked once each at its end (see ckpt_source_unchanged):
+ * a source rewritten in place while we read must give EIO, not a mix of old and new bytes. */
+typedef struct read_sources {
+    uint32_t ids[LOOKAHEAD];
+    size_t n;
+} read_sources;
+
+static bool all_unchanged(const ckpt_catalog *cat, read_sources *rs) {
+    bool ok = true;
+    for (size_t i = 0; i < rs->n; i++) ok &= ckpt_source_unchanged(&cat->sources[rs->ids[i]]);
+    rs->n = 0;
+    return ok;
+}
+
+/* Notes a source read; when the list is full, the ones noted so far are checked now. */
+static bool note_source(const ckpt_catalog *cat, read_sources *rs, uint32_t id) {
+    for (size_t i = 0; i < rs->n; i++)
+        if (rs->ids[i] == id) return true;
+    bool ok = rs->n < LOOKAHEAD || all_unchanged(cat, rs);
+    rs->ids[rs->n++] = id;
+    return ok;
+}
+
 int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t n, char *dst,
                        char *scratch) {
+    read_sources rs = {.n = 0};
     for (size_t base = 0; base < n; base += WINDOW) {
         const ckpt_segment *w = seg + base;
         size_t m = n - base < WINDOW ? n - base : WINDOW;
@@ -67,6 +91,7 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
             }
             if (s->kind != CKPT_SEG_FILE) return EIO;
             const ckpt_source *src = &cat->sources[s->source];
+            if (!note_source(cat, &rs, s->source)) return EIO;
             uint64_t lo, hi;
             size_t count = scratch && s->length < SEGREAD_SCRATCH
                                ? gather_group(w, m, k, done, members, &lo, &hi)
@@ -86,5 +111,5 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
         }
         dst += at;
     }
-    return 0;
+    return all_unchanged(cat, &rs) ? 0 : EIO;
 }

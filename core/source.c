@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 int ckpt_source_open_again(const ckpt_source *s) {
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put in the source's place must not hold the open forever. */
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return -errno;
     struct stat now;
     if (fstat(fd, &now) != 0 || now.st_ino != s->ino || now.st_dev != s->dev ||
@@ -17,7 +18,16 @@ int ckpt_source_open_again(const ckpt_source *s) {
         close(fd); /* another file by now: never its bytes under the old description */
         return -EIO;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
+}
+
+bool ckpt_source_unchanged(const ckpt_source *s) {
+    if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
+    struct stat st;
+    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
+    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
+           st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
 }
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
@@ -61,6 +71,11 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
                              what, (unsigned long long)(off + got));
         got += (size_t)r;
     }
+    if (!ckpt_source_unchanged(s))
+        return ckpt_fail(err, -EIO,
+                         "%s: changed since it was opened (size or modification time), while "
+                         "reading %s at offset %llu: its bytes no longer match its header",
+                         s->path, what, (unsigned long long)off);
     return 0;
 }
 

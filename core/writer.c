@@ -184,6 +184,12 @@ static bool copy_range(out_file *f, const ckpt_source *s, uint64_t off, uint64_t
                       r == 0 ? "the file is shorter than when it was opened" : strerror(e));
             break;
         }
+        if (!ckpt_source_unchanged(s)) {
+            f->failed = -EIO;
+            ckpt_fail(f->err, -EIO, "%s: %s changed while it was copied into %s", what, s->path,
+                      f->final_path);
+            return true;
+        }
         sync_file_range(f->fd, (off_t)f->file_at, r, SYNC_FILE_RANGE_WRITE);
         done += (uint64_t)r;
         f->written += (uint64_t)r;
@@ -216,7 +222,7 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
         f->failed = -e;
         ckpt_fail(f->err, -e, "%s: reading its pieces from %s: %s", what,
                   cat->sources[seg[0].source].path,
-                  e == EIO ? "a file is shorter than when it was opened" : strerror(e));
+                  e == EIO ? "a file is shorter than when it was opened, or changed" : strerror(e));
         return k;
     }
     f->buf_len += (size_t)total;
@@ -267,6 +273,11 @@ static void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segmen
             f->written += (uint64_t)r;
             done += (uint64_t)r;
             if (f->buf_len == f->buf_cap) flush(f);
+        }
+        if (!f->failed && !ckpt_source_unchanged(s)) {
+            f->failed = -EIO;
+            ckpt_fail(f->err, -EIO, "%s: %s changed while it was read (size or modification time)",
+                      what, s->path);
         }
     }
 }

@@ -149,6 +149,7 @@ static uint64_t node_size(ckptfs *fs, node *n) {
     return 0;
 }
 
+/* The source whose mtime a file shows: a tensor's first piece, or the file itself. */
 static const ckpt_source *node_source(const ckptfs *fs, const node *n) {
     const ckpt_catalog *cat = fs->cat;
     if (n->kind == NODE_AUX) return &cat->sources[n->ref];
@@ -164,9 +165,8 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
-    mode_t read_bits = fs->cat->nsources ? fs->cat->sources[0].mode & 0444 : 0444;
+    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444;
     const ckpt_source *src = node_source(fs, n);
-    if (src) read_bits = src->mode & 0444;
     if (n->kind == NODE_DIR) {
         st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
         st->st_nlink = 2;
@@ -338,11 +338,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 /* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
-    if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
-    struct stat st;
-    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
-    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
-           st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
+    return ckpt_source_unchanged(s);
 }
 
 /* On open, also notice a source replaced by another file under the same name: the open
@@ -357,6 +353,20 @@ static bool source_current(const ckpt_source *s) {
 static bool pieces_current(const ckptfs *fs, const ckpt_tensor *t) {
     for (uint32_t k = 0; k < t->npieces; k++)
         if (!source_current(&fs->cat->sources[t->pieces[k].source])) return false;
+    return true;
+}
+
+/* A view file spans many sources: one replaced under its name refuses the open, like a tensor
+ * of it would; one changed in place gives EIO on reads of its ranges only (read_segments), so
+ * the tensors of the other shards stay readable. */
+static bool view_current(const ckptfs *fs, uint32_t file) {
+    const tree *tr = &fs->tr;
+    for (uint32_t i = tr->view_src_first[file]; i < tr->view_src_first[file + 1]; i++) {
+        const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
+        if (s->remote) continue; /* pinned: a changed object gives EIO on read */
+        struct stat st;
+        if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
+    }
     return true;
 }
 
@@ -460,6 +470,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         }
         break;
     case NODE_VIEW:
+        if (!view_current(fs, n->ref)) {
+            fuse_reply_err(req, EIO);
+            return;
+        }
         break;
     }
     fi->keep_cache = 1;

@@ -170,6 +170,69 @@ static int add_view(builder *b, const ckpt_hfview *view, const char *hf_dir) {
     return rc;
 }
 
+/* For each view file, the distinct sources its tensor parts read from. */
+static int index_view_sources(tree *tr) {
+    const ckpt_hfview *view = tr->view;
+    const ckpt_catalog *cat = tr->cat;
+    uint32_t *stamp = calloc(cat->nsources ? cat->nsources : 1, sizeof *stamp);
+    tr->view_src_first = calloc(view->nfiles + 1, sizeof *tr->view_src_first);
+    size_t cap = 16, n = 0;
+    tr->view_srcs = malloc(cap * sizeof *tr->view_srcs);
+    int rc = stamp && tr->view_src_first && tr->view_srcs ? 0 : -ENOMEM;
+    for (size_t f = 0; !rc && f < view->nfiles; f++) {
+        tr->view_src_first[f] = (uint32_t)n;
+        const ckpt_vfile *vf = &view->files[f].vf;
+        for (size_t p = 0; !rc && p < vf->nparts; p++) {
+            const ckpt_tensor *t = vf->parts[p].tensor;
+            for (uint32_t k = 0; t && k < t->npieces; k++) {
+                uint32_t s = t->pieces[k].source;
+                if (stamp[s] == f + 1) continue;
+                stamp[s] = (uint32_t)f + 1;
+                if (n == cap) {
+                    uint32_t *more = realloc(tr->view_srcs, 2 * cap * sizeof *more);
+                    if (!more) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    tr->view_srcs = more;
+                    cap *= 2;
+                }
+                tr->view_srcs[n++] = s;
+            }
+        }
+    }
+    if (!rc) tr->view_src_first[view->nfiles] = (uint32_t)n;
+    free(stamp);
+    return rc;
+}
+
+mode_t tree_source_mode(const tree *tr, const node *n) {
+    const ckpt_catalog *cat = tr->cat;
+    mode_t m = 07777;
+    switch (n->kind) {
+    case NODE_AUX:
+        return cat->sources[n->ref].mode & 07777;
+    case NODE_TENSOR:
+    case NODE_SIDECAR:
+    case NODE_NPY: {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        if (!t->npieces) return tr->all_sources_mode;
+        for (uint32_t k = 0; k < t->npieces; k++) m &= cat->sources[t->pieces[k].source].mode;
+        return m;
+    }
+    case NODE_VIEW: {
+        uint32_t a = tr->view_src_first[n->ref], b = tr->view_src_first[n->ref + 1];
+        if (a == b) return tr->all_sources_mode; /* the index: names of every tensor */
+        for (uint32_t i = a; i < b; i++) m &= cat->sources[tr->view_srcs[i]].mode;
+        return m;
+    }
+    case NODE_DIR:
+    case NODE_DOC:
+        break;
+    }
+    return tr->all_sources_mode;
+}
+
 int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
                bool hf_root, bool npy, bool as_f32, ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
@@ -237,7 +300,9 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     /* Aux names must outlive the builder: keep them in the tree's lifetime via the nodes. */
     tr->owned = b.owned;
     tr->nowned = b.nowned;
+    tr->all_sources_mode = cat->nsources ? 07777 : 0444;
     for (uint32_t i = 0; i < cat->nsources; i++) {
+        tr->all_sources_mode &= cat->sources[i].mode;
         const struct timespec *m = &cat->sources[i].mtime;
         if (m->tv_sec > tr->mtime.tv_sec ||
             (m->tv_sec == tr->mtime.tv_sec && m->tv_nsec > tr->mtime.tv_nsec))
@@ -245,6 +310,10 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     }
     node *fit = realloc(tr->nodes, tr->nnodes * sizeof *tr->nodes);
     if (fit) tr->nodes = fit;
+    if (tr->view && (rc = index_view_sources(tr))) {
+        tree_free(tr);
+        return ckpt_fail(err, rc, "building the tree: %s", strerror(-rc));
+    }
     if ((rc = link_children(tr, err))) {
         tree_free(tr);
         return rc;
@@ -257,6 +326,8 @@ void tree_free(tree *tr) {
     free(tr->owned);
     free(tr->nodes);
     free(tr->children);
+    free(tr->view_src_first);
+    free(tr->view_srcs);
     memset(tr, 0, sizeof *tr);
 }
 

@@ -40,6 +40,11 @@ typedef struct tree {
     size_t nnodes;
     uint32_t *children;    /* node indexes, sorted by name within each directory */
     struct timespec mtime; /* newest source mtime */
+    /* Access follows the sources: a file is readable by whom may read every source it serves.
+     * Directories and documents show the headers of all sources, so they take all of them. */
+    mode_t all_sources_mode;
+    uint32_t *view_src_first; /* view file i's sources: view_srcs[first[i] .. first[i+1]) */
+    uint32_t *view_srcs;
     char **owned;          /* paths allocated for auxiliary files */
     size_t nowned;
 } tree;
@@ -55,5 +60,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
 void tree_free(tree *tr);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);
+/* The permission bits of a node's content: the intersection of its sources' modes. */
+mode_t tree_source_mode(const tree *tr, const node *n);
 
 #endif

@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""A source rewritten in place after the mount (same inode, same size: what `cp NEW SRC` does)
+must give EIO on every read path, never the new bytes under the old header.
+
+The checkpoint is an HF directory this test writes itself (model.safetensors + config.json).
+For each case a fresh scratch copy is mounted, descriptors are opened (O_DIRECT, so reads reach
+the daemon), the source is rewritten in place with other bytes of the same size, and then:
+  raw        a tensor file opened before the change gives EIO
+  npy        its .npy file opened before gives EIO
+  view-open  the HF view's model.safetensors opened before gives EIO for a tensor's range
+  view-new   the HF view opened after the change gives EIO (at open or on read), not new bytes
+  aux        config.json opened before gives EIO
+  mmap       pages of a tensor mapped before the change, faulted after: SIGBUS, not new bytes
+  xattr      user.ckpt.sha256 asked after the change: EIO
+  as_dtype   an F16 tensor read as F32 (-o as_dtype=f32): EIO
+  splice     with -o splice: EIO
+  zst        a seekable .safetensors.zst rewritten in place (other frames, same size): EIO
+  cat        `ckptfs cat` of an 8 MiB tensor, paused on a full pipe while the file changes:
+             exits non-zero naming the change, and what it wrote is a prefix of the old bytes
+"""
+import errno
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
+from ckptfs_test import run_capture  # noqa: E402
+from mount_checks import mounted, run  # noqa: E402
+
+
+def safetensors_bytes(tensors):
+    """tensors: [(name, dtype, shape, raw bytes)] -> file bytes (written here, not by ckptfs)."""
+    header, off = {}, 0
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors)
+
+
+def model(seed):
+    rng = np.random.default_rng(seed)
+    return [("a", "F32", (512, 512), rng.standard_normal((512, 512), np.float32).tobytes()),
+            ("b", "F16", (256, 256), rng.standard_normal((256, 256)).astype("<f2").tobytes()),
+            ("c", "I32", (256, 256), rng.integers(0, 1 << 30, (256, 256), np.int32).tobytes())]
+
+
+CONFIG_OLD = b'{"model_type": "llama", "hidden_size": 4096}\n'
+CONFIG_NEW = b'{"model_type": "gpt2x", "hidden_size": 8192}\n'
+
+
+def make_source(scratch):
+    src = tempfile.mkdtemp(prefix="src.", dir=scratch)
+    with open(os.path.join(src, "model.safetensors"), "wb") as f:
+        f.write(safetensors_bytes(model(1)))
+    with open(os.path.join(src, "config.json"), "wb") as f:
+        f.write(CONFIG_OLD)
+    return src
+
+
+def rewrite_in_place(path, data):
+    """What cp does to an existing file: open with O_TRUNC (same inode), write the new bytes."""
+    time.sleep(0.05)  # a user's cp does not land in the mount's clock tick
+    ino = os.stat(path).st_ino
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    assert os.stat(path).st_ino == ino and os.stat(path).st_size == len(data)
+
+
+def new_model_bytes():
+    return safetensors_bytes(model(2))  # same names, dtypes, shapes: same header, other data
+
+
+def pread_all(fd, off, length):
+    out = b""
+    while len(out) < length:
+        chunk = os.pread(fd, min(1 << 20, length - len(out)), off + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def outcome(fn):
+    try:
+        fn()
+        return "bytes"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+
+def open_direct(path):
+    return os.open(path, os.O_RDONLY | os.O_DIRECT)
+
+
+def view_range(fd, name):
+    (hlen,) = struct.unpack("<Q", pread_all(fd, 0, 8))
+    header = json.loads(pread_all(fd, 8, hlen))
+    a, b = header[name]["data_offsets"]
+    return 8 + hlen + a, b - a
+
+
+def body(tap, ckptfs, fixtures):
+    scratch = tempfile.mkdtemp(prefix="ckptfs-t53-src.")
+    try:
+        cases(tap, ckptfs, fixtures, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def mounted_case(tap, ckptfs, scratch, label, check, options=()):
+    src = make_source(scratch)
+    mounted(tap, ckptfs, src, label, lambda mnt: check(mnt, src), options=options)
+
+
+def expect_eio(tap, label, got):
+    tap.ok(got == "EIO", "%s: EIO after the source was rewritten in place" % label,
+           ["got %s" % got])
+
+
+def cases(tap, ckptfs, fixtures, scratch):
+    def raw_and_npy(mnt, src):
+        fd_raw = open_direct(os.path.join(mnt, "a"))
+        fd_npy = open_direct(os.path.join(mnt, "a.npy"))
+        fd_view = open_direct(os.path.join(mnt, ".ckptfs", "hf", "model.safetensors"))
+        fd_aux = open_direct(os.path.join(mnt, ".ckptfs", "hf", "config.json"))
+        off, n = view_range(fd_view, "c")
+        rewrite_in_place(os.path.join(src, "model.safetensors"), new_model_bytes())
+        rewrite_in_place(os.path.join(src, "config.json"), CONFIG_NEW)
+        expect_eio(tap, "raw", outcome(lambda: pread_all(fd_raw, 0, 512 * 512 * 4)))
+        expect_eio(tap, "npy", outcome(lambda: pread_all(fd_npy, 0, 512 * 512 * 4 + 128)))
+        expect_eio(tap, "view-open", outcome(lambda: pread_all(fd_view, off, n)))
+        expect_eio(tap, "aux", outcome(lambda: pread_all(fd_aux, 0, len(CONFIG_OLD))))
+        for fd in (fd_raw, fd_npy, fd_view, fd_aux):
+            os.close(fd)
+
+        def fresh_view():
+            fd = open_direct(os.path.join(mnt, ".ckptfs", "hf", "model.safetensors"))
+            try:
+                pread_all(fd, off, n)
+            finally:
+                os.close(fd)
+        expect_eio(tap, "view-new", outcome(fresh_view))
+        expect_eio(tap, "xattr", outcome(
+            lambda: os.getxattr(os.path.join(mnt, "c"), "user.ckpt.sha256")))
+
+    mounted_case(tap, ckptfs, scratch, "raw, npy, view, aux", raw_and_npy)
+
+    def mmap_case(mnt, src):
+        # The mapping is made before the change, its pages are faulted after it, in a child
+        # (SIGBUS would end this process).
+        prog = ("import mmap,os,sys\n"
+                "fd=os.open(sys.argv[1],os.O_RDONLY)\n"
+                "m=mmap.mmap(fd,0,prot=mmap.PROT_READ)\n"
+                "sys.stdout.write('mapped\\n');sys.stdout.flush()\n"
+                "sys.stdin.readline()\n"
+                "sys.stdout.write('read %d\\n' % sum(m[i] for i in range(0,len(m),4096)))\n")
+        p = subprocess.Popen([sys.executable, "-c", prog, os.path.join(mnt, "c")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = p.stdout.readline().strip()
+        rewrite_in_place(os.path.join(src, "model.safetensors"), new_model_bytes())
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        try:
+            rest, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rest, _ = p.communicate()
+        tap.ok(first == "mapped" and p.returncode == -7,
+               "mmap: faulting pages after the source was rewritten gives SIGBUS",
+               ["child: %r then %r, status %r" % (first, rest.strip(), p.returncode)])
+
+    mounted_case(tap, ckptfs, scratch, "mmap", mmap_case)
+
+    def as_f32(mnt, src):
+        fd = open_direct(os.path.join(mnt, "b"))
+        rewrite_in_place(os.path.join(src, "model.safetensors"), new_model_bytes())
+        expect_eio(tap, "as_dtype=f32", outcome(lambda: pread_all(fd, 0, 256 * 256 * 4)))
+        os.close(fd)
+
+    mounted_case(tap, ckptfs, scratch, "as_dtype=f32", as_f32, options=("-o", "as_dtype=f32"))
+
+    def splice(mnt, src):
+        fd = open_direct(os.path.join(mnt, "a"))
+        rewrite_in_place(os.path.join(src, "model.safetensors"), new_model_bytes())
+        expect_eio(tap, "splice", outcome(lambda: pread_all(fd, 0, 512 * 512 * 4)))
+        os.close(fd)
+
+    mounted_case(tap, ckptfs, scratch, "splice", splice, options=("-o", "splice"))
+
+    zst_case(tap, ckptfs, scratch)
+    cat_case(tap, ckptfs, scratch)
+
+
+def zst_case(tap, ckptfs, scratch):
+    src = tempfile.mkdtemp(prefix="zst.", dir=scratch)
+    plain = os.path.join(src, "m.safetensors")
+    # Two versions whose compressed sizes match: constant data of two values compresses alike.
+    # ckptfs convert writes the seekable form the mount needs (the bytes are checked elsewhere).
+    versions = []
+    for fill in (1, 2):
+        with open(plain, "wb") as f:
+            f.write(safetensors_bytes([("z", "U8", (1 << 20,), bytes([fill]) * (1 << 20))]))
+        rc, _, err = run_capture([ckptfs, "convert", plain, plain + ".zst"], 60)
+        if rc != 0:
+            tap.ok(False, "zst: ckptfs convert makes a seekable .zst", [err.decode()])
+            return
+        with open(plain + ".zst", "rb") as f:
+            versions.append(f.read())
+        os.unlink(plain + ".zst")
+    os.unlink(plain)
+    if len(versions[0]) != len(versions[1]):
+        tap.skip("zst: EIO after a .zst source was rewritten",
+                 "the two compressed versions differ in size")
+        return
+    with open(plain + ".zst", "wb") as f:
+        f.write(versions[0])
+
+    def check(mnt):
+        fd = open_direct(os.path.join(mnt, "z"))
+        rewrite_in_place(plain + ".zst", versions[1])
+        expect_eio(tap, "zst", outcome(lambda: pread_all(fd, 0, 1 << 20)))
+        os.close(fd)
+
+    mounted(tap, ckptfs, plain + ".zst", "zst", check)
+
+
+def cat_case(tap, ckptfs, scratch):
+    src = tempfile.mkdtemp(prefix="cat.", dir=scratch)
+    path = os.path.join(src, "big.safetensors")
+    old = np.arange(2 << 20, dtype="<u4").tobytes()  # 8 MiB
+    with open(path, "wb") as f:
+        f.write(safetensors_bytes([("big", "U32", (2 << 20,), old)]))
+    new_file = safetensors_bytes([("big", "U32", (2 << 20,), bytes(len(old)))])
+    with tempfile.TemporaryFile() as errf:
+        p = subprocess.Popen([ckptfs, "cat", path, "big"], stdout=subprocess.PIPE, stderr=errf)
+        got = p.stdout.read(4096)  # cat has read its first chunk and waits on the full pipe
+        time.sleep(0.2)
+        rewrite_in_place(path, new_file)
+        got += p.stdout.read()
+        rc = p.wait(timeout=60)
+        errf.seek(0)
+        err = errf.read().decode("utf-8", "replace").strip()
+    tap.ok(rc != 0 and "changed" in err and len(got) < len(old) and old.startswith(got),
+           "cat: a source rewritten while cat reads it ends it with an error, old bytes only",
+           ["exit %r, %d of %d bytes, prefix of the old: %s, stderr: %s"
+            % (rc, len(got), len(old), old.startswith(got), err)])
+
+
+sys.exit(run(body))
