@@ -26,8 +26,12 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
     if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
     struct stat st;
     uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
-    return fstat(s->fd, &st) == 0 && (uint64_t)st.st_size == on_disk &&
-           st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec;
+    /* A source kept without a descriptor (a staged file, opened per read) is looked up by
+     * path, and must still be the same file. */
+    bool same = s->fd >= 0 ? fstat(s->fd, &st) == 0
+                           : stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino;
+    return same && (uint64_t)st.st_size == on_disk && st.st_mtim.tv_sec == s->mtime.tv_sec &&
+           st.st_mtim.tv_nsec == s->mtime.tv_nsec;
 }
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {

@@ -718,6 +718,9 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
         /* One file per staged tensor: 100k of them would be 100k descriptors held open
          * for the whole commit. Opened for each read instead (the writer reads each once). */
         ckpt_source *s = &cat->sources[src];
+        /* The spool is private (0600) by design: the bytes in it were written by the user, so
+         * they do not make the commit's output narrower than its lower sources. */
+        s->mode |= 07777;
         if (!s->zst) {
             close(s->fd);
             s->fd = -1;

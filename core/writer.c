@@ -74,6 +74,31 @@ int out_open(out_file *f, const char *path, bool compress, ckpt_err *err) {
     return 0;
 }
 
+/* An output never lets group or others do what its sources deny them: a 0600 shard converts to
+ * 0600, whatever the umask allows. The owner's bits come from the umask alone, so the user can
+ * still replace what they wrote. */
+static mode_t umask_now(void) {
+    mode_t mask = umask(0);
+    umask(mask);
+    return mask;
+}
+
+void out_limit_mode(out_file *f, mode_t sources) {
+    if (f->fd >= 0) fchmod(f->fd, (0666 & ~umask_now()) & (0600 | (sources & 0066)));
+}
+
+/* The modes of the sources tensors and headers come from (config and tokenizer files, copied
+ * as they are, keep their own). */
+static mode_t data_sources_mode(const ckpt_catalog *cat) {
+    mode_t m = 07777;
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        bool aux = false;
+        for (size_t k = 0; !aux && k < cat->naux; k++) aux = cat->aux[k].source == i;
+        if (!aux) m &= cat->sources[i].mode;
+    }
+    return m;
+}
+
 static void write_all(out_file *f, const void *p, size_t n) {
     size_t at = 0;
     while (!f->failed && at < n) {
@@ -475,6 +500,7 @@ static int write_file(const char *path, bool compress, const ckpt_catalog *cat,
     out_file f;
     int rc = out_open(&f, path, compress, err);
     if (rc) return rc;
+    out_limit_mode(&f, data_sources_mode(cat));
     f.progress = &opts->progress;
     f.progress_total = total;
     f.progress_done = done;
@@ -522,14 +548,16 @@ static int write_safetensors(const ckpt_catalog *cat, const char *out, const ckp
         if ((rc = join(path, sizeof path, tmp, cat->aux[i].name, err)) ||
             (rc = out_open(&f, path, false, err)))
             break;
+        out_limit_mode(&f, s->mode);
         ckpt_segment seg = {
             .kind = CKPT_SEG_FILE, .source = cat->aux[i].source, .offset = 0, .length = s->size};
         out_segments(&f, cat, &seg, 1, s->path);
         rc = out_commit(&f);
     }
-    mode_t mask = umask(0);
-    umask(mask);
-    chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700 */
+    /* mkdtemp makes 0700; the directory lists what every source holds */
+    mode_t readable = cat->nsources ? data_sources_mode(cat) & 0044 : 0044;
+    for (size_t i = 0; i < cat->naux; i++) readable &= cat->sources[cat->aux[i].source].mode;
+    chmod(tmp, (0777 & ~umask_now()) & (0700 | readable | readable >> 2));
     int rename_errno = !rc && rename(tmp, out) != 0 ? errno : 0;
     bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
     if (exists && opts->replace_dir)
@@ -604,6 +632,7 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
     out_file f;
     int rc = out_open(&f, out, compress, err);
     if (rc) return rc;
+    out_limit_mode(&f, data_sources_mode(cat));
     uint64_t done = 0;
     f.progress = &opts->progress;
     f.progress_done = &done;

@@ -46,6 +46,9 @@ typedef struct out_file {
 
 /* compress: write the seekable zstd format of what the writer writes. */
 int out_open(out_file *f, const char *path, bool compress, ckpt_err *err);
+/* Takes from group and others the permission bits `sources` (the modes of the files OUT's
+ * content comes from) do not give them. */
+void out_limit_mode(out_file *f, mode_t sources);
 void out_bytes(out_file *f, const void *p, size_t n);
 void out_zeros(out_file *f, size_t n);
 /* The tensor's logical bytes, planned and copied from its sources. When compressing, a tensor

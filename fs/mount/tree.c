@@ -300,9 +300,13 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     /* Aux names must outlive the builder: keep them in the tree's lifetime via the nodes. */
     tr->owned = b.owned;
     tr->nowned = b.nowned;
-    tr->all_sources_mode = cat->nsources ? 07777 : 0444;
+    /* Config and tokenizer files are shown as they are, with their own mode: only the files
+     * tensors and headers come from decide who may list the tree. */
+    tr->all_sources_mode = 07777;
     for (uint32_t i = 0; i < cat->nsources; i++) {
-        tr->all_sources_mode &= cat->sources[i].mode;
+        bool aux = false;
+        for (size_t k = 0; !aux && k < cat->naux; k++) aux = cat->aux[k].source == i;
+        if (!aux) tr->all_sources_mode &= cat->sources[i].mode;
         const struct timespec *m = &cat->sources[i].mtime;
         if (m->tv_sec > tr->mtime.tv_sec ||
             (m->tv_sec == tr->mtime.tv_sec && m->tv_nsec > tr->mtime.tv_nsec))

@@ -41,7 +41,8 @@ typedef struct tree {
     uint32_t *children;    /* node indexes, sorted by name within each directory */
     struct timespec mtime; /* newest source mtime */
     /* Access follows the sources: a file is readable by whom may read every source it serves.
-     * Directories and documents show the headers of all sources, so they take all of them. */
+     * Directories and documents show the headers of all sources (but config and tokenizer
+     * files, shown as they are), so they take all of theirs. */
     mode_t all_sources_mode;
     uint32_t *view_src_first; /* view file i's sources: view_srcs[first[i] .. first[i+1]) */
     uint32_t *view_srcs;
