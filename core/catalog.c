@@ -121,6 +121,26 @@ static int add_remote_source(ckpt_catalog *cat, const char *path, const char *re
     return 0;
 }
 
+const char *file_type_name(mode_t mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG:
+        return "a regular file";
+    case S_IFDIR:
+        return "a directory";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFSOCK:
+        return "a socket";
+    case S_IFCHR:
+        return "a character device";
+    case S_IFBLK:
+        return "a block device";
+    case S_IFLNK:
+        return "a symbolic link";
+    }
+    return "of an unknown type";
+}
+
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
@@ -128,16 +148,25 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
     if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     if (remote_is_url(path)) return add_remote_source(cat, path, relpath, index, err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO named like a shard would wait for a writer forever (and a
+     * device could do anything); the type is checked on the descriptor, so no check races. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         int e = errno;
         return ckpt_fail(err, -e, "%s: cannot open: %s", path, strerror(e));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
         close(fd);
-        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
+        return ckpt_fail(err, -e, "%s: cannot stat: %s", path, strerror(e));
     }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: %s, not a regular file: ckptfs reads only regular files",
+                         path, file_type_name(st.st_mode));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t size = (uint64_t)st.st_size;
     zst_table *zst;
     int rc = attach_seek_table(fd, path, &size, &zst, err);

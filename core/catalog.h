@@ -26,7 +26,10 @@ struct ckpt_catalog_private {
 };
 
 ckpt_catalog *catalog_new(const char *root, const char *format);
-/* Opens path read-only and records its size and mtime. relpath is what sidecars show. */
+/* "a FIFO", "a directory", ... for messages. */
+const char *file_type_name(mode_t mode);
+/* Opens path read-only and records its size and mtime. relpath is what sidecars show.
+ * Anything but a regular file (a FIFO, a device) is refused by name without blocking. */
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err);
 /* Registers the member `name` of the tar archive `archive` (a registered source): its `size`

@@ -205,7 +205,15 @@ int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ck
     else if (S_ISREG(st.st_mode))
         rc = open_file(cat, abs, err);
     else
-        rc = ckpt_fail(err, -EINVAL, "%s: neither a file nor a directory", path);
+        rc = ckpt_fail(err, -EINVAL, "%s: %s, neither a regular file nor a directory", path,
+                       file_type_name(st.st_mode));
+    /* Only tensor-parallel checkpoints are split: elsewhere the option would do nothing, and
+     * a user who believes it did is misled. */
+    if (!rc && cat->opts.tp_split && strcmp(cat->format, "mlframework-tp") != 0)
+        rc = ckpt_fail(err, -EINVAL,
+                       "%s: tp_split=%s: only MLFramework tensor-parallel checkpoints are split "
+                       "by rank; this is %s (leave the option out)",
+                       path, cat->opts.tp_split, cat->format);
     if (!rc && cache_doc.len)
         rc = catalog_add_doc(cat, "hf_cache", cache_doc.data, cache_doc.len, err);
     sb_free(&cache_doc);

@@ -8,8 +8,10 @@
 #include "cli/cli.h"
 #include "daemon.h"
 #include "heap.h"
+#include "mountpoint.h"
 #include "stage/stage.h"
 #include "mount/readahead.h"
+#include "optval.h"
 #include "remote_opts.h"
 #include "size.h"
 #include "mount/view_job.h"
@@ -32,11 +34,11 @@ enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT =
 typedef struct options {
     char *source;
     char *mountpoint;
-    unsigned readahead_kb;
+    char *readahead_kb;   /* the numbers as given: checked by fs/optval.c */
     int splice;
     int npy;
-    unsigned max_threads;
-    double timeout;
+    char *max_threads;
+    char *timeout;
     char *view;           /* "tree" (default) or "hf" */
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
@@ -70,13 +72,13 @@ enum {
 #define OPT(t, field, value)                                                                       \
     { t, offsetof(options, field), value }
 static const struct fuse_opt option_spec[] = {
-    OPT("readahead_kb=%u", readahead_kb, 0),
+    OPT("readahead_kb=%s", readahead_kb, 0),
     OPT("splice", splice, 1),
     OPT("npy", npy, 1),
     OPT("nonpy", npy, 0),
     OPT("nosplice", splice, 0),
-    OPT("max_threads=%u", max_threads, 0),
-    OPT("timeout=%lf", timeout, 0),
+    OPT("max_threads=%s", max_threads, 0),
+    OPT("timeout=%s", timeout, 0),
     OPT("view=%s", view, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
@@ -204,9 +206,37 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
     }
 }
 
+/* The numeric options, checked before anything is opened. */
+typedef struct numbers {
+    unsigned readahead_kb;
+    unsigned max_threads;
+    double timeout;
+} numbers;
+
+enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20 };
+
+static bool parse_numbers(const options *o, numbers *n) {
+    if (!parse_uint_option(o->max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
+        fprintf(stderr, "ckptfs: max_threads=%s: expected a whole number from 1 to %d\n",
+                o->max_threads, MAX_THREADS_LIMIT);
+        return false;
+    }
+    if (!parse_uint_option(o->readahead_kb, 0, READAHEAD_KB_LIMIT, &n->readahead_kb)) {
+        fprintf(stderr, "ckptfs: readahead_kb=%s: expected a whole number of KiB from 0 to %d\n",
+                o->readahead_kb, READAHEAD_KB_LIMIT);
+        return false;
+    }
+    if (!parse_seconds_option(o->timeout, &n->timeout)) {
+        fprintf(stderr, "ckptfs: timeout=%s: expected a number of seconds, 0 or more (such as "
+                        "86400 or 0.5)\n", o->timeout);
+        return false;
+    }
+    return true;
+}
+
 /* -o stage=OUT: `ckptfs stage OUT MOUNTPOINT --from SOURCE` in the form mount(8) and fstab
  * use. SOURCE `none` (or "", or left out) stages an empty tree. */
-static int mount_stage(options *o, struct fuse_args *args) {
+static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
     if (!o->stage[0]) {
         fprintf(stderr, "ckptfs: -o stage= needs OUT, the archive to write\n");
         return EXIT_USAGE;
@@ -237,7 +267,7 @@ static int mount_stage(options *o, struct fuse_args *args) {
                          .from = empty ? NULL : o->source,
                          .spool = o->spool,
                          .max_shard_size = o->max_shard_size,
-                         .max_threads = o->max_threads,
+                         .max_threads = num->max_threads,
                          .nocommit = o->nocommit,
                          .foreground = o->foreground,
                          .single = o->single};
@@ -260,8 +290,9 @@ int main(int argc, char **argv) {
     /* `ckptfs serve SOURCE...`: the HF view over HTTP (fs/serve/). */
     if (argc > 1 && strcmp(argv[1], "serve") == 0) return serve_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    options o = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400, .npy = 1};
-    ckptfs fs = {.timeout = o.timeout, .uid = getuid(), .gid = getgid()};
+    options o = {.npy = 1};
+    numbers num = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
+    ckptfs fs = {.timeout = num.timeout, .uid = getuid(), .gid = getgid()};
     pthread_mutex_init(&fs.doc_lock, NULL);
     pthread_mutex_init(&fs.stats_lock, NULL);
     struct fuse_session *se = NULL;
@@ -280,8 +311,9 @@ int main(int argc, char **argv) {
         status = 0;
         goto out;
     }
+    if (!parse_numbers(&o, &num)) goto out;
     if (o.stage) {
-        status = mount_stage(&o, &args);
+        status = mount_stage(&o, &num, &args);
         goto out;
     }
     if (o.staging_opt) {
@@ -301,6 +333,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
         goto out;
     }
+    if (!mountpoint_usable("ckptfs", mnt)) {
+        status = EXIT_MOUNT;
+        goto out;
+    }
+    if (!mountpoint_apart("ckptfs", mnt, o.source, NULL)) goto out;
     if (parse_size_option(o.max_shard_size, &max_shard) != 0) {
         fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
                 o.max_shard_size);
@@ -319,14 +356,24 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
     }
-    fs.timeout = o.timeout;
+    if (hf_root && fs.as_f32) {
+        fprintf(stderr, "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=hf "
+                        "shows none (its safetensors keep the stored bytes)\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    fs.timeout = num.timeout;
     fs.splice = o.splice != 0;
-    fs.readahead_kb = o.readahead_kb;
+    fs.readahead_kb = num.readahead_kb;
     status = EXIT_SOURCE;
     ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision, .remote = o.remote.o};
     heap_for_loading();
     if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
+        goto out;
+    }
+    if (!mountpoint_apart("ckptfs", mnt, o.source, fs.cat)) {
+        status = EXIT_USAGE;
         goto out;
     }
     view_job job;
@@ -363,7 +410,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
-    int loop = daemon_serve(se, mnt, o.single, o.max_threads, set_readahead, &o.readahead_kb);
+    int loop = daemon_serve(se, mnt, o.single, num.max_threads, set_readahead, &num.readahead_kb);
     /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
     status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
 out_unmount:
@@ -384,6 +431,9 @@ out:
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);
     free(o.view);
+    free(o.readahead_kb);
+    free(o.max_threads);
+    free(o.timeout);
     free(o.max_shard_size);
     free(o.tp_split);
     free(o.revision);

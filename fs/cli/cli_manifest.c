@@ -16,7 +16,8 @@
 #define MANIFEST_MAX_BYTES (1ull << 30)
 
 static int read_whole(const char *path, char **text, size_t *len, const char *cmd) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO given as the manifest must be refused, not waited on. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         cli_error(cmd, "%s: %s", path, strerror(errno));
         return CLI_SOURCE;

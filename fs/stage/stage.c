@@ -7,6 +7,8 @@
 #include "stage.h"
 
 #include "daemon.h"
+#include "mountpoint.h"
+#include "optval.h"
 #include "size.h"
 #include "stage_ops.h"
 
@@ -26,7 +28,7 @@
 
 typedef struct stage_options {
     char *out, *mountpoint, *from, *spool, *max_shard_size;
-    unsigned max_threads;
+    char *max_threads; /* as given: checked by fs/optval.c */
     int nocommit;
     int foreground, debug, single, help, allow_other;
     int extra_args;
@@ -38,7 +40,7 @@ enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_ALLOW_OTHER };
     { t, offsetof(stage_options, field), value }
 static const struct fuse_opt stage_spec[] = {
     OPT("spool=%s", spool, 0),
-    OPT("max_threads=%u", max_threads, 0),
+    OPT("max_threads=%s", max_threads, 0),
     OPT("nocommit", nocommit, 1),
     OPT("max_shard_size=%s", max_shard_size, 0),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
@@ -332,6 +334,7 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         fprintf(stderr, "ckptfs stage: mount point %s: %s\n", req->mountpoint, strerror(errno));
         goto out;
     }
+    if (!mountpoint_usable("ckptfs stage", mnt)) goto out;
     if (!(st.out = absolute_out(req->out)) || !(st.spool = spool_path(st.out, req->spool)))
         goto out;
     if (parse_size_option(req->max_shard_size, &st.max_shard_size) != 0) {
@@ -360,6 +363,10 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
     status = STAGE_INVALID;
     if (req->from && !realpath(req->from, from)) {
         fprintf(stderr, "ckptfs stage: --from %s: %s\n", req->from, strerror(errno));
+        goto out;
+    }
+    if (req->from && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
+        status = STAGE_USAGE;
         goto out;
     }
     if (req->from) st.from = strdup(from);
@@ -409,7 +416,8 @@ out:
 int stage_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--status") == 0) return stage_status_main(argc, argv);
-    stage_options o = {.max_threads = 8};
+    stage_options o = {.max_threads = NULL};
+    unsigned max_threads = 8;
     if (take_from(&argc, argv, &o.from) != 0) return STAGE_USAGE;
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     int status = STAGE_USAGE;
@@ -423,12 +431,17 @@ int stage_main(int argc, char **argv) {
         fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
         goto out;
     }
+    if (!parse_uint_option(o.max_threads, 1, 1024, &max_threads)) {
+        fprintf(stderr, "ckptfs stage: max_threads=%s: expected a whole number from 1 to 1024\n",
+                o.max_threads);
+        goto out;
+    }
     stage_request req = {.out = o.out,
                          .mountpoint = o.mountpoint,
                          .from = o.from,
                          .spool = o.spool,
                          .max_shard_size = o.max_shard_size,
-                         .max_threads = o.max_threads,
+                         .max_threads = max_threads,
                          .nocommit = o.nocommit,
                          .foreground = o.foreground,
                          .single = o.single};
@@ -440,5 +453,6 @@ out:
     free(o.from);
     free(o.spool);
     free(o.max_shard_size);
+    free(o.max_threads);
     return status;
 }
