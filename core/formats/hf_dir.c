@@ -65,11 +65,17 @@ static int check_shard_file(const char *root, const json_value *v, const char *i
     int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
     if (n < 0 || (size_t)n >= sizeof path)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: shard name too long", index_path);
-    if (!is_file(path))
+    struct stat st;
+    if (stat(path, &st) != 0)
         return ckpt_fail(err, -ENOENT,
-                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu) "
-                         "is missing or not a regular file",
+                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu) is missing",
                          index_path, SHOWN(v->len), v->str, v->pos);
+    if (!S_ISREG(st.st_mode))
+        return ckpt_fail(err, -EINVAL,
+                         "%s: shard \"%.*s\" named in weight_map (byte offset %zu): %s is %s, "
+                         "not a regular file",
+                         index_path, SHOWN(v->len), v->str, v->pos, path,
+                         file_type_name(st.st_mode));
     return 0;
 }
 
