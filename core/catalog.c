@@ -163,8 +163,9 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return ckpt_fail(err, -EINVAL, "%s: %s, not a regular file: ckptfs reads only regular files",
-                         path, file_type_name(st.st_mode));
+        return ckpt_fail(err, -EINVAL,
+                         "%s: %s, not a regular file: ckptfs reads only regular files", path,
+                         file_type_name(st.st_mode));
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t size = (uint64_t)st.st_size;
@@ -251,7 +252,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     struct ckpt_catalog_private *pv = cat->priv;
     if (ndim > CKPT_MAX_DIMS)
         return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %u dimensions (at most %d supported)",
-                         SHOWN(name_len), name, ndim, CKPT_MAX_DIMS);
+                         SHOWN_NAME(name, name_len), ndim, CKPT_MAX_DIMS);
     if (grow((void **)&cat->tensors, &pv->cap_tensors, cat->ntensors + 1, sizeof *cat->tensors))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_tensor *t = &cat->tensors[cat->ntensors];
@@ -267,7 +268,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
         return ckpt_fail(err, -EOVERFLOW,
                          "tensor \"%.*s\": shape product overflows or is not "
                          "a whole number of bytes",
-                         SHOWN(name_len), name);
+                         SHOWN_NAME(name, name_len));
     *index = cat->ntensors++;
     return 0;
 }
@@ -447,7 +448,7 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
         if (name_cmp(&cat->tensors[i - 1], &cat->tensors[i]) == 0) {
             const ckpt_tensor *t = &cat->tensors[i];
             return ckpt_fail(err, -EINVAL, "%s: duplicate tensor name \"%.*s\" (defined twice)",
-                             cat->root, SHOWN(t->name_len), t->name);
+                             cat->root, SHOWN_NAME(t->name, t->name_len));
         }
     }
     /* Piece indexes (malloc'd, one per tensor) and paths (in the arena) touch different
@@ -469,7 +470,7 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
             catalog_warn(cat,
                          "tensor \"%.*s\" is incomplete: part of it is in no file (reads "
                          "there fail with EIO)",
-                         SHOWN(t->name_len), t->name);
+                         SHOWN_NAME(t->name, t->name_len));
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
     return 0;

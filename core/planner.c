@@ -68,7 +68,7 @@ static bool same_box(const ckpt_piece *a, const ckpt_piece *b, uint32_t ndim) {
     return true;
 }
 
-#define NAME_ARGS(t) SHOWN((t)->name_len), (t)->name
+#define NAME_ARGS(t) SHOWN_NAME((t)->name, (t)->name_len)
 
 /* Checks a piece's box against the tensor and its bytes against its file. */
 static int check_piece(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt_piece *p,

@@ -102,12 +102,12 @@ static int add_tensor(ckpt_catalog *out, const ckpt_tensor *t, const char *rest,
                       ckpt_err *err) {
     if (t->dtype != CKPT_F32)
         return ckpt_fail(err, -EINVAL, "tensor \"%.*s\" is %s; .lwt holds float32 only",
-                         SHOWN(t->name_len), t->name, ckpt_dtype_info_of(t->dtype)->name);
+                         SHOWN_NAME(t->name, t->name_len), ckpt_dtype_info_of(t->dtype)->name);
     char name[512];
     int n = snprintf(name, sizeof name, "transformer.%.*s", (int)rest_len, rest);
     if (n < 0 || (size_t)n >= sizeof name)
-        return ckpt_fail(err, -ENAMETOOLONG, "tensor \"%.*s\": name too long", SHOWN(t->name_len),
-                         t->name);
+        return ckpt_fail(err, -ENAMETOOLONG, "tensor \"%.*s\": name too long",
+                         SHOWN_NAME(t->name, t->name_len));
     size_t br;
     const char *b = block_rest(rest, rest_len, &br);
     bool transpose = b && is_conv1d_weight(b, br) && t->ndim == 2;
@@ -126,7 +126,7 @@ static int add_tensor(ckpt_catalog *out, const ckpt_tensor *t, const char *rest,
         return ckpt_fail(err, -EINVAL,
                          "tensor \"%.*s\": only a contiguous Conv1D weight can be "
                          "transposed",
-                         SHOWN(t->name_len), t->name);
+                         SHOWN_NAME(t->name, t->name_len));
     /* [in, out] -> [out, in]: element (i, j) of the result is element (j, i) of the source. */
     uint64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {1, t->shape[1]};
     int rc = catalog_add_tensor(out, name, (size_t)n, t->dtype, 2, shape, &idx, err);

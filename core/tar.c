@@ -282,7 +282,7 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
             rc = ckpt_fail(err, -EINVAL,
                            "%s: tar member \"%.*s\" (header at offset %llu) is absolute or has a "
                            "\"..\" component: it would leave the archive",
-                           archive, SHOWN(len), name, (unsigned long long)at);
+                           archive, SHOWN_NAME(name, len), (unsigned long long)at);
             free(name);
             break;
         }

@@ -310,7 +310,7 @@ static void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segmen
 int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
                 ckpt_err *err) {
     char what[160];
-    snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN(t->name_len), t->name);
+    snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN_NAME(t->name, t->name_len));
     size_t got = 0;
     while (got < len) {
         ckpt_segment seg[64];
@@ -338,7 +338,7 @@ int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, voi
 
 void out_tensor(out_file *f, const ckpt_catalog *cat, const ckpt_tensor *t) {
     char what[160];
-    snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN(t->name_len), t->name);
+    snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN_NAME(t->name, t->name_len));
     out_boundary(f);
     uint64_t off = 0;
     while (off < t->nbytes && !f->failed) {
@@ -439,7 +439,7 @@ int writer_select(const out_file *f, const ckpt_catalog *cat,
             rc = ckpt_fail(err, -EINVAL,
                            "%s: tensor \"%.*s\": two tensors of the model have this name (under "
                            "different directories); %s holds one",
-                           f->final_path, SHOWN(t->name_len), t->name, container);
+                           f->final_path, SHOWN_NAME(t->name, t->name_len), container);
         else
             sel[n++] = i;
     }
@@ -478,12 +478,12 @@ static int check_safetensors_fit(const ckpt_catalog *cat, ckpt_err *err) {
         }
         if (!ckpt_dtype_info_of(t->dtype)->safetensors)
             return ckpt_fail(err, -EINVAL, "tensor \"%.*s\" is %s, which safetensors cannot hold",
-                             SHOWN(t->name_len), t->name, ckpt_dtype_info_of(t->dtype)->name);
+                             SHOWN_NAME(t->name, t->name_len), ckpt_dtype_info_of(t->dtype)->name);
         if (t->incomplete)
             return ckpt_fail(err, -EIO,
                              "tensor \"%.*s\" is incomplete (part of it is stored "
                              "nowhere)",
-                             SHOWN(t->name_len), t->name);
+                             SHOWN_NAME(t->name, t->name_len));
     }
     return 0;
 }

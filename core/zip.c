@@ -190,7 +190,7 @@ static int apply_zip64_extra(const zip_archive *z, zip_entry *e, const unsigned 
     return ckpt_fail(err, -EINVAL,
                      "%s: central directory entry \"%.*s\" at offset %llu has 0xFFFFFFFF sizes or "
                      "offset but no complete zip64 extra field",
-                     z->label, SHOWN(e->name_len), e->name, ABS(z, at));
+                     z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, at));
 }
 
 static int parse_directory(zip_archive *z, const directory_loc *loc, ckpt_err *err) {
@@ -228,15 +228,15 @@ static int parse_directory(zip_archive *z, const directory_loc *loc, ckpt_err *e
             return ckpt_fail(err, -EINVAL,
                              "%s: central directory entry \"%.*s\" at offset %llu starts on disk "
                              "%u (multi-disk zip)",
-                             z->label, SHOWN(nlen), e->name, ABS(z, at), le16(h + 34));
+                             z->label, SHOWN_NAME(e->name, nlen), ABS(z, at), le16(h + 34));
         int rc = apply_zip64_extra(z, e, h + CENTRAL_SIZE + nlen, xlen, at, err);
         if (rc) return rc;
         if (e->local_offset > z->length || z->length - e->local_offset < LOCAL_SIZE)
             return ckpt_fail(err, -EINVAL,
                              "%s: record \"%.*s\": local header offset %llu (central directory "
                              "entry at offset %llu) runs past the end of the zip (size %llu)",
-                             z->label, SHOWN(nlen), e->name, ABS(z, e->local_offset), ABS(z, at),
-                             (unsigned long long)z->length);
+                             z->label, SHOWN_NAME(e->name, nlen), ABS(z, e->local_offset),
+                             ABS(z, at), (unsigned long long)z->length);
         bool added;
         hm_entry *he = hm_put(&z->by_name, e->name, nlen, i, &added);
         if (!he) return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -244,7 +244,7 @@ static int parse_directory(zip_archive *z, const directory_loc *loc, ckpt_err *e
             return ckpt_fail(err, -EINVAL,
                              "%s: record name \"%.*s\" appears twice in the central directory "
                              "(second at offset %llu)",
-                             z->label, SHOWN(nlen), e->name, ABS(z, at));
+                             z->label, SHOWN_NAME(e->name, nlen), ABS(z, at));
         pos += CENTRAL_SIZE + nlen + xlen + clen;
     }
     return 0;
@@ -320,18 +320,18 @@ int zip_data_offset(const zip_archive *z, const zip_entry *e, uint64_t *offset, 
                          "%s: record \"%.*s\" (central directory entry at offset %llu) is "
                          "compressed with method %u (%s); only stored (uncompressed) records can "
                          "be served from the file",
-                         z->label, SHOWN(e->name_len), e->name, ABS(z, e->central_offset),
+                         z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, e->central_offset),
                          e->method, method_name(e->method));
     if (e->flags & FLAG_ENCRYPTED)
         return ckpt_fail(err, -ENOTSUP,
                          "%s: record \"%.*s\" (central directory entry at offset %llu) is "
                          "encrypted",
-                         z->label, SHOWN(e->name_len), e->name, ABS(z, e->central_offset));
+                         z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, e->central_offset));
     if (e->csize != e->usize)
         return ckpt_fail(err, -EINVAL,
                          "%s: record \"%.*s\" (central directory entry at offset %llu) is stored "
                          "but its compressed size %llu differs from its size %llu",
-                         z->label, SHOWN(e->name_len), e->name, ABS(z, e->central_offset),
+                         z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, e->central_offset),
                          (unsigned long long)e->csize, (unsigned long long)e->usize);
     unsigned char h[LOCAL_SIZE + 65535];
     size_t want = LOCAL_SIZE + e->name_len;
@@ -341,19 +341,19 @@ int zip_data_offset(const zip_archive *z, const zip_entry *e, uint64_t *offset, 
     if (le32(h) != LOCAL_SIG)
         return ckpt_fail(err, -EINVAL,
                          "%s: record \"%.*s\": local header at offset %llu has a bad signature",
-                         z->label, SHOWN(e->name_len), e->name, ABS(z, e->local_offset));
+                         z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, e->local_offset));
     size_t nlen = le16(h + 26), xlen = le16(h + 28);
     if (nlen != e->name_len || want > avail || memcmp(h + LOCAL_SIZE, e->name, nlen) != 0)
         return ckpt_fail(err, -EINVAL,
                          "%s: record \"%.*s\": local header at offset %llu names a different "
                          "record than the central directory",
-                         z->label, SHOWN(e->name_len), e->name, ABS(z, e->local_offset));
+                         z->label, SHOWN_NAME(e->name, e->name_len), ABS(z, e->local_offset));
     uint64_t data = e->local_offset + LOCAL_SIZE + nlen + xlen;
     if (data > z->length || e->usize > z->length - data)
         return ckpt_fail(err, -EINVAL,
                          "%s: record \"%.*s\": %llu bytes at offset %llu (local header at offset "
                          "%llu) run past the end of the zip (size %llu)",
-                         z->label, SHOWN(e->name_len), e->name, (unsigned long long)e->usize,
+                         z->label, SHOWN_NAME(e->name, e->name_len), (unsigned long long)e->usize,
                          ABS(z, data), ABS(z, e->local_offset), (unsigned long long)z->length);
     *offset = z->base + data;
     return 0;
@@ -370,7 +370,7 @@ int zip_read(const zip_archive *z, const zip_entry *e, uint64_t limit, char **da
         return ckpt_fail(err, -EFBIG,
                          "%s: record \"%.*s\" at offset %llu is %llu bytes, more than the limit of "
                          "%llu",
-                         z->label, SHOWN(e->name_len), e->name, (unsigned long long)off,
+                         z->label, SHOWN_NAME(e->name, e->name_len), (unsigned long long)off,
                          (unsigned long long)e->usize, (unsigned long long)limit);
     char *buf = malloc((size_t)e->usize + 1);
     if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");

@@ -34,7 +34,7 @@ enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT =
 typedef struct options {
     char *source;
     char *mountpoint;
-    char *readahead_kb;   /* the numbers as given: checked by fs/optval.c */
+    char *readahead_kb; /* the numbers as given: checked by fs/optval.c */
     int splice;
     int npy;
     char *max_threads;
@@ -227,8 +227,10 @@ static bool parse_numbers(const options *o, numbers *n) {
         return false;
     }
     if (!parse_seconds_option(o->timeout, &n->timeout)) {
-        fprintf(stderr, "ckptfs: timeout=%s: expected a number of seconds, 0 or more (such as "
-                        "86400 or 0.5)\n", o->timeout);
+        fprintf(stderr,
+                "ckptfs: timeout=%s: expected a number of seconds, 0 or more (such as "
+                "86400 or 0.5)\n",
+                o->timeout);
         return false;
     }
     return true;

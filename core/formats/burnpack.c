@@ -127,8 +127,8 @@ static int bad(reader *r, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (r->tensor)
-        return ckpt_fail(r->err, -EINVAL, "%s: tensor \"%.*s\": %s", r->path, SHOWN(r->tensor_len),
-                         r->tensor, msg);
+        return ckpt_fail(r->err, -EINVAL, "%s: tensor \"%.*s\": %s", r->path,
+                         SHOWN_NAME(r->tensor, r->tensor_len), msg);
     return ckpt_fail(r->err, -EINVAL, "%s: %s", r->path, msg);
 }
 
@@ -997,9 +997,10 @@ static int place_tensors(loader *L, uint64_t data_start) {
                              "%s: tensor \"%.*s\": data_offsets [%llu, %llu) at offset %llu run "
                              "past the end of the file (the data section at offset %llu holds "
                              "%llu bytes)",
-                             r->path, SHOWN(t->name_len), t->name, (unsigned long long)s->start,
-                             (unsigned long long)s->end, (unsigned long long)s->at,
-                             (unsigned long long)data_start, (unsigned long long)room);
+                             r->path, SHOWN_NAME(t->name, t->name_len),
+                             (unsigned long long)s->start, (unsigned long long)s->end,
+                             (unsigned long long)s->at, (unsigned long long)data_start,
+                             (unsigned long long)room);
         }
     }
     /* Burn writers never share bytes between tensors; overlapping extents mean a damaged or
@@ -1020,12 +1021,12 @@ static int place_tensors(loader *L, uint64_t data_start) {
                 return ckpt_fail(r->err, -EINVAL,
                                  "%s: tensor \"%.*s\": duplicate tensor name in the tensors map "
                                  "(data_offsets at offsets %llu and %llu)",
-                                 r->path, SHOWN(a->name_len), a->name, y.at, x.at);
+                                 r->path, SHOWN_NAME(a->name, a->name_len), y.at, x.at);
             return ckpt_fail(r->err, -EINVAL,
                              "%s: tensor \"%.*s\": data_offsets [%llu, %llu) at offset %llu "
                              "overlap those of tensor \"%.*s\" [%llu, %llu)",
-                             r->path, SHOWN(a->name_len), a->name, (unsigned long long)x.start,
-                             (unsigned long long)x.end, x.at, SHOWN(b->name_len), b->name,
+                             r->path, SHOWN_NAME(a->name, a->name_len), (unsigned long long)x.start,
+                             (unsigned long long)x.end, x.at, SHOWN_NAME(b->name, b->name_len),
                              (unsigned long long)y.start, (unsigned long long)y.end);
         }
         if (!prev || s->end > prev->end) prev = s;

@@ -68,7 +68,7 @@ static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *in
         return ckpt_fail(c->err, -EINVAL,
                          "%s: tensor \"%.*s\" (header byte offset %zu) has no entry in "
                          "DCP_SHARDING_INFO",
-                         src->path, SHOWN(e->name_len), e->name, 8 + e->v->pos);
+                         src->path, SHOWN_NAME(e->name, e->name_len), 8 + e->v->pos);
     const json_value *so = json_member(t, "saved_offsets");
     uint32_t k = 0;
     if (so && so->type == JSON_ARRAY && so->count == e->ndim)
@@ -77,7 +77,8 @@ static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *in
         return ckpt_fail(c->err, -EINVAL,
                          "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets must be a list of %u "
                          "non-negative integer%s (one per dim)",
-                         src->path, SHOWN(e->name_len), e->name, e->ndim, e->ndim == 1 ? "" : "s");
+                         src->path, SHOWN_NAME(e->name, e->name_len), e->ndim,
+                         e->ndim == 1 ? "" : "s");
     return 0;
 }
 
@@ -91,7 +92,7 @@ static int add_chunk(dcp_ctx *c, uint32_t source, const st_entry *e, const uint6
             return ckpt_fail(c->err, -EOVERFLOW,
                              "%s: DCP_SHARDING_INFO of \"%.*s\": saved_offsets + shape overflows "
                              "the tensor size on dim %u",
-                             src->path, SHOWN(e->name_len), e->name, d);
+                             src->path, SHOWN_NAME(e->name, e->name_len), d);
     const hm_entry *h = hm_get(&c->tensors, e->name, e->name_len);
     size_t idx;
     if (!h) {
@@ -109,7 +110,7 @@ static int add_chunk(dcp_ctx *c, uint32_t source, const st_entry *e, const uint6
             return ckpt_fail(c->err, -EINVAL,
                              "%s: tensor \"%.*s\" is %s with %u dims here but %s with %u dims in "
                              "another shard (dtype/dims mismatch)",
-                             src->path, SHOWN(e->name_len), e->name,
+                             src->path, SHOWN_NAME(e->name, e->name_len),
                              ckpt_dtype_info_of(e->dtype)->name, e->ndim,
                              ckpt_dtype_info_of(t->dtype)->name, t->ndim);
         for (uint32_t d = 0; d < e->ndim; d++)
@@ -301,7 +302,7 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
             rc = ckpt_fail(err, -EOVERFLOW,
                            "%s: tensor \"%.*s\": the shape its chunks' saved_offsets add up to "
                            "overflows",
-                           cat->root, SHOWN(t->name_len), t->name);
+                           cat->root, SHOWN_NAME(t->name, t->name_len));
     }
     hm_free(&c.tensors);
     free_files(names, n);

@@ -45,7 +45,6 @@ enum {
     MIN_KV_BYTES = 8 + 4 + 1,       /* key length, value type, a 1-byte value */
     MIN_INFO_BYTES = 8 + 4 + 4 + 8, /* name length, n_dims, type, offset */
     SPLIT_LIMIT = 65535,            /* split.count is a UINT16 */
-    CTX_NAME = 60,                  /* bytes of a key or name shown in messages */
 };
 
 /* gguf_type: what a KV value is. */
@@ -163,7 +162,7 @@ typedef struct part {
     uint64_t pos, buf_off;
     unsigned char *buf;
     size_t cap, buf_len;
-    char ctx[160]; /* the item being read, prefixed to messages */
+    char ctx[400]; /* the item being read, prefixed to messages (an escaped name fits) */
     uint32_t version;
     uint64_t tensor_count, kv_count, alignment, data_offset;
     strbuf kv_json;
@@ -185,7 +184,6 @@ static int bad(part *p, const char *fmt, ...) {
 }
 
 #define ULL(x) ((unsigned long long)(x))
-#define CTXLEN(n) ((int)((n) > CTX_NAME ? CTX_NAME : (n)))
 
 /* Makes the n bytes at pos available at cur(p). */
 static int need(part *p, uint64_t n, const char *what) {
@@ -498,7 +496,7 @@ static int read_kvs(part *p) {
         uint64_t key_at = p->pos, len;
         char *key;
         if ((rc = get_name(p, "key", &key, &len))) break;
-        snprintf(p->ctx, sizeof p->ctx, "KV %llu \"%.*s\"", ULL(i), CTXLEN(len), key);
+        snprintf(p->ctx, sizeof p->ctx, "KV %llu \"%.*s\"", ULL(i), SHOWN_NAME(key, len));
         bool added;
         hm_entry *e = hm_put(&keys, key, len, key_at, &added);
         if (!e) {
@@ -564,7 +562,7 @@ static int read_tensor_info(part *p, uint64_t i) {
     char *name;
     int rc = get_name(p, "name", &name, &len);
     if (rc) return rc;
-    snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", CTXLEN(len), name);
+    snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", SHOWN_NAME(name, len));
     bool added;
     if (!hm_put(&ld->names, name, len, 0, &added))
         return ckpt_fail(ld->err, -ENOMEM, "out of memory");
@@ -637,7 +635,7 @@ static int place_data(part *p) {
         const placed *t = &p->placed[i];
         if (p->data_offset > p->size || t->offset > p->size - p->data_offset ||
             t->nbytes > p->size - p->data_offset - t->offset) {
-            snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", CTXLEN(t->name_len), t->name);
+            snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", SHOWN_NAME(t->name, t->name_len));
             return bad(p,
                        "data (offset %llu at offset %llu, %llu bytes, data section at %llu) runs "
                        "past the end of the file (size %llu)",
@@ -651,12 +649,13 @@ static int place_data(part *p) {
         const placed *t = &p->placed[i];
         if (!t->nbytes) continue;
         if (prev && t->offset < prev->offset + prev->nbytes) {
-            snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", CTXLEN(t->name_len), t->name);
+            snprintf(p->ctx, sizeof p->ctx, "tensor \"%.*s\"", SHOWN_NAME(t->name, t->name_len));
             return bad(p,
                        "data at offset %llu (offset field at %llu) overlaps tensor \"%.*s\", "
                        "which ends at %llu",
-                       ULL(p->data_offset + t->offset), ULL(t->offset_at), CTXLEN(prev->name_len),
-                       prev->name, ULL(p->data_offset + prev->offset + prev->nbytes));
+                       ULL(p->data_offset + t->offset), ULL(t->offset_at),
+                       SHOWN_NAME(prev->name, prev->name_len),
+                       ULL(p->data_offset + prev->offset + prev->nbytes));
         }
         prev = t;
     }

@@ -183,7 +183,7 @@ static int check_name(reader *r, const entry *e) {
             return ckpt_fail(r->err, -EINVAL,
                              "%s: tensor name \"%.*s\" at offset %llu is not ASCII (byte 0x%02x at "
                              "offset %llu); gpt-rs derives base ids from ASCII names only",
-                             r->src->path, SHOWN(e->name_len), e->name,
+                             r->src->path, SHOWN_NAME(e->name, e->name_len),
                              (unsigned long long)e->name_at, p[i],
                              (unsigned long long)(e->name_at + i));
         i += k;
@@ -194,12 +194,13 @@ static int check_name(reader *r, const entry *e) {
 /* Everything after the name that does not depend on where the entry came from. */
 static int check_entry(reader *r, entry *e) {
     const char *path = r->src->path;
-    int n = SHOWN(e->name_len);
+    const char *shown = ckpt_shown(e->name, e->name_len);
+    int n = -1; /* "%.*s" prints all of shown */
     if (e->dtype_tag >= sizeof DTYPE_TAGS / sizeof *DTYPE_TAGS)
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": dtype_tag %u at offset %llu is not one of 0 (F32), "
                          "1 (F16), 2 (BF16), 3 (I32)",
-                         path, n, e->name, e->dtype_tag,
+                         path, n, shown, e->dtype_tag,
                          (unsigned long long)(e->dims_at + 8ull * e->rank));
     ckpt_dtype dt = DTYPE_TAGS[e->dtype_tag].dtype;
     uint64_t numel, nbytes;
@@ -210,25 +211,25 @@ static int check_entry(reader *r, entry *e) {
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": dims %s at offset %llu: the byte size of the shape "
                          "overflows 64 bits",
-                         path, n, e->name, shape, (unsigned long long)e->dims_at);
+                         path, n, shown, shape, (unsigned long long)e->dims_at);
     if (e->byte_len != nbytes)
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": byte_len %llu at offset %llu does not match dims %s "
                          "of %s (%llu bytes)",
-                         path, n, e->name, (unsigned long long)e->byte_len,
+                         path, n, shown, (unsigned long long)e->byte_len,
                          (unsigned long long)(e->offset_at + 8), shape,
                          DTYPE_TAGS[e->dtype_tag].name, (unsigned long long)nbytes);
     if (r->version == 1 && e->byte_len > r->src->size - e->offset)
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": byte_len %llu at offset %llu runs past the end of "
                          "the file (size %llu)",
-                         path, n, e->name, (unsigned long long)e->byte_len,
+                         path, n, shown, (unsigned long long)e->byte_len,
                          (unsigned long long)e->len_at, (unsigned long long)r->src->size);
     if (e->offset > r->src->size || e->byte_len > r->src->size - e->offset)
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": offset %llu at offset %llu with byte_len %llu runs "
                          "past the end of the file (size %llu)",
-                         path, n, e->name, (unsigned long long)e->offset,
+                         path, n, shown, (unsigned long long)e->offset,
                          (unsigned long long)e->offset_at, (unsigned long long)e->byte_len,
                          (unsigned long long)r->src->size);
     if (r->checkpoint) {
@@ -241,8 +242,8 @@ static int check_entry(reader *r, entry *e) {
             return ckpt_fail(r->err, -EINVAL,
                              "%s: tensor \"%.*s\": stored_base_id %s at offset %llu does not "
                              "match BLAKE3 of the name (%s): base_id mismatch",
-                             path, n, e->name, stored,
-                             (unsigned long long)(e->name_at + e->name_len), want);
+                             path, n, shown, stored, (unsigned long long)(e->name_at + e->name_len),
+                             want);
         }
         memcpy(e->base_id, digest, BASE_ID_LEN);
     }
@@ -286,14 +287,14 @@ static int read_entry(reader *r, cursor *c, uint32_t i, entry *e) {
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": rank %u at offset %llu needs %llu bytes of dims but "
                          "the %s ends at offset %llu",
-                         r->src->path, SHOWN(e->name_len), e->name, e->rank,
+                         r->src->path, SHOWN_NAME(e->name, e->name_len), e->rank,
                          (unsigned long long)rank_at, 8ull * e->rank, c->region,
                          (unsigned long long)c->end);
     if (e->rank > CKPT_MAX_DIMS)
         return ckpt_fail(r->err, -EINVAL,
                          "%s: tensor \"%.*s\": rank %u at offset %llu exceeds the %d dims ckptfs "
                          "supports",
-                         r->src->path, SHOWN(e->name_len), e->name, e->rank,
+                         r->src->path, SHOWN_NAME(e->name, e->name_len), e->rank,
                          (unsigned long long)rank_at, CKPT_MAX_DIMS);
     e->dims = arena_array(&r->mem, e->rank ? e->rank : 1, sizeof *e->dims);
     if (!e->dims) return ckpt_fail(r->err, -ENOMEM, "out of memory");
@@ -416,7 +417,7 @@ static int check_config(reader *r, const json_value *root, uint64_t base, bool *
     if (!json_str_eq(kind, "ministral") && !json_str_eq(kind, "resnet34") &&
         !json_str_eq(kind, "mobilenet_v2"))
         catalog_warn(r->cat, "%s: config_json kind \"%.*s\" is not one gpt-rs knows",
-                     r->src->relpath, SHOWN(kind->len), kind->str);
+                     r->src->relpath, SHOWN_NAME(kind->str, kind->len));
     return 0;
 }
 
@@ -473,7 +474,7 @@ static int add_tensors(reader *r) {
             catalog_warn(r->cat,
                          "%s: tensor \"%.*s\" at offset %llu repeats the name of the entry at "
                          "offset %llu; the later entry is used, as in gpt-rs",
-                         r->src->relpath, SHOWN(r->entries[i].name_len), r->entries[i].name,
+                         r->src->relpath, SHOWN_NAME(r->entries[i].name, r->entries[i].name_len),
                          (unsigned long long)r->entries[i].entry_at,
                          (unsigned long long)r->entries[h->value].entry_at);
             h->value = i;
@@ -486,7 +487,7 @@ static int add_tensors(reader *r) {
             catalog_warn(r->cat,
                          "%s: tensor \"%.*s\": payload at offset %llu overlaps the header and "
                          "index (they end at offset %llu)",
-                         r->src->relpath, SHOWN(e->name_len), e->name,
+                         r->src->relpath, SHOWN_NAME(e->name, e->name_len),
                          (unsigned long long)e->offset, (unsigned long long)r->index_end);
         size_t idx;
         rc = catalog_add_tensor(r->cat, e->name, e->name_len, DTYPE_TAGS[e->dtype_tag].dtype,

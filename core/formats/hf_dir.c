@@ -40,7 +40,7 @@ static int check_shard_name(const json_value *v, const char *index_path, ckpt_er
         return ckpt_fail(err, -EINVAL,
                          "%s: weight_map value of \"%.*s\" is not a string (byte "
                          "offset %zu)",
-                         index_path, SHOWN(v->key_len), v->key, v->pos);
+                         index_path, SHOWN_NAME(v->key, v->key_len), v->pos);
     bool bad = v->len == 0 || v->str[0] == '/' || memchr(v->str, '\0', v->len);
     for (size_t s = 0, i = 0; !bad && i <= v->len; i++) {
         if (i == v->len || v->str[i] == '/') {
@@ -52,7 +52,8 @@ static int check_shard_name(const json_value *v, const char *index_path, ckpt_er
         return ckpt_fail(err, -EINVAL,
                          "%s: weight_map entry \"%.*s\" names \"%.*s\", which is "
                          "not inside the model directory (byte offset %zu)",
-                         index_path, SHOWN(v->key_len), v->key, SHOWN(v->len), v->str, v->pos);
+                         index_path, SHOWN_NAME(v->key, v->key_len), SHOWN_NAME(v->str, v->len),
+                         v->pos);
     return 0;
 }
 
@@ -69,12 +70,12 @@ static int check_shard_file(const char *root, const json_value *v, const char *i
     if (stat(path, &st) != 0)
         return ckpt_fail(err, -ENOENT,
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu) is missing",
-                         index_path, SHOWN(v->len), v->str, v->pos);
+                         index_path, SHOWN_NAME(v->str, v->len), v->pos);
     if (!S_ISREG(st.st_mode))
         return ckpt_fail(err, -EINVAL,
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu): %s is %s, "
                          "not a regular file",
-                         index_path, SHOWN(v->len), v->str, v->pos, path,
+                         index_path, SHOWN_NAME(v->str, v->len), v->pos, path,
                          file_type_name(st.st_mode));
     return 0;
 }
@@ -116,7 +117,7 @@ static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t firs
         if (!h) {
             if (missing++ == 0)
                 catalog_warn(cat, "%s: \"%.*s\" is in weight_map but in no shard", index_path,
-                             SHOWN(e->key_len), e->key);
+                             SHOWN_NAME(e->key, e->key_len));
             continue;
         }
         listed++;
@@ -124,7 +125,8 @@ static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t firs
         if (strlen(rel) != e->len || memcmp(rel, e->str, e->len) != 0) {
             if (misplaced++ == 0)
                 catalog_warn(cat, "%s: weight_map puts \"%.*s\" in %.*s but it is in %s",
-                             index_path, SHOWN(e->key_len), e->key, SHOWN(e->len), e->str, rel);
+                             index_path, SHOWN_NAME(e->key, e->key_len), SHOWN_NAME(e->str, e->len),
+                             rel);
         }
     }
     if (missing > 1)

@@ -150,12 +150,12 @@ static int decode_entry(const lwt *f, layout *l, uint64_t k, uint64_t prev_end, 
                              (unsigned long long)(at + i));
         i += n;
     }
-    int nl = SHOWN(e->name_len);
+    const char *shown = ckpt_shown(e->name, e->name_len);
+    int nl = -1; /* "%.*s" prints all of shown */
     e->ndim = le32(p + NAME_FIELD);
     if (e->ndim > MAX_NDIM)
         return ckpt_fail(&l->err, -EINVAL, "%s: tensor \"%.*s\": ndim %u at offset %llu exceeds %d",
-                         path, nl, e->name, e->ndim, (unsigned long long)(at + NAME_FIELD),
-                         MAX_NDIM);
+                         path, nl, shown, e->ndim, (unsigned long long)(at + NAME_FIELD), MAX_NDIM);
     uint64_t shape_at = at + shape_rel(l->stride);
     for (uint32_t d = 0; d < MAX_NDIM; d++) {
         uint64_t v = le64(p + shape_rel(l->stride) + 8 * d);
@@ -165,7 +165,7 @@ static int decode_entry(const lwt *f, layout *l, uint64_t k, uint64_t prev_end, 
             return ckpt_fail(&l->err, -EINVAL,
                              "%s: tensor \"%.*s\": shape[%u] %llu at offset %llu is beyond ndim "
                              "%u and must be 0",
-                             path, nl, e->name, d, (unsigned long long)v,
+                             path, nl, shown, d, (unsigned long long)v,
                              (unsigned long long)(shape_at + 8 * d), e->ndim);
     }
     uint64_t off_at = at + offset_rel(l->stride);
@@ -179,25 +179,25 @@ static int decode_entry(const lwt *f, layout *l, uint64_t k, uint64_t prev_end, 
         return ckpt_fail(&l->err, -EINVAL,
                          "%s: tensor \"%.*s\": shape %s at offset %llu: the byte size overflows "
                          "64 bits",
-                         path, nl, e->name, shape, (unsigned long long)shape_at);
+                         path, nl, shown, shape, (unsigned long long)shape_at);
     if (e->size != nbytes)
         return ckpt_fail(&l->err, -EINVAL,
                          "%s: tensor \"%.*s\": size_bytes %llu at offset %llu does not match shape "
                          "%s of float32 (%llu bytes)",
-                         path, nl, e->name, (unsigned long long)e->size,
+                         path, nl, shown, (unsigned long long)e->size,
                          (unsigned long long)(off_at + 8), shape, (unsigned long long)nbytes);
     if (e->offset % DATA_ALIGN && e->offset != prev_end)
         return ckpt_fail(&l->err, -EINVAL,
                          "%s: tensor \"%.*s\": offset %llu at offset %llu is misaligned: neither a "
                          "multiple of %d nor the end of the previous tensor (%llu)",
-                         path, nl, e->name, (unsigned long long)e->offset,
-                         (unsigned long long)off_at, DATA_ALIGN, (unsigned long long)prev_end);
+                         path, nl, shown, (unsigned long long)e->offset, (unsigned long long)off_at,
+                         DATA_ALIGN, (unsigned long long)prev_end);
     if (e->size > UINT64_MAX - e->offset)
         return ckpt_fail(&l->err, -EINVAL,
                          "%s: tensor \"%.*s\": offset %llu at offset %llu plus size_bytes %llu "
                          "overflows 64 bits",
-                         path, nl, e->name, (unsigned long long)e->offset,
-                         (unsigned long long)off_at, (unsigned long long)e->size);
+                         path, nl, shown, (unsigned long long)e->offset, (unsigned long long)off_at,
+                         (unsigned long long)e->size);
     return 0;
 }
 
@@ -245,7 +245,7 @@ static int try_layout(const lwt *f, layout *l) {
             "%s: tensor \"%.*s\": offset %llu at offset %llu with size_bytes %llu "
             "runs past the end of the file (size %llu; the data section starts at "
             "offset %llu)",
-            path, SHOWN(strnlen((const char *)p, NAME_FIELD)), (const char *)p,
+            path, SHOWN_NAME((const char *)p, strnlen((const char *)p, NAME_FIELD)),
             (unsigned long long)le64(p + offset_rel(l->stride)),
             (unsigned long long)(l->index_at + last * l->stride + offset_rel(l->stride)),
             (unsigned long long)le64(p + offset_rel(l->stride) + 8), (unsigned long long)size,

@@ -218,15 +218,15 @@ static int read_shard(reader *r, arena *mem, shard *out) {
             return ckpt_fail(r->err, -EINVAL,
                              "%s: tensor \"%.*s\": dims hold %llu elements, more than a C# "
                              "array can (data_length field at offset %llu)",
-                             r->cat->sources[r->source].path, SHOWN(e->name_len), e->name,
+                             r->cat->sources[r->source].path, SHOWN_NAME(e->name, e->name_len),
                              (unsigned long long)numel, (unsigned long long)at);
         if ((uint64_t)len != want) {
             if ((uint64_t)len != numel * 4)
                 return ckpt_fail(r->err, -EINVAL,
                                  "%s: tensor \"%.*s\": data_length %d at offset %llu is neither "
                                  "numel x %s size (%llu) nor numel x 4",
-                                 r->cat->sources[r->source].path, SHOWN(e->name_len), e->name, len,
-                                 (unsigned long long)at, tags[e->tag].name,
+                                 r->cat->sources[r->source].path, SHOWN_NAME(e->name, e->name_len),
+                                 len, (unsigned long long)at, tags[e->tag].name,
                                  (unsigned long long)want);
             e->dtype = CKPT_F32;
             e->f32_payload = true;
@@ -432,7 +432,8 @@ static int consolidate_one(ckpt_catalog *cat, const entry *const *e, size_t nran
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" differs between ranks but has no dim %d to split on "
                          "(rule %s)",
-                         cat->sources[e0->source].path, SHOWN(e0->name_len), e0->name, dim, rule);
+                         cat->sources[e0->source].path, SHOWN_NAME(e0->name, e0->name_len), dim,
+                         rule);
     uint64_t shape[CKPT_MAX_DIMS];
     memcpy(shape, e0->shape, e0->ndim * sizeof *shape);
     shape[dim] = 0;
@@ -442,12 +443,13 @@ static int consolidate_one(ckpt_catalog *cat, const entry *const *e, size_t nran
                 return ckpt_fail(err, -EINVAL,
                                  "%s: tensor \"%.*s\": rank %zu has size %llu on dim %u, rank 0 "
                                  "has %llu; only dim %d (rule %s) may differ",
-                                 cat->sources[e[r]->source].path, SHOWN(e0->name_len), e0->name, r,
+                                 cat->sources[e[r]->source].path,
+                                 SHOWN_NAME(e0->name, e0->name_len), r,
                                  (unsigned long long)e[r]->shape[d], d,
                                  (unsigned long long)e0->shape[d], dim, rule);
         if (__builtin_add_overflow(shape[dim], e[r]->shape[dim], &shape[dim]))
             return ckpt_fail(err, -EOVERFLOW, "tensor \"%.*s\": consolidated shape overflows",
-                             SHOWN(e0->name_len), e0->name);
+                             SHOWN_NAME(e0->name, e0->name_len));
     }
     rc = catalog_add_tensor(cat, e0->name, e0->name_len, e0->dtype, e0->ndim, shape, &idx, err);
     uint64_t offsets[CKPT_MAX_DIMS] = {0};
@@ -479,7 +481,7 @@ static int consolidate(ckpt_catalog *cat, const shard *shards, size_t nranks, ar
                 rc = ckpt_fail(err, -ENOMEM, "out of memory");
             else if (!added)
                 rc = ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\" appears twice",
-                               cat->sources[e->source].path, SHOWN(e->name_len), e->name);
+                               cat->sources[e->source].path, SHOWN_NAME(e->name, e->name_len));
         }
     }
     /* Every name once, in rank order of first appearance. */
@@ -507,7 +509,7 @@ static int consolidate(ckpt_catalog *cat, const shard *shards, size_t nranks, ar
                 catalog_warn(cat,
                              "tensor \"%.*s\" is not on every rank with one dtype and "
                              "rank: only in .ckptfs/ranks/",
-                             SHOWN(e0->name_len), e0->name);
+                             SHOWN_NAME(e0->name, e0->name_len));
             }
         }
     }

@@ -238,7 +238,7 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
                     catalog_warn(cat,
                                  "%s: \"%.*s\" is in the consolidated copy but not in the "
                                  "sharded model",
-                                 rel, SHOWN(e->name_len), e->name);
+                                 rel, SHOWN_NAME(e->name, e->name_len));
                 continue;
             }
             const ckpt_tensor *t = &cat->tensors[he->value];
@@ -252,7 +252,7 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
                     catalog_warn(cat,
                                  "%s: \"%.*s\" is %s[%s] in the consolidated copy but %s[%s] in "
                                  "the sharded model",
-                                 rel, SHOWN(e->name_len), e->name,
+                                 rel, SHOWN_NAME(e->name, e->name_len),
                                  ckpt_dtype_info_of(e->dtype)->name,
                                  dims_text(cs, sizeof cs, e->shape, e->ndim),
                                  ckpt_dtype_info_of(t->dtype)->name,

@@ -43,7 +43,7 @@ typedef struct ctx {
 
 static int bad(ctx *c, const json_value *t, size_t pos, const char *what) {
     return ckpt_fail(c->err, -EINVAL, "%s: tensor \"%.*s\": %s (byte offset %llu)", c->src->path,
-                     SHOWN(t->key_len), t->key, what, AT(pos));
+                     SHOWN_NAME(t->key, t->key_len), what, AT(pos));
 }
 
 static int parse_entry(ctx *c, const json_value *t, st_entry *e) {
@@ -102,8 +102,8 @@ static int check_metadata(ctx *c, const json_value *m) {
             return ckpt_fail(c->err, -EINVAL,
                              "%s: __metadata__ value of \"%.*s\" is %s, not a string (byte "
                              "offset %llu)",
-                             c->src->path, SHOWN(kv->key_len), kv->key, json_type_desc(kv->type),
-                             AT(kv->pos));
+                             c->src->path, SHOWN_NAME(kv->key, kv->key_len),
+                             json_type_desc(kv->type), AT(kv->pos));
     return 0;
 }
 

@@ -119,11 +119,10 @@ typedef struct tensor_desc {
 
 #define POS(v) ((unsigned long long)(v)->pos)
 
-/* The tensor's name for messages. */
+/* The tensor's name for messages, escaped (it may hold NUL bytes). */
 static const char *shown_name(loader *l) {
-    if (l->name.failed || !sb_reserve(&l->name, 1)) return "?";
-    l->name.data[l->name.len] = '\0';
-    return l->name.data;
+    if (l->name.failed) return "?";
+    return ckpt_shown(l->name.data, l->name.len);
 }
 
 static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...)
@@ -135,8 +134,8 @@ static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...) {
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     const char *name = shown_name(l);
-    return ckpt_fail(l->err, -EINVAL, "%s: tensor \"%.*s\": %s (at offset %llu)", l->label,
-                     SHOWN(strlen(name)), name, what, at ? POS(at) : 0ull);
+    return ckpt_fail(l->err, -EINVAL, "%s: tensor \"%.*s\": %s (at offset %llu)", l->label, -1,
+                     name, what, at ? POS(at) : 0ull);
 }
 
 /* ---- reading arguments ---- */
@@ -272,15 +271,15 @@ static int locate_record(loader *l, const pk_value *persid, const char *key, siz
         rc = tensor_fail(l, persid,
                          "persistent id names storage \"%.*s\" but the archive has no record "
                          "\"%.*s\"",
-                         SHOWN(klen), key, SHOWN(rec.len), rec.data);
+                         SHOWN_NAME(key, klen), SHOWN_NAME(rec.data, rec.len));
     } else if (!(rc = zip_data_offset(&l->zip, e, &s->offset, l->err))) {
         uint64_t want;
         if (__builtin_mul_overflow(numel, (uint64_t)cls->esz, &want) || want != e->usize)
             rc = tensor_fail(l, persid,
                              "storage \"%.*s\" declares %llu elements of %u bytes but record "
                              "\"%.*s\" holds %llu bytes",
-                             SHOWN(klen), key, (unsigned long long)numel, cls->esz, SHOWN(rec.len),
-                             rec.data, (unsigned long long)e->usize);
+                             SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
+                             SHOWN_NAME(rec.data, rec.len), (unsigned long long)e->usize);
         s->nbytes = e->usize;
     }
     sb_free(&rec);
@@ -295,18 +294,18 @@ static int locate_legacy(loader *l, const pk_value *persid, const char *key, siz
         return tensor_fail(l, persid,
                            "persistent id names storage \"%.*s\" but the file's storage list "
                            "does not",
-                           SHOWN(klen), key);
+                           SHOWN_NAME(key, klen));
     const legacy_storage *ls = &l->legacy_storages[he->value];
     if (ls->numel == UINT64_MAX)
         return tensor_fail(l, persid,
                            "persistent id names storage \"%.*s\" but the file's storage list "
                            "does not",
-                           SHOWN(klen), key);
+                           SHOWN_NAME(key, klen));
     if (ls->numel != numel || ls->esz != cls->esz)
         return tensor_fail(l, persid,
                            "storage \"%.*s\" declares %llu elements of %u bytes but its data at "
                            "offset %llu holds %llu elements of %u bytes",
-                           SHOWN(klen), key, (unsigned long long)numel, cls->esz,
+                           SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
                            (unsigned long long)ls->offset, (unsigned long long)ls->numel, ls->esz);
     s->offset = ls->offset;
     s->nbytes = ls->numel * ls->esz;
@@ -352,7 +351,7 @@ static int find_storage(loader *l, const pk_value *persid, size_t *index) {
             return tensor_fail(l, persid,
                                "storage \"%.*s\" is described as %s of %llu elements here but as "
                                "%s.%s of %llu elements before",
-                               SHOWN(klen), key, pk_global_name(cls, gname, sizeof gname),
+                               SHOWN_NAME(key, klen), pk_global_name(cls, gname, sizeof gname),
                                (unsigned long long)numel, s->cls->module, s->cls->name,
                                (unsigned long long)s->numel);
         *index = he->value;
@@ -420,7 +419,7 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
             return tensor_fail(l, dt,
                                "storage \"%.*s\" of %llu bytes is not a whole number of "
                                "%s elements",
-                               SHOWN(s->key_len), s->key, (unsigned long long)s->nbytes,
+                               SHOWN_NAME(s->key, s->key_len), (unsigned long long)s->nbytes,
                                pk_global_name(dt->u.global, gname, sizeof gname));
         storage_elems = s->nbytes / esz;
     } else {
@@ -455,7 +454,7 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
             return tensor_fail(l, v,
                                "storage \"%.*s\" holds %llu elements but storage_offset %llu with "
                                "this size and stride reaches element %llu",
-                               SHOWN(s->key_len), s->key, (unsigned long long)storage_elems,
+                               SHOWN_NAME(s->key, s->key_len), (unsigned long long)storage_elems,
                                (unsigned long long)td->storage_offset, (unsigned long long)last);
     }
     /* An empty view addresses nothing: its offset is not checked, so not used. */
@@ -598,14 +597,14 @@ static int add_meta(loader *l, const pk_value *v) {
         return ckpt_fail(l->err, -E2BIG,
                          "%s: the value \"%.*s\" at offset %llu expands beyond the values its "
                          "pickle holds (shared or cyclic references)",
-                         l->label, SHOWN(l->name.len), shown_name(l), POS(v));
+                         l->label, -1, shown_name(l), POS(v));
     if (cut) {
         l->meta_cut = true;
         if (!l->embedded)
             catalog_warn(l->cat,
                          "%s: metadata.json shows the pickle's values up to %d MiB: \"%.*s\" is "
                          "truncated and what follows is left out",
-                         l->label, CKPT_DOC_LIMIT >> 20, SHOWN(l->name.len), shown_name(l));
+                         l->label, CKPT_DOC_LIMIT >> 20, -1, shown_name(l));
     }
     return l->meta.failed ? ckpt_fail(l->err, -ENOMEM, "out of memory") : 0;
 }
@@ -644,7 +643,7 @@ static int walk(loader *l, const pk_value *v, int depth) {
         return ckpt_fail(l->err, -E2BIG,
                          "%s: \"%.*s\" at offset %llu is nested deeper than %d "
                          "levels",
-                         l->label, SHOWN(l->name.len), shown_name(l), POS(v), MAX_DEPTH);
+                         l->label, -1, shown_name(l), POS(v), MAX_DEPTH);
     if (is_tensor(v)) {
         if (l->name.len == 0 && !l->embedded) { /* a tensor saved on its own */
             if (l->legacy) {
@@ -666,7 +665,7 @@ static int walk(loader *l, const pk_value *v, int depth) {
         catalog_warn(l->cat,
                      "%s: \"%.*s\" is a meta tensor without data; it is only described "
                      "in metadata.json",
-                     l->path, SHOWN(l->name.len), shown_name(l));
+                     l->path, -1, shown_name(l));
         return add_meta(l, v);
     }
     if (v->kind == PK_DICT) {
@@ -766,8 +765,9 @@ static int find_archive(loader *l, const zip_entry **pkl) {
             return ckpt_fail(l->err, -EINVAL,
                              "%s: two pickles \"%.*s\" and \"%.*s\" (central directory entries at "
                              "offsets %llu and %llu): which one is the checkpoint is ambiguous",
-                             l->path, SHOWN((*pkl)->name_len), (*pkl)->name, SHOWN(e->name_len),
-                             e->name, (unsigned long long)(*pkl)->central_offset,
+                             l->path, SHOWN_NAME((*pkl)->name, (*pkl)->name_len),
+                             SHOWN_NAME(e->name, e->name_len),
+                             (unsigned long long)(*pkl)->central_offset,
                              (unsigned long long)e->central_offset);
         *pkl = e;
     }
@@ -860,7 +860,7 @@ static int load_zip(loader *l, strbuf *doc) {
     if (rc) return rc;
     const zip_entry *pkl;
     if ((rc = find_archive(l, &pkl))) return rc;
-    snprintf(l->label, sizeof l->label, "%s: %.*s", l->path, SHOWN(pkl->name_len), pkl->name);
+    snprintf(l->label, sizeof l->label, "%s: %.*s", l->path, SHOWN_NAME(pkl->name, pkl->name_len));
     sb_puts(doc, "{\"archive\": ");
     sb_json_str(doc, l->prefix, l->prefix_len - 1);
     if ((rc = check_records(l, doc))) return rc;
@@ -1013,7 +1013,7 @@ static int load_legacy(loader *l, strbuf *doc) {
             rc = ckpt_fail(l->err, -EINVAL,
                            "%s: storage \"%.*s\" (key list entry %u) is used by no tensor, so "
                            "its element size and the offset of the next storage are unknown",
-                           l->path, SHOWN(k->u.s.len), k->u.s.p, i);
+                           l->path, SHOWN_NAME(k->u.s.p, k->u.s.len), i);
             break;
         }
         legacy_storage *ls = &l->legacy_storages[he->value];
@@ -1021,7 +1021,7 @@ static int load_legacy(loader *l, strbuf *doc) {
         uint64_t bytes;
         if (ls->numel != UINT64_MAX) {
             rc = ckpt_fail(l->err, -EINVAL, "%s: storage \"%.*s\" is listed twice in the key list",
-                           l->path, SHOWN(k->u.s.len), k->u.s.p);
+                           l->path, SHOWN_NAME(k->u.s.p, k->u.s.len));
         } else if (!(rc = source_read(l->cat, l->source, at, cnt, 8, "storage element count",
                                       l->err))) {
             uint64_t numel = 0;
@@ -1030,7 +1030,7 @@ static int load_legacy(loader *l, strbuf *doc) {
                 rc = ckpt_fail(l->err, -EINVAL,
                                "%s: storage \"%.*s\": element count %llu at offset %llu runs past "
                                "the end of the file (size %llu)",
-                               l->path, SHOWN(k->u.s.len), k->u.s.p, (unsigned long long)numel,
+                               l->path, SHOWN_NAME(k->u.s.p, k->u.s.len), (unsigned long long)numel,
                                (unsigned long long)at, (unsigned long long)size);
             ls->numel = numel;
             ls->offset = at + 8;

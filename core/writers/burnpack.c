@@ -665,7 +665,7 @@ static int encode_scalars(job *J, const json_value *sc) {
             rc = ckpt_fail(J->err, -EINVAL,
                            "%s: the source's Burnpack scalar \"%.*s\" is not one of Burn's "
                            "Int, UInt, Float or Bool scalars",
-                           J->f->final_path, SHOWN(m[i]->key_len), m[i]->key);
+                           J->f->final_path, SHOWN_NAME(m[i]->key, m[i]->key_len));
     }
     J->scalar_count = sc->count;
     free(m);

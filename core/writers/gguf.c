@@ -156,41 +156,42 @@ static bool valid_utf8(const char *s, size_t n) {
 
 static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) {
     const char *out = f->final_path;
-    int n = SHOWN(t->name_len);
+    const char *shown = ckpt_shown(t->name, t->name_len);
+    int n = -1; /* "%.*s" prints all of shown */
     const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
     if (t->incomplete)
         return ckpt_fail(err, -EIO,
                          "%s: tensor \"%.*s\" is incomplete (part of it is stored "
                          "nowhere)",
-                         out, n, t->name);
+                         out, n, shown);
     if (ggml_type_of(t->dtype) < 0)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" is %s, which GGUF cannot hold (ggml has F32, F16, "
                          "BF16, F64, I8, I16, I32, I64 and its block types)",
-                         out, n, t->name, info->name);
+                         out, n, shown, info->name);
     if (t->ndim > GGML_MAX_DIMS)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" has %u dims, more than the %d GGUF (ggml) can hold",
-                         out, n, t->name, t->ndim, GGML_MAX_DIMS);
+                         out, n, shown, t->ndim, GGML_MAX_DIMS);
     if (t->name_len > NAME_LIMIT)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": the name has %zu bytes, more than the %d GGUF "
                          "(ggml) allows",
-                         out, n, t->name, t->name_len, NAME_LIMIT);
+                         out, n, shown, t->name_len, NAME_LIMIT);
     if (memchr(t->name, 0, t->name_len) || !valid_utf8(t->name, t->name_len))
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": the name is not UTF-8 without NUL bytes, as GGUF "
                          "strings must be",
-                         out, n, t->name);
+                         out, n, shown);
     if (info->block > 1 && (t->ndim == 0 || t->shape[t->ndim - 1] % info->block))
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": its last dim is not a whole number of %s blocks "
                          "of %u, as ggml's ne[0] must be",
-                         out, n, t->name, info->name, info->block);
+                         out, n, shown, info->name, info->block);
     for (uint32_t d = 0; d < t->ndim; d++)
         if (t->shape[d] > INT64_MAX)
             return ckpt_fail(err, -EINVAL, "%s: tensor \"%.*s\": dim %u exceeds ggml's int64", out,
-                             n, t->name, d);
+                             n, shown, d);
     return 0;
 }
 

@@ -71,25 +71,26 @@ static void put_u64(out_file *f, uint64_t v) {
 
 static int check_name(const out_file *f, const ckpt_tensor *t, bool archive, ckpt_err *err) {
     const unsigned char *p = (const unsigned char *)t->name;
-    int n = SHOWN(t->name_len);
+    const char *shown = ckpt_shown(t->name, t->name_len);
+    int n = -1; /* "%.*s" prints all of shown */
     if (t->name_len > NAME_LIMIT)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": the name has %zu bytes, more than the %d ckptfs "
                          "reads back from gpt-rs files",
-                         f->final_path, n, t->name, t->name_len, NAME_LIMIT);
+                         f->final_path, n, shown, t->name_len, NAME_LIMIT);
     for (size_t i = 0; i < t->name_len;) {
         size_t k = utf8_seq_len(p + i, t->name_len - i);
         if (!k)
             return ckpt_fail(err, -EINVAL,
                              "%s: tensor \"%.*s\": the name is not UTF-8 (byte 0x%02x at %zu), "
                              "which gpt-rs requires",
-                             f->final_path, n, t->name, p[i], i);
+                             f->final_path, n, shown, p[i], i);
         if (!archive && k > 1)
             return ckpt_fail(err, -EINVAL,
                              "%s: tensor \"%.*s\": the name is not ASCII, and a GPTRSCHK "
                              "checkpoint derives base ids from ASCII names only (write a "
                              ".gptrsten archive instead)",
-                             f->final_path, n, t->name);
+                             f->final_path, n, shown);
         i += k;
     }
     return 0;
@@ -99,12 +100,12 @@ static int check_tensor(const out_file *f, const ckpt_tensor *t, bool archive, c
     if (t->incomplete)
         return ckpt_fail(err, -EIO,
                          "%s: tensor \"%.*s\" is incomplete (part of it is stored nowhere)",
-                         f->final_path, SHOWN(t->name_len), t->name);
+                         f->final_path, SHOWN_NAME(t->name, t->name_len));
     if (dtype_tag_of(t->dtype) < 0)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" is %s, which gpt-rs cannot hold (its dtypes are "
                          "F32, F16, BF16 and I32)",
-                         f->final_path, SHOWN(t->name_len), t->name,
+                         f->final_path, SHOWN_NAME(t->name, t->name_len),
                          ckpt_dtype_info_of(t->dtype)->name);
     return check_name(f, t, archive, err);
 }
@@ -134,7 +135,7 @@ static int select_tensors(const out_file *f, const ckpt_catalog *cat, bool archi
             rc = ckpt_fail(err, -EINVAL,
                            "%s: tensor \"%.*s\": two tensors of the model have this name (under "
                            "different directories); a gpt-rs file holds one",
-                           f->final_path, SHOWN(t->name_len), t->name);
+                           f->final_path, SHOWN_NAME(t->name, t->name_len));
     }
     if (rc) {
         free(sel);

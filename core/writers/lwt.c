@@ -64,24 +64,25 @@ static void le64(unsigned char *b, uint64_t v) {
 
 static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) {
     const char *out = f->final_path;
-    int n = SHOWN(t->name_len);
+    const char *shown = ckpt_shown(t->name, t->name_len);
+    int n = -1; /* "%.*s" prints all of shown */
     if (t->incomplete)
         return ckpt_fail(err, -EIO,
                          "%s: tensor \"%.*s\" is incomplete (part of it is stored nowhere)", out, n,
-                         t->name);
+                         shown);
     if (t->dtype != CKPT_F32)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" is %s, which LWATCHV1 cannot hold (float32 only)",
-                         out, n, t->name, ckpt_dtype_info_of(t->dtype)->name);
+                         out, n, shown, ckpt_dtype_info_of(t->dtype)->name);
     if (t->ndim > MAX_NDIM)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\" has %u dims, more than the %d of an LWATCHV1 index "
                          "entry",
-                         out, n, t->name, t->ndim, MAX_NDIM);
+                         out, n, shown, t->ndim, MAX_NDIM);
     if (t->name_len == 0 || t->name_len >= NAME_FIELD)
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": the name has %zu bytes; LWATCHV1 holds 1 to %d", out,
-                         n, t->name, t->name_len, NAME_FIELD - 1);
+                         n, shown, t->name_len, NAME_FIELD - 1);
     const unsigned char *p = (const unsigned char *)t->name;
     for (size_t i = 0; i < t->name_len;) {
         size_t k = p[i] ? utf8_seq_len(p + i, t->name_len - i) : 0;
@@ -89,7 +90,7 @@ static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) 
             return ckpt_fail(err, -EINVAL,
                              "%s: tensor \"%.*s\": the name is not UTF-8 without NUL bytes "
                              "(byte 0x%02x at %zu), as an LWATCHV1 name must be",
-                             out, n, t->name, p[i], i);
+                             out, n, shown, p[i], i);
         i += k;
     }
     return 0;

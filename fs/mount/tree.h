@@ -46,7 +46,7 @@ typedef struct tree {
     mode_t all_sources_mode;
     uint32_t *view_src_first; /* view file i's sources: view_srcs[first[i] .. first[i+1]) */
     uint32_t *view_srcs;
-    char **owned;          /* paths allocated for auxiliary files */
+    char **owned; /* paths allocated for auxiliary files */
     size_t nowned;
 } tree;
 
