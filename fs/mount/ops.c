@@ -584,7 +584,7 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, si
         }
         fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
         fb->fd = fs->cat->sources[seg[i].source].fd;
-        fb->pos = (off_t)seg[i].offset;
+        fb->pos = (off_t)(fs->cat->sources[seg[i].source].base + seg[i].offset); /* tar member */
     }
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
 }

@@ -17,6 +17,9 @@ the daemon), the source is rewritten in place with other bytes of the same size,
   zst        a seekable .safetensors.zst rewritten in place (other frames, same size): EIO
   cat        `ckptfs cat` of an 8 MiB tensor, paused on a full pipe while the file changes:
              exits non-zero naming the change, and what it wrote is a prefix of the old bytes
+  tar splice a 1 MiB tensor of a safetensors member of a tar (after another member) read with
+             -o splice gives the member's bytes (the splice took the archive's offsets), and
+             EIO once the tar is rewritten in place
 """
 import errno
 import json
@@ -201,6 +204,38 @@ def cases(tap, ckptfs, fixtures, scratch):
 
     zst_case(tap, ckptfs, scratch)
     cat_case(tap, ckptfs, scratch)
+    tar_splice_case(tap, ckptfs, scratch)
+
+
+def tar_splice_case(tap, ckptfs, scratch):
+    import io
+    import tarfile
+    data = bytes((i * 7 + 3) % 251 for i in range(1 << 20))
+    model = safetensors_bytes([("big", "U8", (1 << 20,), data)])
+    path = os.path.join(scratch, "m.tar")
+
+    def tar_bytes(payload):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            for name, blob in (("pad.txt", b"x" * 5000), ("model.safetensors", payload)):
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                t.addfile(info, io.BytesIO(blob))
+        return buf.getvalue()
+
+    with open(path, "wb") as f:
+        f.write(tar_bytes(model))
+
+    def check(mnt):
+        fd = open_direct(os.path.join(mnt, "big"))
+        got = pread_all(fd, 4096, (1 << 20) - 4096)
+        tap.ok(got == data[4096:], "tar splice: the member's bytes, not the archive's")
+        rewrite_in_place(path, tar_bytes(safetensors_bytes([("big", "U8", (1 << 20,),
+                                                              bytes(1 << 20))])))
+        expect_eio(tap, "tar splice", outcome(lambda: pread_all(fd, 0, 1 << 20)))
+        os.close(fd)
+
+    mounted(tap, ckptfs, path, "tar splice", check, options=("-o", "splice"))
 
 
 def zst_case(tap, ckptfs, scratch):
