@@ -185,19 +185,19 @@ static int read_dims(dcp *d, const pk_value *v, const char *what, const char *fq
     if (t && is_obj(t, PK_G_SIZE) && t->u.call.args->n == 1) t = t->u.call.args->u.c.items[0];
     if (!t || (t->kind != PK_TUPLE && t->kind != PK_LIST))
         return ckpt_fail(d->err, -EINVAL, "%s: %s of \"%.*s\" at offset %llu is a %s, not a size",
-                         d->path, what, SHOWN(fqn_len), fqn, v ? POS(v) : 0ull,
+                         d->path, what, SHOWN_NAME(fqn, fqn_len), v ? POS(v) : 0ull,
                          kind_of(v, kb, sizeof kb));
     if (t->n > CKPT_MAX_DIMS)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: %s of \"%.*s\" at offset %llu has %u dimensions (at most %d)",
-                         d->path, what, SHOWN(fqn_len), fqn, POS(t), t->n, CKPT_MAX_DIMS);
+                         d->path, what, SHOWN_NAME(fqn, fqn_len), POS(t), t->n, CKPT_MAX_DIMS);
     for (uint32_t i = 0; i < t->n; i++) {
         const pk_value *x = t->u.c.items[i];
         if (x->kind != PK_INT || x->u.i < 0)
             return ckpt_fail(d->err, -EINVAL,
                              "%s: %s of \"%.*s\" at offset %llu: entry %u is %s, not a "
                              "non-negative int",
-                             d->path, what, SHOWN(fqn_len), fqn, POS(x), i, not_u64(x));
+                             d->path, what, SHOWN_NAME(fqn, fqn_len), POS(x), i, not_u64(x));
         out[i] = (uint64_t)x->u.i;
     }
     *n = t->n;
@@ -210,7 +210,7 @@ static int read_u64(dcp *d, const pk_value *v, const char *what, const char *fqn
         return ckpt_fail(d->err, -EINVAL,
                          "%s: %s of the storage entry of \"%.*s\" at offset %llu is %s, not a "
                          "non-negative int",
-                         d->path, what, SHOWN(fqn_len), fqn, POS(v ? v : owner),
+                         d->path, what, SHOWN_NAME(fqn, fqn_len), POS(v ? v : owner),
                          v ? not_u64(v) : "missing");
     *out = (uint64_t)v->u.i;
     return 0;
@@ -277,7 +277,7 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu is not a file name inside the "
                          "checkpoint directory",
-                         d->path, SHOWN(n), s, POS(rp));
+                         d->path, SHOWN_NAME(s, n), POS(rp));
     char path[PATH_MAX], real[PATH_MAX], rel[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/%.*s", d->dir, (int)n, s) >= (int)sizeof path ||
         snprintf(rel, sizeof rel, "%s%.*s", d->rel_prefix, (int)n, s) >= (int)sizeof rel)
@@ -289,18 +289,18 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
         return ckpt_fail(d->err, -ENOENT,
                          "%s: relative_path \"%.*s\" at offset %llu names a file that cannot be "
                          "opened (%s)",
-                         d->path, SHOWN(n), s, POS(rp), strerror(e));
+                         d->path, SHOWN_NAME(s, n), POS(rp), strerror(e));
     }
     size_t rl = strlen(d->real);
     if (strncmp(real, d->real, rl) != 0 || real[rl] != '/')
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu resolves outside the "
                          "checkpoint directory (to %s)",
-                         d->path, SHOWN(n), s, POS(rp), real);
+                         d->path, SHOWN_NAME(s, n), POS(rp), real);
     if (kind != PLACE_FILE)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu is not a regular file", d->path,
-                         SHOWN(n), s, POS(rp));
+                         SHOWN_NAME(s, n), POS(rp));
     uint32_t src;
     int rc = catalog_add_source(d->cat, path, rel, &src, d->err);
     if (rc) return rc;
@@ -336,7 +336,8 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         return ckpt_fail(d->err, -EINVAL,
                          "%s: storage_data value of \"%.*s\" at offset %llu is a %s, not a "
                          "_StorageInfo",
-                         d->path, SHOWN(name_len), name, POS(info), kind_of(info, kb, sizeof kb));
+                         d->path, SHOWN_NAME(name, name_len), POS(info),
+                         kind_of(info, kb, sizeof kb));
     const pk_value *off = attr(index, "offset");
     uint64_t offsets[CKPT_MAX_DIMS];
     uint32_t n = 0;
@@ -356,16 +357,17 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         return ckpt_fail(d->err, -EINVAL,
                          "%s: storage entry of \"%.*s\" at offset %llu: offset %llu + length %llu "
                          "runs past the end of %s (size %llu)",
-                         d->path, SHOWN(name_len), name, POS(info), (unsigned long long)it->offset,
-                         (unsigned long long)it->length, src->relpath,
-                         (unsigned long long)src->size);
+                         d->path, SHOWN_NAME(name, name_len), POS(info),
+                         (unsigned long long)it->offset, (unsigned long long)it->length,
+                         src->relpath, (unsigned long long)src->size);
     const pk_value *tr = attr(info, "transform_descriptors");
     if (tr && tr->kind != PK_NONE) {
         if (tr->kind != PK_LIST && tr->kind != PK_TUPLE)
             return ckpt_fail(d->err, -EINVAL,
                              "%s: transform_descriptors of \"%.*s\" at offset %llu is a %s, not a "
                              "list",
-                             d->path, SHOWN(name_len), name, POS(tr), kind_of(tr, kb, sizeof kb));
+                             d->path, SHOWN_NAME(name, name_len), POS(tr),
+                             kind_of(tr, kb, sizeof kb));
         if (tr->n) it->transforms = tr;
     }
     size_t klen;
@@ -377,7 +379,7 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         return ckpt_fail(d->err, -EINVAL,
                          "%s: storage_data lists \"%.*s\" with these offsets twice (second entry "
                          "at offset %llu)",
-                         d->path, SHOWN(name_len), name, POS(index));
+                         d->path, SHOWN_NAME(name, name_len), POS(index));
     d->files[it->file].items++;
     d->nitems++;
     return 0;
@@ -506,7 +508,7 @@ static int read_properties(dcp *d, const pk_value *md, const char *fqn, size_t l
     if (!is_obj(props, T_PROPS))
         return ckpt_fail(d->err, -EINVAL,
                          "%s: properties of \"%.*s\" at offset %llu is %s, not a TensorProperties",
-                         d->path, SHOWN(len), fqn, POS(props ? props : md),
+                         d->path, SHOWN_NAME(fqn, len), POS(props ? props : md),
                          props ? kind_of(props, kb, sizeof kb) : "missing");
     /* __getstate__ gives (dtype, layout, requires_grad, memory_format, pin_memory[, strides]);
      * a plain __dict__ state is accepted too. */
@@ -522,21 +524,22 @@ static int read_properties(dcp *d, const pk_value *md, const char *fqn, size_t l
             d->err, -EINVAL,
             "%s: TensorProperties of \"%.*s\" at offset %llu: state is %s, not a "
             "tuple of at least 5 items",
-            d->path, SHOWN(len), fqn, POS(props),
+            d->path, SHOWN_NAME(fqn, len), POS(props),
             st ? (st->kind == PK_TUPLE ? "a shorter tuple" : pk_kind_name((pk_kind)st->kind))
                : "missing");
     }
     if (!dtype || dtype->kind != PK_GLOBAL || dtype->u.global->tag != PK_G_DTYPE)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: dtype of \"%.*s\" at offset %llu is %s, not a torch dtype", d->path,
-                         SHOWN(len), fqn, POS(dtype ? dtype : props),
+                         SHOWN_NAME(fqn, len), POS(dtype ? dtype : props),
                          dtype ? kind_of(dtype, kb, sizeof kb) : "missing");
     if (dtype->u.global->dtype < 0)
         return ckpt_fail(d->err, -ENOTSUP,
                          "%s: dtype %s of \"%.*s\" at offset %llu is not "
                          "supported (%s)",
-                         d->path, pk_global_name(dtype->u.global, kb, sizeof kb), SHOWN(len), fqn,
-                         POS(dtype), dtype->u.global->note ? dtype->u.global->note : "no dtype");
+                         d->path, pk_global_name(dtype->u.global, kb, sizeof kb),
+                         SHOWN_NAME(fqn, len), POS(dtype),
+                         dtype->u.global->note ? dtype->u.global->note : "no dtype");
     *dt = (ckpt_dtype)dtype->u.global->dtype;
     *requires_grad = rg && rg->kind == PK_BOOL && rg->u.b;
     return 0;
@@ -565,7 +568,7 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
         return ckpt_fail(d->err, -EINVAL,
                          "%s: chunk %u of \"%.*s\" at offset %llu (offsets [%s]) has no "
                          "storage_data entry",
-                         d->path, k, SHOWN(len), fqn, POS(c->at),
+                         d->path, k, SHOWN_NAME(fqn, len), POS(c->at),
                          dims_text(ob, sizeof ob, c->offsets, ndim));
     it->used = true;
     put_chunk_json(d, chunks_json, it, c, ndim);
@@ -578,7 +581,7 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
                      "%s: chunk %u of \"%.*s\" is stored through transform_descriptors "
                      "(compression or other extensions), which ckptfs cannot undo: that region "
                      "is missing",
-                     d->path, k, SHOWN(len), fqn);
+                     d->path, k, SHOWN_NAME(fqn, len));
         return 0;
     }
     const char *label = item_label(d, it);
@@ -592,18 +595,18 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
         rc = ckpt_fail(d->err, -EINVAL,
                        "%s: chunk %u of \"%.*s\": the archive holds %zu tensors and %zu other "
                        "values, not exactly one tensor saved on its own",
-                       label, k, SHOWN(len), fqn, e.ntensors, e.nvalues);
+                       label, k, SHOWN_NAME(fqn, len), e.ntensors, e.nvalues);
     else if (t->dtype != dt)
         rc = ckpt_fail(d->err, -EINVAL,
                        "%s: chunk %u of \"%.*s\": the archive's tensor at offset %llu is %s but "
                        ".metadata says %s",
-                       label, k, SHOWN(len), fqn, (unsigned long long)t->pos,
+                       label, k, SHOWN_NAME(fqn, len), (unsigned long long)t->pos,
                        ckpt_dtype_info_of(t->dtype)->name, ckpt_dtype_info_of(dt)->name);
     else if (t->ndim != ndim || memcmp(t->shape, c->sizes, ndim * sizeof(uint64_t)) != 0)
         rc = ckpt_fail(d->err, -EINVAL,
                        "%s: chunk %u of \"%.*s\": the archive's tensor at offset %llu has shape "
                        "[%s] but the chunk's sizes are [%s]",
-                       label, k, SHOWN(len), fqn, (unsigned long long)t->pos,
+                       label, k, SHOWN_NAME(fqn, len), (unsigned long long)t->pos,
                        dims_text(got, sizeof got, t->shape, t->ndim),
                        dims_text(want, sizeof want, c->sizes, ndim));
     if (!rc) {
@@ -628,7 +631,7 @@ static int read_chunks(dcp *d, const pk_value *list, const char *fqn, size_t len
     *count = 0;
     if (!list || (list->kind != PK_LIST && list->kind != PK_TUPLE))
         return ckpt_fail(d->err, -EINVAL, "%s: chunks of \"%.*s\" is %s, not a list", d->path,
-                         SHOWN(len), fqn, list ? kind_of(list, kb, sizeof kb) : "missing");
+                         SHOWN_NAME(fqn, len), list ? kind_of(list, kb, sizeof kb) : "missing");
     chunk *c = calloc(list->n ? list->n : 1, sizeof *c);
     if (!c) return ckpt_fail(d->err, -ENOMEM, "out of memory");
     int rc = 0;
@@ -640,7 +643,7 @@ static int read_chunks(dcp *d, const pk_value *list, const char *fqn, size_t len
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: chunk %u of \"%.*s\" at offset %llu is a %s, not a "
                            "ChunkStorageMetadata",
-                           d->path, k, SHOWN(len), fqn, POS(v), kind_of(v, kb, sizeof kb));
+                           d->path, k, SHOWN_NAME(fqn, len), POS(v), kind_of(v, kb, sizeof kb));
             break;
         }
         rc = read_dims(d, attr(v, "offsets"), "chunk offsets", fqn, len, &no, c[k].offsets);
@@ -649,14 +652,14 @@ static int read_chunks(dcp *d, const pk_value *list, const char *fqn, size_t len
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: chunk %u of \"%.*s\" at offset %llu has %u offsets and %u sizes "
                            "for a tensor of %u dimensions",
-                           d->path, k, SHOWN(len), fqn, POS(v), no, ns, ndim);
+                           d->path, k, SHOWN_NAME(fqn, len), POS(v), no, ns, ndim);
         for (uint32_t i = 0; !rc && i < ndim; i++) {
             uint64_t end;
             if (__builtin_add_overflow(c[k].offsets[i], c[k].sizes[i], &end) || end > size[i])
                 rc = ckpt_fail(d->err, -EINVAL,
                                "%s: chunk %u of \"%.*s\" at offset %llu: offsets [%s] + sizes "
                                "[%s] lie outside the tensor's size [%s] on dim %u",
-                               d->path, k, SHOWN(len), fqn, POS(v),
+                               d->path, k, SHOWN_NAME(fqn, len), POS(v),
                                dims_text(ob, sizeof ob, c[k].offsets, ndim),
                                dims_text(sb, sizeof sb, c[k].sizes, ndim),
                                dims_text(zb, sizeof zb, size, ndim), i);
@@ -683,7 +686,7 @@ static int check_overlaps(dcp *d, const chunk *c, uint32_t n, uint32_t ndim, con
                                  "%s: chunks %u (offsets [%s]) and %u (offsets [%s]) of \"%.*s\" "
                                  "at offset %llu overlap without being replicas of one box",
                                  d->path, i, dims_text(ab, sizeof ab, c[i].offsets, ndim), j,
-                                 dims_text(bb, sizeof bb, c[j].offsets, ndim), SHOWN(len), fqn,
+                                 dims_text(bb, sizeof bb, c[j].offsets, ndim), SHOWN_NAME(fqn, len),
                                  POS(c[j].at));
     return 0;
 }
@@ -763,7 +766,7 @@ static bool values_room(dcp *d, const char *fqn, size_t len) {
         catalog_warn(d->cat,
                      "%s: metadata.json shows BYTE_IO values up to %d MiB: \"%.*s\" and the "
                      "values after it are left out",
-                     d->path, CKPT_DOC_LIMIT >> 20, SHOWN(len), fqn);
+                     d->path, CKPT_DOC_LIMIT >> 20, SHOWN_NAME(fqn, len));
     d->values_full = true;
     return false;
 }
@@ -820,7 +823,7 @@ static int load_bytes(dcp *d, const pk_value *key) {
     if (!it)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: BYTE_IO item \"%.*s\" at offset %llu has no storage_data entry",
-                         d->path, SHOWN(len), fqn, POS(key));
+                         d->path, SHOWN_NAME(fqn, len), POS(key));
     it->used = true;
     d->nbytes_items++;
     strbuf sb;
@@ -835,7 +838,7 @@ static int load_bytes(dcp *d, const pk_value *key) {
         warn_limited(d,
                      "%s: BYTE_IO item \"%.*s\" is stored through transform_descriptors, which "
                      "ckptfs cannot undo: its value is not shown",
-                     d->path, SHOWN(len), fqn);
+                     d->path, SHOWN_NAME(fqn, len));
         return 0;
     }
     const char *label = item_label(d, it);
@@ -855,7 +858,7 @@ static int load_bytes(dcp *d, const pk_value *key) {
         add_value_raw(d, fqn, len, sb.data ? sb.data : "null");
         sb_free(&sb);
         d->nunreadable++;
-        warn_limited(d, "BYTE_IO item \"%.*s\" is not shown: %s", SHOWN(len), fqn, why.msg);
+        warn_limited(d, "BYTE_IO item \"%.*s\" is not shown: %s", SHOWN_NAME(fqn, len), why.msg);
         return 0;
     }
     sb_free(&sb);
@@ -872,7 +875,7 @@ static int load_bytes(dcp *d, const pk_value *key) {
                          "as a single torch.save blob): the tensors inside it (%zu) are shown "
                          "whole, as one rank saved them (sharded tensors would make it "
                          "unreadable)",
-                         d->path, SHOWN(len), fqn, e.ntensors);
+                         d->path, SHOWN_NAME(fqn, len), e.ntensors);
     }
     torch_embedded_free(&e);
     return rc;
@@ -1017,7 +1020,7 @@ static int read_metadata(dcp *d, const pk_value *root, const char *doc_key) {
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: state_dict_metadata entry \"%.*s\" at offset %llu is a %s, not "
                            "TensorStorageMetadata or BytesStorageMetadata",
-                           d->path, SHOWN(key->u.s.len), key->u.s.p, POS(md),
+                           d->path, SHOWN_NAME(key->u.s.p, key->u.s.len), POS(md),
                            kind_of(md, kb, sizeof kb));
     }
     if (rc) return rc;

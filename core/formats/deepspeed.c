@@ -217,7 +217,7 @@ static int resolve_step(ds *d) {
         return ckpt_fail(d->err, -EINVAL,
                          "%s: names \"%.*s\", which is not a directory beside it (a tag is one "
                          "name: no '/', not \".\" or \"..\")",
-                         path, SHOWN((size_t)n), buf);
+                         path, SHOWN_NAME(buf, (size_t)n));
     memcpy(d->tag, buf, (size_t)n + 1);
     snprintf(d->rel, sizeof d->rel, "%s/", d->tag);
     w = snprintf(d->step_dir, sizeof d->step_dir, "%s/%s", root, d->tag);
@@ -402,7 +402,7 @@ static int read_param_shapes(ds *d) {
             return ckpt_fail(d->err, -EINVAL,
                              "%s: \"%.*s\" is not a group's parameter shape (byte offset %zu of "
                              "the values)",
-                             f->name, SHOWN(m->key_len), m->key, m->pos);
+                             f->name, SHOWN_NAME(m->key, m->key_len), m->pos);
         if (g >= d->ngroups)
             return ckpt_fail(d->err, -EINVAL,
                              "%s: param_shapes names group %zu, but the optimizer holds %zu "
@@ -524,7 +524,7 @@ static int stage2_params(ds *d, flat_of get, const char *key, const char *prefix
                                  "%s: param_shapes puts \"%.*s\" at elements [%llu, %llu) of "
                                  "group %zu, past the %llu elements the %zu ranks' partitions "
                                  "hold (%s holds the last)",
-                                 d->model[0].name, SHOWN(q->name_len), q->name,
+                                 d->model[0].name, SHOWN_NAME(q->name, q->name_len),
                                  (unsigned long long)offset,
                                  (unsigned long long)(offset + q->numel), g,
                                  (unsigned long long)total, d->world, d->optim[d->world - 1].name);
@@ -598,7 +598,7 @@ static int stage3_params(ds *d, flat_of get, const char *key, const char *prefix
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: param_shapes puts \"%.*s\" at elements [%llu, %llu) of each "
                            "rank's partition, past the %llu elements %s holds",
-                           d->model[0].name, SHOWN(q->name_len), q->name,
+                           d->model[0].name, SHOWN_NAME(q->name, q->name_len),
                            (unsigned long long)offset, (unsigned long long)(offset + slice),
                            (unsigned long long)held, d->optim[0].name);
             break;
@@ -676,7 +676,7 @@ static int add_frozen(ds *d) {
         size_t len = m->key_len - kl;
         if (!parse_shape(m, &q))
             return ckpt_fail(d->err, -EINVAL, "%s: \"%.*s\" is not a shape", f->name,
-                             SHOWN(m->key_len), m->key);
+                             SHOWN_NAME(m->key, m->key_len));
         size_t index;
         int rc;
         if (d->stage <= 2) {
@@ -688,7 +688,7 @@ static int add_frozen(ds *d) {
                 return ckpt_fail(d->err, -EINVAL,
                                  "%s: frozen parameter \"%.*s\" has no fragment of its %llu "
                                  "elements",
-                                 f->name, SHOWN(len), name, (unsigned long long)q.numel);
+                                 f->name, SHOWN_NAME(name, len), (unsigned long long)q.numel);
             rc = add_whole(d, f, t, NULL, name, len, &index);
         } else {
             uint64_t slice = (q.numel + d->world - 1) / d->world;
@@ -701,7 +701,7 @@ static int add_frozen(ds *d) {
                     return ckpt_fail(d->err, -EINVAL,
                                      "%s: frozen parameter \"%.*s\" has no flat fragment of %llu "
                                      "elements",
-                                     d->model[r].name, SHOWN(len), name, (unsigned long long)slice);
+                                     d->model[r].name, SHOWN_NAME(name, len), (unsigned long long)slice);
                 if (!t0) t0 = t;
             }
             rc = add_tensor_named(d, NULL, name, len, NULL, t0->dtype, q.ndim, q.shape, &index);

@@ -275,7 +275,7 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
     if (d >= 0 && (uint32_t)d >= x0->ndim)
         return ckpt_fail(m->err, -EINVAL,
                          "%s: \"%.*s\" has %u dimensions, but Meta's layers split it on dim %d",
-                         r0->name, SHOWN(x0->name_len), x0->name, x0->ndim, d);
+                         r0->name, SHOWN_NAME(x0->name, x0->name_len), x0->ndim, d);
     const torch_embedded_tensor *parts[MAX_RANKS];
     uint64_t shape[CKPT_MAX_DIMS];
     memcpy(shape, x0->shape, sizeof shape);
@@ -284,7 +284,7 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
         const hm_entry *he = hm_get(&f->by_name, x0->name, x0->name_len);
         if (!he)
             return ckpt_fail(m->err, -EINVAL, "%s: no tensor \"%.*s\", which %s has", f->name,
-                             SHOWN(x0->name_len), x0->name, r0->name);
+                             SHOWN_NAME(x0->name, x0->name_len), r0->name);
         const torch_embedded_tensor *x = &f->e.tensors[he->value];
         bool fits = x->dtype == x0->dtype && x->ndim == x0->ndim;
         for (uint32_t k = 0; fits && k < x->ndim; k++) fits = x->shape[k] == x0->shape[k];
@@ -293,7 +293,7 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
                 m->err, -EINVAL,
                 "%s: \"%.*s\" is %s %s than in %s: the ranks' slices of a "
                 "model-parallel layer have one shape and dtype",
-                f->name, SHOWN(x0->name_len), x0->name, ckpt_dtype_info_of(x->dtype)->name,
+                f->name, SHOWN_NAME(x0->name, x0->name_len), ckpt_dtype_info_of(x->dtype)->name,
                 x->ndim != x0->ndim ? "with other dimensions" : "of another shape", r0->name);
         parts[r] = x;
         if (d >= 0 && r) shape[d] += x0->shape[d];
@@ -302,7 +302,7 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
         uint64_t numel, nbytes;
         if (!shape_nbytes(x0->shape, x0->ndim, x0->dtype, &numel, &nbytes) || !x0->row_major)
             return ckpt_fail(m->err, -EINVAL, "%s: replicated \"%.*s\" is not a plain tensor",
-                             r0->name, SHOWN(x0->name_len), x0->name);
+                             r0->name, SHOWN_NAME(x0->name, x0->name_len));
         for (size_t r = 1; r < m->nranks; r++) {
             int rc = 0;
             bool same = parts[r]->row_major &&
@@ -312,7 +312,7 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
                 return ckpt_fail(m->err, -EINVAL,
                                  "%s: \"%.*s\" differs from %s's, but Meta's model-parallel "
                                  "layers replicate it on every rank",
-                                 m->ranks[r].name, SHOWN(x0->name_len), x0->name, r0->name);
+                                 m->ranks[r].name, SHOWN_NAME(x0->name, x0->name_len), r0->name);
         }
     }
     int rc = catalog_add_tensor(m->cat, x0->name, x0->name_len, x0->dtype, x0->ndim, shape, index,
@@ -395,7 +395,7 @@ static int add_permuted(meta *m, size_t view, const torch_embedded_tensor *const
         return ckpt_fail(m->err, -EINVAL,
                          "%s: \"%.*s\" has %llu rows per rank, which do not hold whole heads of "
                          "%llu rows (%llu heads over %zu ranks)",
-                         m->ranks[0].name, SHOWN(x0->name_len), x0->name,
+                         m->ranks[0].name, SHOWN_NAME(x0->name, x0->name_len),
                          (unsigned long long)rows_r, (unsigned long long)hd,
                          (unsigned long long)heads, m->nranks);
     for (uint64_t h = 0; h < heads; h++) {
@@ -432,7 +432,7 @@ static int add_view_tensor(meta *m, size_t model, int d, const torch_embedded_te
     if (kind != AS_IS) {
         if (ndim != 2 || d != 0)
             return ckpt_fail(m->err, -EINVAL, "%s: \"%.*s\" is not a 2-d column-parallel weight",
-                             m->ranks[0].name, SHOWN(x0->name_len), x0->name);
+                             m->ranks[0].name, SHOWN_NAME(x0->name, x0->name_len));
         return add_permuted(m, view, parts, kind == PERMUTE_Q ? m->p.n_heads : m->p.n_kv_heads);
     }
     for (size_t r = 0; !rc && r < (d >= 0 ? m->nranks : 1); r++)
@@ -449,7 +449,7 @@ static int check_shape(meta *m, const ckpt_tensor *t, view_kind kind, const strb
                          "%s: \"%.*s\" consolidates to [%llu, %llu] over %zu rank file(s), but "
                          "params.json (dim %llu, %llu heads, %llu key/value heads) needs [%llu, "
                          "%llu]: a rank file missing, or not this model's",
-                         m->ranks[m->nranks - 1].name, SHOWN(t->name_len), t->name,
+                         m->ranks[m->nranks - 1].name, SHOWN_NAME(t->name, t->name_len),
                          (unsigned long long)t->shape[0],
                          (unsigned long long)(t->ndim > 1 ? t->shape[1] : 0), m->nranks,
                          (unsigned long long)m->p.dim, (unsigned long long)m->p.n_heads,
@@ -553,7 +553,7 @@ static int load_all(meta *m) {
             const torch_embedded_tensor *x = &m->ranks[r].e.tensors[t];
             if (!hm_get(&m->ranks[0].by_name, x->name, x->name_len))
                 return ckpt_fail(m->err, -EINVAL, "%s: tensor \"%.*s\" is not in %s",
-                                 m->ranks[r].name, SHOWN(x->name_len), x->name, m->ranks[0].name);
+                                 m->ranks[r].name, SHOWN_NAME(x->name, x->name_len), m->ranks[0].name);
         }
     strbuf hf;
     sb_init(&hf);
