@@ -701,7 +701,8 @@ static int add_frozen(ds *d) {
                     return ckpt_fail(d->err, -EINVAL,
                                      "%s: frozen parameter \"%.*s\" has no flat fragment of %llu "
                                      "elements",
-                                     d->model[r].name, SHOWN_NAME(name, len), (unsigned long long)slice);
+                                     d->model[r].name, SHOWN_NAME(name, len),
+                                     (unsigned long long)slice);
                 if (!t0) t0 = t;
             }
             rc = add_tensor_named(d, NULL, name, len, NULL, t0->dtype, q.ndim, q.shape, &index);

@@ -553,7 +553,8 @@ static int load_all(meta *m) {
             const torch_embedded_tensor *x = &m->ranks[r].e.tensors[t];
             if (!hm_get(&m->ranks[0].by_name, x->name, x->name_len))
                 return ckpt_fail(m->err, -EINVAL, "%s: tensor \"%.*s\" is not in %s",
-                                 m->ranks[r].name, SHOWN_NAME(x->name, x->name_len), m->ranks[0].name);
+                                 m->ranks[r].name, SHOWN_NAME(x->name, x->name_len),
+                                 m->ranks[0].name);
         }
     strbuf hf;
     sb_init(&hf);
