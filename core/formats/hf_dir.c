@@ -66,17 +66,18 @@ static int check_shard_file(const char *root, const json_value *v, const char *i
     int n = snprintf(path, sizeof path, "%s/%.*s", root, (int)v->len, v->str);
     if (n < 0 || (size_t)n >= sizeof path)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: shard name too long", index_path);
-    struct stat st;
-    if (stat(path, &st) != 0)
+    int kind = place_kind(path); /* a local path or a URL */
+    if (kind == PLACE_MISSING)
         return ckpt_fail(err, -ENOENT,
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu) is missing",
                          index_path, SHOWN_NAME(v->str, v->len), v->pos);
-    if (!S_ISREG(st.st_mode))
+    struct stat st;
+    if (kind != PLACE_FILE)
         return ckpt_fail(err, -EINVAL,
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu): %s is %s, "
                          "not a regular file",
                          index_path, SHOWN_NAME(v->str, v->len), v->pos, path,
-                         file_type_name(st.st_mode));
+                         stat(path, &st) == 0 ? file_type_name(st.st_mode) : "a directory");
     return 0;
 }
 
