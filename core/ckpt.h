@@ -120,7 +120,8 @@ typedef struct ckpt_source {
  * read (0 at the end), or a negative errno. Safe to call from many threads at once. */
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off);
 /* A new descriptor of the source's file, checked to be the file the catalog saw (device,
- * inode, size): >= 0, or a negative errno (-EIO for another file). */
+ * inode, size, mtime: a file rewritten in place is another file): >= 0, or a negative errno
+ * (-EIO for another file). */
 int ckpt_source_open_again(const ckpt_source *s);
 /* A remote source whose object was seen changed (other ETag or size) since it was pinned:
  * reads give EIO, like a local file modified under the mount. False for local sources. */

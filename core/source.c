@@ -14,7 +14,8 @@ int ckpt_source_open_again(const ckpt_source *s) {
     if (fd < 0) return -errno;
     struct stat now;
     if (fstat(fd, &now) != 0 || now.st_ino != s->ino || now.st_dev != s->dev ||
-        (uint64_t)now.st_size != (s->member_of ? s->file_size : s->size)) {
+        (uint64_t)now.st_size != (s->member_of ? s->file_size : s->size) ||
+        now.st_mtim.tv_sec != s->mtime.tv_sec || now.st_mtim.tv_nsec != s->mtime.tv_nsec) {
         close(fd); /* another file by now: never its bytes under the old description */
         return -EIO;
     }
