@@ -269,7 +269,7 @@ static void init_control(snode *n, sn_kind kind, const char *name) {
 
 static void stage_init(stage *st) {
     memset(st, 0, sizeof *st);
-    st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = -1;
+    st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = st->pack_fd = -1;
     st->uid = getuid();
     st->gid = getgid();
     st->timeout = 1.0;
