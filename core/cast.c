@@ -144,8 +144,13 @@ static int open_spool(const char *dir, char *path, size_t cap, ckpt_err *err) {
     return fd;
 }
 
-int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, const char *spool_dir,
-                      size_t *count, ckpt_err *err) {
+static bool cast_this(const ckpt_tensor *t, ckpt_dtype to, bool quantized, bool keep_vectors) {
+    return !t->aside && !(keep_vectors && t->ndim < 2) &&
+           ckpt_cast_applies(t->dtype, to, quantized);
+}
+
+int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
+                      const char *spool_dir, size_t *count, ckpt_err *err) {
     *count = 0;
     if (to != CKPT_F32 && to != CKPT_F16 && to != CKPT_BF16)
         return ckpt_fail(err, -EINVAL, "casting to %s: only F32, F16 and BF16 are targets",
@@ -163,7 +168,7 @@ int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, const ch
     if (!rc) rc = write_all(fd, cast_magic, sizeof cast_magic, 0, spool_dir, err);
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside || !ckpt_cast_applies(t->dtype, to, quantized)) continue;
+        if (!cast_this(t, to, quantized, keep_vectors)) continue;
         if (t->incomplete)
             rc =
                 ckpt_fail(err, -EIO, "tensor \"%.*s\" is incomplete (part of it is stored nowhere)",
@@ -180,7 +185,7 @@ int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, const ch
     arena *mem = &cat->priv->mem;
     for (size_t i = 0; !rc && *count && i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside || !ckpt_cast_applies(t->dtype, to, quantized)) continue;
+        if (!cast_this(t, to, quantized, keep_vectors)) continue;
         ckpt_piece *p = arena_alloc(mem, sizeof *p);
         uint64_t *origin = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *origin);
         uint64_t *sizes = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *sizes);

@@ -17,9 +17,10 @@ uint32_t ckpt_round_float(double x, int mbits, int ebits);
 /* Casts every model tensor (not aside) that ckpt_cast_applies to `to` (F32, F16 or BF16): the
  * converted bytes are written to an unlinked temporary file in spool_dir, which becomes a
  * source of the catalog, and the tensor then reads from there with its new dtype. For a
- * catalog about to be written: it changes tensors in place, after catalog_finish.
+ * catalog about to be written: it changes tensors in place, after catalog_finish. With
+ * keep_vectors, tensors of fewer than 2 dims stay as they are (llama.cpp needs its norms F32).
  * *count says how many were cast. */
-int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, const char *spool_dir,
-                      size_t *count, ckpt_err *err);
+int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
+                      const char *spool_dir, size_t *count, ckpt_err *err);
 
 #endif

@@ -35,6 +35,7 @@ static const char usage[] =
     "      --cast-quantized  --dtype also dequantizes Q8_0 Q4_0 Q4_K Q6_K tensors\n"
     "      --max-shard-size SIZE  shard size of an HF directory (5GB, 500MB, 2GiB)\n"
     "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names (OUT .lwt)\n"
+    "      --profile container  GGUF of the tensors as named, also for llama/gpt2\n"
     "  -o OPTIONS    decoding options as for the mount: tp_split=GLOB:DIM[;...]\n"
     "  -h, --help    this help\n";
 
@@ -49,6 +50,8 @@ enum { MAX_GLOBS = 64 };
 typedef struct convert_opts {
     ckpt_write_opts wo;
     bool lightwatch, force, cast_quantized;
+    bool for_llamacpp; /* a GGUF laid out for llama.cpp (config.json, tokenizer.json used) */
+    bool container;    /* --profile container: a GGUF of the tensors as they are named */
     bool cast;
     ckpt_dtype dtype;
     char *include[MAX_GLOBS], *exclude[MAX_GLOBS];
@@ -100,15 +103,32 @@ static bool writes_directory(const char *out, const ckpt_write_opts *wo) {
            (stat(out, &st) == 0 && S_ISDIR(st.st_mode));
 }
 
+static bool is_gguf(const char *out) {
+    size_t n = strlen(out);
+    return (n >= 5 && strcmp(out + n - 5, ".gguf") == 0) ||
+           (n >= 9 && strcmp(out + n - 9, ".gguf.zst") == 0);
+}
+
+/* A Hugging Face llama or gpt2 folder into GGUF: laid out so that llama.cpp runs it. */
+static int for_llamacpp(const cli_common *c, ckpt_catalog **cat, convert_opts *o) {
+    ckpt_catalog *mapped = NULL;
+    char *note = NULL;
+    ckpt_err err;
+    if (ckpt_profile_llamacpp(*cat, &mapped, &note, &err)) {
+        cli_error(c->cmd, "%s", err.msg);
+        return CLI_SOURCE;
+    }
+    if (note) fprintf(stderr, "ckptfs convert: note: %s\n", note);
+    free(note);
+    if (!mapped) return CLI_OK; /* another family: a tensor container */
+    ckpt_close(*cat);
+    *cat = mapped;
+    o->for_llamacpp = true;
+    return CLI_OK;
+}
+
 /* The tensors to write, cast as asked; then the archive. */
 static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, convert_opts *o) {
-    int rc = convert_guard_sources(c->cmd, cat, out);
-    if (rc) return rc;
-    if ((o->ninclude || o->nexclude) &&
-        !convert_select(cat, o->include, o->ninclude, o->exclude, o->nexclude)) {
-        cli_error(c->cmd, "no tensor is left after --include/--exclude (see: ckptfs ls SOURCE)");
-        return CLI_USAGE;
-    }
     ckpt_err err;
     if (o->cast) {
         char dir_buf[PATH_MAX];
@@ -118,12 +138,18 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
         memcpy(dir_buf, out, n);
         dir_buf[n] = '\0';
         size_t cast;
-        if (ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, dirname(dir_buf), &cast, &err)) {
+        if (ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp, dirname(dir_buf),
+                              &cast, &err)) {
             cli_error(c->cmd, "%s", err.msg);
             return CLI_OUTPUT;
         }
     }
-    if (!writes_directory(out, &o->wo)) note_left_behind(cat, out);
+    if (!writes_directory(out, &o->wo) && !o->for_llamacpp) note_left_behind(cat, out);
+    if (is_gguf(out) && !o->for_llamacpp && !strstr(cat->format ? cat->format : "", "gguf"))
+        fprintf(stderr,
+                "ckptfs convert: note: %s is a tensor container: llama.cpp runs GGUF "
+                "files made from Hugging Face llama and gpt2 folders (config.json)\n",
+                out);
     uint64_t total = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
         if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;
@@ -168,11 +194,15 @@ int cli_convert(int argc, char **argv) {
             }
             break;
         case 'p':
-            if (strcmp(optarg, "lightwatch-gpt2") != 0) {
-                cli_error(c.cmd, "--profile %s: the only profile is lightwatch-gpt2", optarg);
+            if (strcmp(optarg, "lightwatch-gpt2") == 0) {
+                o.lightwatch = true;
+            } else if (strcmp(optarg, "container") == 0) {
+                o.container = true;
+            } else {
+                cli_error(c.cmd, "--profile %s: the profiles are lightwatch-gpt2 and container",
+                          optarg);
                 rc = CLI_USAGE;
             }
-            o.lightwatch = true;
             break;
         case 'f':
             o.force = true;
@@ -214,6 +244,13 @@ int cli_convert(int argc, char **argv) {
     if (rc == 0) rc = convert_guard_out(c.cmd, source, out, o.force, &o.wo.replace_dir);
     ckpt_catalog *cat = NULL;
     if (rc == 0) rc = cli_open(&c, source, &cat);
+    if (rc == 0) rc = convert_guard_sources(c.cmd, cat, out);
+    if (rc == 0 && (o.ninclude || o.nexclude) &&
+        !convert_select(cat, o.include, o.ninclude, o.exclude, o.nexclude)) {
+        cli_error(c.cmd, "no tensor is left after --include/--exclude (see: ckptfs ls SOURCE)");
+        rc = CLI_USAGE;
+    }
+    if (rc == 0 && !o.lightwatch && !o.container && is_gguf(out)) rc = for_llamacpp(&c, &cat, &o);
     if (rc == 0 && o.lightwatch) {
         ckpt_catalog *mapped;
         ckpt_err err;

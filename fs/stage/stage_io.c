@@ -32,6 +32,8 @@ int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_
     return 0;
 }
 
+enum { WRITEBACK_STEP = 8 << 20 };
+
 static int write_full(int fd, const char *p, size_t n, uint64_t off) {
     while (n) {
         ssize_t w = pwrite(fd, p, n, (off_t)off);
@@ -353,6 +355,13 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
     uint64_t base = n->src == SRC_PACK ? n->pack_off : 0;
     pthread_mutex_unlock(&st->lock);
     if (!e) e = fd >= 0 ? write_full(fd, buf, size, base + (uint64_t)off) : EBADF;
+    /* The pack is OUT's bytes: writeback starts as they come (every 8 MiB), so the commit's
+     * fsync waits for little and its time does not grow with the data. */
+    uint64_t at = base + (uint64_t)off;
+    if (!e && base && (at + size) / WRITEBACK_STEP != at / WRITEBACK_STEP) {
+        uint64_t done = (at + size) / WRITEBACK_STEP * WRITEBACK_STEP; /* a window just filled */
+        sync_file_range(fd, (off_t)(done - WRITEBACK_STEP), WRITEBACK_STEP, SYNC_FILE_RANGE_WRITE);
+    }
     if (!e && (!st->dirty || n->src == SRC_PACK)) {
         pthread_mutex_lock(&st->lock);
         stage_pack_grew(st, n, (uint64_t)off + size);
