@@ -50,6 +50,13 @@ def node_llama():
     for tool in ("node", "npm"):
         if not shutil.which(tool):
             return None, "%s is not installed" % tool
+    v = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    try:
+        major = int(v.lstrip("v").split(".")[0])
+    except ValueError:
+        major = 0
+    if major < 20:
+        return None, "node %s is older than the 20 node-llama-cpp 3.21.1 needs" % (v or "?")
     os.makedirs(base, exist_ok=True)
     if not os.path.exists(os.path.join(base, "package.json")):
         with open(os.path.join(base, "package.json"), "w") as f:
