@@ -4,7 +4,8 @@
 Environment: CKPTFS, FIXTURES. llama.cpp comes from the npm package node-llama-cpp 3.21.1
 with its prebuilt linux-x64 binaries, installed on first use into build/node-llama (next to
 CKPTFS; never globally) with `npm i -E node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
---omit=optional`; without node/npm or the registry those checks are skipped, saying why.
+--omit=optional`; without node >= 20 and npm (Debian bookworm's nodejs is 18, so make deps
+does not provide them) or the registry those checks are skipped, saying why.
 
 - A tiny Llama-shaped folder (tests/lib/llama_ref.py: 2 layers, 4 heads, 2 KV heads, BPE
   tokenizer.json of 300 ids) converted to GGUF: general.architecture, every hyper-parameter
