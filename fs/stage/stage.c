@@ -240,6 +240,7 @@ static void stage_free(stage *st) {
         free(h);
     }
     pthread_mutex_destroy(&st->handles_lock);
+    while (st->removed) snode_free(st->removed); /* each takes itself off the list */
     snode_free_tree(st->root);
     ckpt_close(st->lower);
     for (size_t i = 0; i < st->nretired; i++) ckpt_close(st->retired[i]);

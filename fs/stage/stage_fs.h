@@ -62,6 +62,9 @@ struct snode {
     unsigned nopen; /* open file handles */
     uint64_t nlookup;
     bool removed; /* unlinked: freed once the kernel forgets it and no handle is open */
+    /* while removed but alive: on the stage's list of such nodes, freed at its end at the
+     * latest (the kernel need not send FORGET before the connection ends) */
+    snode *removed_next, **removed_prev;
 };
 
 typedef struct stage {
@@ -91,6 +94,7 @@ typedef struct stage {
 
     pthread_mutex_t lock; /* the tree, the journal, dirty, last report */
     snode *root;
+    snode *removed; /* nodes out of the tree that the kernel or a handle still refers to */
     snode control, commit_node, status_node;
     atomic_bool dirty; /* changes not yet in OUT (written under lock) */
 

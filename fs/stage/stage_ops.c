@@ -390,6 +390,10 @@ static void discard(stage *st, snode *n) {
     if (n->kind == SN_FILE && n->src == SRC_SPOOL) spool_data_unlink(st, n->data_id);
     /* the pack's last file, closed: its bytes come off the end (an open one, at its release) */
     if (n->kind == SN_FILE && n->src == SRC_PACK && n->nopen == 0) stage_pack_drop_tail(st, n);
+    n->removed_next = st->removed; /* listed first: tree_release_if_unused may free it now */
+    if (st->removed) st->removed->removed_prev = &n->removed_next;
+    n->removed_prev = &st->removed;
+    st->removed = n;
     tree_release_if_unused(n);
 }
 
