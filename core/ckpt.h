@@ -286,6 +286,9 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
 char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len);
 /* The sidecar of the tensor as shown converted to F32 (-o as_dtype=f32) when as_f32. */
 char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool as_f32, size_t *len);
+/* Marks (is_alias[i], one per tensor) the model tensors whose bytes are the very stored extent
+ * of an earlier one (tied weights: one source, offset and size); returns how many. */
+size_t ckpt_mark_aliases(const ckpt_catalog *cat, bool *is_alias);
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);

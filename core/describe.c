@@ -89,6 +89,10 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
     uint64_t params = 0, bytes = 0, by_dtype[CKPT_DTYPE_COUNT] = {0};
     size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0, model = 0, copies = 0;
+    uint64_t alias_params = 0;
+    bool *alias = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *alias);
+    if (!alias) return NULL;
+    size_t aliases = ckpt_mark_aliases(cat, alias);
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) {
@@ -96,7 +100,10 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
             continue;
         }
         model++;
-        params += t->numel;
+        if (alias[i])
+            alias_params += t->numel; /* its storage is another tensor's: counted there */
+        else
+            params += t->numel;
         bytes += t->nbytes;
         by_dtype[t->dtype] += t->nbytes;
         count_dtype[t->dtype]++;
@@ -129,6 +136,9 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
     sb_printf(&sb, "%s],\n  \"tensor_count\": %zu,\n  \"parameter_count\": ",
               cat->nsources ? "\n  " : "", model);
     sb_u64(&sb, params);
+    sb_printf(&sb, ",\n  \"alias_count\": %zu,\n  \"alias_parameters\": ", aliases);
+    sb_u64(&sb, alias_params);
+    free(alias);
     sb_puts(&sb, ",\n  \"total_bytes\": ");
     sb_u64(&sb, bytes);
     sb_puts(&sb, ",\n  \"dtypes\": {");

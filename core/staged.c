@@ -171,6 +171,7 @@ static int reader_open(builder *b, const staged_file *f, uint64_t base, reader *
         r->t = &b->lower->tensors[f->lower];
         return 0;
     }
+    r->base = base + f->spool_offset;
     r->fd = open(f->spool_path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0) {
         int e = errno;
@@ -725,7 +726,8 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
             close(s->fd);
             s->fd = -1;
         }
-        return catalog_add_piece(cat, idx, src, p->offset, NULL, NULL, NULL, b->err);
+        return catalog_add_piece(cat, idx, src, f->spool_offset + p->offset, NULL, NULL, NULL,
+                                 b->err);
     }
     const ckpt_tensor *t = &b->lower->tensors[f->lower];
     for (uint32_t k = 0; k < t->npieces; k++) {

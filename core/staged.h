@@ -35,6 +35,7 @@ typedef struct staged_file {
     staged_origin origin;
     const char *spool_path; /* STAGED_SPOOL: the file holding the bytes */
     uint64_t size;          /* STAGED_SPOOL: its size */
+    uint64_t spool_offset;  /* STAGED_SPOOL: where the file's bytes start in spool_path */
     size_t lower;           /* STAGED_LOWER_*: tensor index in the source catalog */
 } staged_file;
 

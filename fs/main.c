@@ -378,6 +378,9 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
     }
+    fs.view_at_root = hf_root;
+    if ((fs.alias = calloc(fs.cat->ntensors ? fs.cat->ntensors : 1, sizeof *fs.alias)))
+        ckpt_mark_aliases(fs.cat, fs.alias);
     view_job job;
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
@@ -429,6 +432,7 @@ out:
     free(fs.sha256);
     free(fs.stats);
     free(fs.stats_known);
+    free(fs.alias);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);

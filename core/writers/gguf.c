@@ -12,7 +12,9 @@
  * - From a GGUF source the KVs of its first part are copied byte for byte, in their order and
  *   with their types (metadata.json shows them only as JSON, which loses the types), except
  *   general.alignment, the split.* keys and ckptfs.source_format, which this file restates.
- *   Other sources have no GGUF metadata: general.architecture and the like are not invented.
+ *   Other sources have no GGUF metadata: general.architecture and the like are not invented,
+ *   except from a "gguf_kv" document (profile_llamacpp.c: a JSON array of [key, type, value],
+ *   type str, u32, f32, arr_str or arr_i32), whose KVs are written after the copied ones.
  * - Refused, naming the tensor: dtypes ggml has no type for (BOOL, unsigned, complex, F8, F4,
  *   F6), more than 4 dims, names of 64 bytes or more (ggml's GGML_MAX_NAME counts the NUL),
  *   names that are not UTF-8 or hold a NUL, a block type whose last dim is not a whole number
@@ -41,7 +43,7 @@ enum {
 };
 
 /* gguf_type ids of KV values */
-enum { V_U32 = 4, V_STRING = 8, V_ARRAY = 9, V_COUNT = 13 };
+enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_STRING = 8, V_ARRAY = 9, V_COUNT = 13 };
 static const unsigned value_size[V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 /* ggml_type id of each dtype ggml has a type for; -1 for the rest. */
@@ -377,6 +379,99 @@ static void put_kv_str(out_file *f, const char *key, const char *v) {
     put_str(f, v, strlen(v));
 }
 
+/* ---- KVs of a gguf_kv document ---- */
+
+static const ckpt_doc *kv_doc(const ckpt_catalog *cat) {
+    for (size_t i = 0; i < cat->ndocs; i++)
+        if (strcmp(cat->docs[i].key, "gguf_kv") == 0) return &cat->docs[i];
+    return NULL;
+}
+
+static bool num_u32(const json_value *v, uint32_t *out) {
+    uint64_t x;
+    if (!json_as_u64(v, &x) || x > UINT32_MAX) return false;
+    *out = (uint32_t)x;
+    return true;
+}
+
+static bool num_f32(const json_value *v, float *out) {
+    char buf[64];
+    if (!v || v->type != JSON_NUMBER || v->len >= sizeof buf) return false;
+    memcpy(buf, v->str, v->len);
+    buf[v->len] = '\0';
+    *out = strtof(buf, NULL);
+    return true;
+}
+
+static bool num_i32(const json_value *v, int32_t *out) {
+    char buf[32], *end;
+    if (!v || v->type != JSON_NUMBER || v->len >= sizeof buf) return false;
+    memcpy(buf, v->str, v->len);
+    buf[v->len] = '\0';
+    long x = strtol(buf, &end, 10);
+    if (*end || x < INT32_MIN || x > INT32_MAX) return false;
+    *out = (int32_t)x;
+    return true;
+}
+
+/* Writes the records (or with f NULL only checks them); *count is how many. */
+static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt_err *err) {
+    *count = 0;
+    for (const json_value *r = arr->head; r; r = r->next) {
+        const json_value *k = r->type == JSON_ARRAY && r->count == 3 ? r->head : NULL;
+        const json_value *t = k ? k->next : NULL, *v = t ? t->next : NULL;
+        uint32_t u = 0;
+        float x = 0;
+        int32_t i32 = 0;
+        bool ok = k && k->type == JSON_STRING && t->type == JSON_STRING;
+        if (ok && json_str_eq(t, "str"))
+            ok = v->type == JSON_STRING;
+        else if (ok && json_str_eq(t, "u32"))
+            ok = num_u32(v, &u);
+        else if (ok && json_str_eq(t, "f32"))
+            ok = num_f32(v, &x);
+        else if (ok && (json_str_eq(t, "arr_str") || json_str_eq(t, "arr_i32")))
+            ok = v->type == JSON_ARRAY;
+        else
+            ok = false;
+        if (!ok)
+            return ckpt_fail(err, -EINVAL,
+                             "gguf_kv document: record %llu is not [key, type, value]",
+                             (unsigned long long)*count);
+        ++*count;
+        if (!f) continue;
+        put_str(f, k->str, k->len);
+        if (json_str_eq(t, "str")) {
+            put_u32(f, V_STRING);
+            put_str(f, v->str, v->len);
+        } else if (json_str_eq(t, "u32")) {
+            put_u32(f, V_U32);
+            put_u32(f, u);
+        } else if (json_str_eq(t, "f32")) {
+            uint32_t bits;
+            memcpy(&bits, &x, 4);
+            put_u32(f, V_F32);
+            put_u32(f, bits);
+        } else {
+            bool strs = json_str_eq(t, "arr_str");
+            put_u32(f, V_ARRAY);
+            put_u32(f, strs ? V_STRING : V_I32);
+            put_u64(f, v->count);
+            for (const json_value *e = v->head; e; e = e->next) {
+                if (strs && e->type == JSON_STRING) {
+                    put_str(f, e->str, e->len);
+                } else if (!strs && num_i32(e, &i32)) {
+                    put_u32(f, (uint32_t)i32);
+                } else {
+                    return ckpt_fail(err, -EINVAL, "gguf_kv document: \"%.*s\": a bad element",
+                                     (int)(k->len > 60 ? 60 : k->len), k->str);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
     put_str(f, t->name, t->name_len);
     put_u32(f, t->ndim);
@@ -407,11 +502,30 @@ int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
         if ((rc = scan_kvs(s, &spans, &nspans))) goto out;
     }
 
+    const ckpt_doc *kd = kv_doc(cat);
+    json_doc kvs = {0};
+    uint64_t nkv = 0;
+    if (kd) {
+        json_error jerr;
+        if (json_parse(&kvs, kd->json, kd->len, &jerr) != 0) {
+            rc = ckpt_fail(err, -EINVAL, "gguf_kv document: byte %zu: %s", jerr.pos, jerr.msg);
+            goto out;
+        }
+        rc = kvs.root->type == JSON_ARRAY
+                 ? put_doc_kvs(NULL, kvs.root, &nkv, err)
+                 : ckpt_fail(err, -EINVAL, "gguf_kv document: not an array");
+        if (rc) {
+            json_doc_free(&kvs);
+            goto out;
+        }
+    }
     out_bytes(f, "GGUF", 4);
     put_u32(f, 3);
     put_u64(f, n);
-    put_u64(f, nspans + 2);
+    put_u64(f, nspans + nkv + 2);
     for (size_t i = 0; i < nspans && !rc; i++) rc = copy_span(f, s, spans[i]);
+    if (!rc && kd) rc = put_doc_kvs(f, kvs.root, &nkv, err);
+    if (kd) json_doc_free(&kvs);
     if (rc) goto out;
     put_kv_u32(f, "general.alignment", ALIGNMENT);
     put_kv_str(f, "ckptfs.source_format", cat->format ? cat->format : "unknown");

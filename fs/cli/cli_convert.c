@@ -1,28 +1,41 @@
 /* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/writer.c
  * (temporary file next to OUT, fsync, rename: OUT is complete or untouched). */
-#include "cli_internal.h"
+#include "cli_convert.h"
 #include "size.h"
 
+#include "core/cast.h"
 #include "core/profile.h"
 #include "core/writer.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 static const char usage[] =
-    "Usage: ckptfs convert SOURCE OUT [--max-shard-size SIZE] [--profile P] [-o OPTIONS]\n"
-    "Write every tensor of SOURCE into a new archive whose format follows OUT's name:\n"
-    "  .safetensors   one safetensors file ({\"format\":\"pt\"} metadata)\n"
+    "Usage: ckptfs convert SOURCE OUT [OPTIONS]\n"
+    "Write the tensors of SOURCE into a new archive whose format follows OUT's name:\n"
+    "  .safetensors   one safetensors file ({\"format\":\"pt\"} metadata; tensors only)\n"
     "  DIR/           Hugging Face shards + model.safetensors.index.json + config files\n"
-    "                 (also with --max-shard-size; default shard size 5GB)\n"
-    "  .gguf .bpk .lwt .gptrs .gptrsten\n"
+    "  .gguf          with general.architecture, hyper-parameters, llama.cpp names and the\n"
+    "                 tokenizer for llama and gpt2 HF folders; other models: a tensor\n"
+    "                 container llama.cpp will not run\n"
+    "  .bpk .lwt .gptrs .gptrsten, and any file format followed by .zst\n"
     "Tensors a format cannot hold are refused by name; nothing is dropped silently.\n"
     "\n"
+    "  -f, --force         replace an existing OUT (never SOURCE or a file inside it)\n"
+    "      --include GLOB  only tensors whose name matches (repeatable)\n"
+    "      --exclude GLOB  leave out tensors whose name matches (repeatable)\n"
+    "      --dtype bf16|f16|f32  cast float tensors (F64 F32 F16 BF16 F8), rounding to\n"
+    "                    nearest even, NaN kept; integers are never cast\n"
+    "      --cast-quantized  --dtype also dequantizes Q8_0 Q4_0 Q4_K Q6_K tensors\n"
     "      --max-shard-size SIZE  shard size of an HF directory (5GB, 500MB, 2GiB)\n"
-    "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names, Conv1D weights\n"
-    "                    transposed to [out, in], no tied lm_head (OUT should be .lwt)\n"
+    "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names (OUT .lwt)\n"
+    "      --profile container  GGUF of the tensors as named, also for llama/gpt2\n"
     "  -o OPTIONS    decoding options as for the mount: tp_split=GLOB:DIM[;...]\n"
     "  -h, --help    this help\n";
 
@@ -32,35 +45,183 @@ static void report(void *ctx, uint64_t done, uint64_t total) {
     if (done > p->done) cli_progress_add(p, done - p->done);
 }
 
+enum { MAX_GLOBS = 64 };
+
+typedef struct convert_opts {
+    ckpt_write_opts wo;
+    bool lightwatch, force, cast_quantized;
+    bool for_llamacpp; /* a GGUF laid out for llama.cpp (config.json, tokenizer.json used) */
+    bool container;    /* --profile container: a GGUF of the tensors as they are named */
+    bool cast;
+    ckpt_dtype dtype;
+    char *include[MAX_GLOBS], *exclude[MAX_GLOBS];
+    size_t ninclude, nexclude;
+} convert_opts;
+
+static int parse_dtype(const char *s, ckpt_dtype *out) {
+    if (strcasecmp(s, "bf16") == 0)
+        *out = CKPT_BF16;
+    else if (strcasecmp(s, "f16") == 0)
+        *out = CKPT_F16;
+    else if (strcasecmp(s, "f32") == 0)
+        *out = CKPT_F32;
+    else
+        return -1;
+    return 0;
+}
+
+static int add_glob(const char *cmd, char **list, size_t *n, const char *glob, const char *opt) {
+    if (*n == MAX_GLOBS) {
+        cli_error(cmd, "%s: at most %d patterns", opt, MAX_GLOBS);
+        return CLI_USAGE;
+    }
+    list[(*n)++] = (char *)glob;
+    return CLI_OK;
+}
+
+/* A single file holds tensors only: say which of SOURCE's own files do not travel. */
+static void note_left_behind(const ckpt_catalog *cat, const char *out) {
+    if (!cat->naux) return;
+    strbuf sb;
+    sb_init(&sb);
+    for (size_t i = 0; i < cat->naux && i < 6; i++) {
+        if (i) sb_puts(&sb, ", ");
+        sb_puts(&sb, cat->aux[i].name);
+    }
+    if (cat->naux > 6) sb_printf(&sb, " and %zu more", cat->naux - 6);
+    fprintf(stderr,
+            "ckptfs convert: note: %s holds tensors only; %s of the source %s not in it "
+            "(convert to a directory, OUT/, to keep them)\n",
+            out, sb.data ? sb.data : "", cat->naux == 1 ? "is" : "are");
+    sb_free(&sb);
+}
+
+static bool writes_directory(const char *out, const ckpt_write_opts *wo) {
+    struct stat st;
+    size_t n = strlen(out);
+    return wo->max_shard_size || (n && out[n - 1] == '/') ||
+           (stat(out, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+static bool is_gguf(const char *out) {
+    size_t n = strlen(out);
+    return (n >= 5 && strcmp(out + n - 5, ".gguf") == 0) ||
+           (n >= 9 && strcmp(out + n - 9, ".gguf.zst") == 0);
+}
+
+/* A Hugging Face llama or gpt2 folder into GGUF: laid out so that llama.cpp runs it. */
+static int for_llamacpp(const cli_common *c, ckpt_catalog **cat, convert_opts *o) {
+    ckpt_catalog *mapped = NULL;
+    char *note = NULL;
+    ckpt_err err;
+    if (ckpt_profile_llamacpp(*cat, &mapped, &note, &err)) {
+        cli_error(c->cmd, "%s", err.msg);
+        return CLI_SOURCE;
+    }
+    if (note) fprintf(stderr, "ckptfs convert: note: %s\n", note);
+    free(note);
+    if (!mapped) return CLI_OK; /* another family: a tensor container */
+    ckpt_close(*cat);
+    *cat = mapped;
+    o->for_llamacpp = true;
+    return CLI_OK;
+}
+
+/* The tensors to write, cast as asked; then the archive. */
+static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, convert_opts *o) {
+    ckpt_err err;
+    if (o->cast) {
+        char dir_buf[PATH_MAX];
+        size_t n = strlen(out);
+        while (n > 1 && out[n - 1] == '/') n--;
+        if (n >= sizeof dir_buf) n = sizeof dir_buf - 1;
+        memcpy(dir_buf, out, n);
+        dir_buf[n] = '\0';
+        size_t cast;
+        if (ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp, dirname(dir_buf),
+                              &cast, &err)) {
+            cli_error(c->cmd, "%s", err.msg);
+            return CLI_OUTPUT;
+        }
+    }
+    if (!writes_directory(out, &o->wo) && !o->for_llamacpp) note_left_behind(cat, out);
+    if (is_gguf(out) && !o->for_llamacpp && !strstr(cat->format ? cat->format : "", "gguf"))
+        fprintf(stderr,
+                "ckptfs convert: note: %s is a tensor container: llama.cpp runs GGUF "
+                "files made from Hugging Face llama and gpt2 folders (config.json)\n",
+                out);
+    uint64_t total = 0;
+    for (size_t i = 0; i < cat->ntensors; i++)
+        if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;
+    cli_progress progress;
+    cli_progress_start(&progress, "convert", total);
+    o->wo.progress = (ckpt_progress){report, &progress};
+    int wrc = ckpt_write(cat, out, &o->wo, &err);
+    cli_progress_end(&progress);
+    if (wrc) {
+        cli_error(c->cmd, "%s", err.msg);
+        /* a tensor the format cannot hold is the source's fault; a failed write is ours */
+        return wrc == -EINVAL || wrc == -EIO ? CLI_SOURCE : CLI_OUTPUT;
+    }
+    return CLI_OK;
+}
+
 int cli_convert(int argc, char **argv) {
     static const struct option longopts[] = {
         {"max-shard-size", required_argument, NULL, CLI_LONG + 's'},
         {"profile", required_argument, NULL, CLI_LONG + 'p'},
+        {"force", no_argument, NULL, 'f'},
+        {"include", required_argument, NULL, CLI_LONG + 'i'},
+        {"exclude", required_argument, NULL, CLI_LONG + 'x'},
+        {"dtype", required_argument, NULL, CLI_LONG + 'd'},
+        {"cast-quantized", no_argument, NULL, CLI_LONG + 'q'},
         {"help", no_argument, NULL, CLI_LONG + 'h'},
         {NULL, 0, NULL, 0},
     };
     cli_common c = {.cmd = "convert"};
-    ckpt_write_opts wo = {0};
-    bool lightwatch = false;
+    convert_opts o = {0};
     int rc = 0, opt;
     opterr = 0;
     optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
+    while (rc == 0 && (opt = getopt_long(argc, argv, ":fho:", longopts, NULL)) != -1) {
         int key = opt >= CLI_LONG ? opt - CLI_LONG : opt;
         switch (key) {
         case 's':
-            if (parse_size_option(optarg, &wo.max_shard_size) != 0) {
+            if (parse_size_option(optarg, &o.wo.max_shard_size) != 0) {
                 cli_error(c.cmd, "--max-shard-size %s: expected a size such as 5GB, 500MB, 2GiB",
                           optarg);
                 rc = CLI_USAGE;
             }
             break;
         case 'p':
-            if (strcmp(optarg, "lightwatch-gpt2") != 0) {
-                cli_error(c.cmd, "--profile %s: the only profile is lightwatch-gpt2", optarg);
+            if (strcmp(optarg, "lightwatch-gpt2") == 0) {
+                o.lightwatch = true;
+            } else if (strcmp(optarg, "container") == 0) {
+                o.container = true;
+            } else {
+                cli_error(c.cmd, "--profile %s: the profiles are lightwatch-gpt2 and container",
+                          optarg);
                 rc = CLI_USAGE;
             }
-            lightwatch = true;
+            break;
+        case 'f':
+            o.force = true;
+            break;
+        case 'i':
+            rc = add_glob(c.cmd, o.include, &o.ninclude, optarg, "--include");
+            break;
+        case 'x':
+            rc = add_glob(c.cmd, o.exclude, &o.nexclude, optarg, "--exclude");
+            break;
+        case 'd':
+            if (parse_dtype(optarg, &o.dtype) != 0) {
+                cli_error(c.cmd, "--dtype %s: expected bf16, f16 or f32", optarg);
+                rc = CLI_USAGE;
+            }
+            o.cast = true;
+            break;
+        case 'q':
+            o.cast_quantized = true;
             break;
         case 'o':
             rc = cli_parse_o(&c, optarg);
@@ -75,9 +236,22 @@ int cli_convert(int argc, char **argv) {
         cli_error(c.cmd, "expected SOURCE and OUT (see: ckptfs convert --help)");
         rc = CLI_USAGE;
     }
+    if (rc == 0 && o.cast_quantized && !o.cast) {
+        cli_error(c.cmd, "--cast-quantized goes with --dtype");
+        rc = CLI_USAGE;
+    }
+    const char *source = rc == 0 ? argv[optind] : NULL, *out = rc == 0 ? argv[optind + 1] : NULL;
+    if (rc == 0) rc = convert_guard_out(c.cmd, source, out, o.force, &o.wo.replace_dir);
     ckpt_catalog *cat = NULL;
-    if (rc == 0) rc = cli_open(&c, argv[optind], &cat);
-    if (rc == 0 && lightwatch) {
+    if (rc == 0) rc = cli_open(&c, source, &cat);
+    if (rc == 0) rc = convert_guard_sources(c.cmd, cat, out);
+    if (rc == 0 && (o.ninclude || o.nexclude) &&
+        !convert_select(cat, o.include, o.ninclude, o.exclude, o.nexclude)) {
+        cli_error(c.cmd, "no tensor is left after --include/--exclude (see: ckptfs ls SOURCE)");
+        rc = CLI_USAGE;
+    }
+    if (rc == 0 && !o.lightwatch && !o.container && is_gguf(out)) rc = for_llamacpp(&c, &cat, &o);
+    if (rc == 0 && o.lightwatch) {
         ckpt_catalog *mapped;
         ckpt_err err;
         if (ckpt_profile_lightwatch_gpt2(cat, &mapped, &err)) {
@@ -88,22 +262,7 @@ int cli_convert(int argc, char **argv) {
             cat = mapped;
         }
     }
-    if (rc == 0) {
-        uint64_t total = 0;
-        for (size_t i = 0; i < cat->ntensors; i++)
-            if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;
-        cli_progress progress;
-        cli_progress_start(&progress, "convert", total);
-        wo.progress = (ckpt_progress){report, &progress};
-        ckpt_err err;
-        int wrc = ckpt_write(cat, argv[optind + 1], &wo, &err);
-        cli_progress_end(&progress);
-        if (wrc) {
-            cli_error(c.cmd, "%s", err.msg);
-            /* a tensor the format cannot hold is the source's fault; a failed write is ours */
-            rc = wrc == -EINVAL || wrc == -EIO ? CLI_SOURCE : CLI_OUTPUT;
-        }
-    }
+    if (rc == 0) rc = convert(&c, cat, out, &o);
     ckpt_close(cat);
     cli_common_free(&c);
     return rc;

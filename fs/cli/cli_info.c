@@ -87,6 +87,15 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
         sb_printf(sb, "%s (%s)\n", a, b);
     else
         sb_printf(sb, "%s\n", b);
+    uint64_t aliases = u64_member(sum, "alias_count");
+    if (aliases) {
+        cli_grouped(u64_member(sum, "alias_parameters"), b, sizeof b);
+        label(sb, "aliases");
+        sb_printf(sb,
+                  "%llu tensor%s sharing another's storage (tied; %s parameters not counted "
+                  "again)\n",
+                  (unsigned long long)aliases, aliases == 1 ? "" : "s", b);
+    }
     uint64_t bytes = u64_member(sum, "total_bytes");
     cli_human_size(bytes, a, sizeof a);
     cli_grouped(bytes, b, sizeof b);

@@ -26,6 +26,8 @@ typedef struct ckptfs {
     bool npy;              /* show NAME.npy next to tensors numpy can hold */
     bool no_opendir;       /* the kernel may skip OPENDIR/RELEASEDIR (see op_init) */
     bool as_f32;           /* -o as_dtype=f32: narrow and quantized tensors read as F32 */
+    bool view_at_root;     /* -o view=hf: the HF view's files are the mount's content */
+    bool *alias;           /* per tensor: its bytes are an earlier tensor's (tied weights) */
     uid_t uid;
     gid_t gid;
     pthread_mutex_t doc_lock;    /* guards docs[] (built on first use), open_docs, sha256 */

@@ -159,6 +159,23 @@ static const ckpt_source *node_source(const ckptfs *fs, const node *n) {
     return NULL;
 }
 
+/* What the node adds to the checkpoint's size on disk, so that du of a mount is the checkpoint's
+ * real size: .npy files and the HF view are views of tensor bytes counted already, a tied
+ * tensor's bytes are its twin's, and a tensor read as F32 stores its own dtype's bytes. */
+static uint64_t stored_bytes(const ckptfs *fs, const node *n, uint64_t size) {
+    switch (n->kind) {
+    case NODE_NPY:
+        return 0;
+    case NODE_VIEW:
+        return fs->view_at_root ? size : 0;
+    case NODE_TENSOR:
+        if (fs->alias && fs->alias[n->ref]) return 0;
+        return fs->cat->tensors[n->ref].nbytes;
+    default:
+        return size;
+    }
+}
+
 static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     node *n = &fs->tr.nodes[idx];
     memset(st, 0, sizeof *st);
@@ -177,7 +194,7 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
         st->st_mode = S_IFREG | read_bits;
         st->st_nlink = 1;
         st->st_size = (off_t)node_size(fs, n);
-        st->st_blocks = (st->st_size + 511) / 512;
+        st->st_blocks = (off_t)(stored_bytes(fs, n, (uint64_t)st->st_size) + 511) / 512;
         st->st_blksize = MAX_READ;
     }
     struct timespec t = src ? src->mtime : fs->tr.mtime;

@@ -242,6 +242,7 @@ static void stage_free(stage *st) {
         free(h);
     }
     pthread_mutex_destroy(&st->handles_lock);
+    while (st->removed) snode_free(st->removed); /* each takes itself off the list */
     snode_free_tree(st->root);
     ckpt_close(st->lower);
     for (size_t i = 0; i < st->nretired; i++) ckpt_close(st->retired[i]);
@@ -271,7 +272,7 @@ static void init_control(snode *n, sn_kind kind, const char *name) {
 
 static void stage_init(stage *st) {
     memset(st, 0, sizeof *st);
-    st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = -1;
+    st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = st->pack_fd = -1;
     st->uid = getuid();
     st->gid = getgid();
     st->timeout = 1.0;

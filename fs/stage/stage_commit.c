@@ -56,7 +56,17 @@ static void list_node(stage *st, const snode *dir, listing *l, strbuf *path) {
             memset(f, 0, sizeof *f);
             f->path = arena_memdup(&l->mem, path->data, path->len);
             f->lower = c->lower;
-            if (c->src == SRC_SPOOL) {
+            if (c->src == SRC_PACK) {
+                f->origin = STAGED_SPOOL;
+                strbuf sp;
+                sb_init(&sp);
+                spool_data_path(st, c->data_id, &sp);
+                f->spool_path = sp.failed ? NULL : arena_memdup(&l->mem, sp.data, sp.len);
+                sb_free(&sp);
+                f->size = c->pack_size;
+                f->spool_offset = c->pack_off;
+                if (!f->spool_path) l->failed = true;
+            } else if (c->src == SRC_SPOOL) {
                 f->origin = STAGED_SPOOL;
                 strbuf sp;
                 sb_init(&sp);
@@ -113,7 +123,9 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                                 .replace_dir = true, /* every commit replaces OUT */
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
-        rc = ckpt_write(cat, st->out, &opts, &err);
+        /* Into the pack when its tensors tile it; else written whole (the compaction) */
+        rc = stage_pack_commit(st, cat, &err);
+        if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
             /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */
             status = rc == -EINVAL ? STAGE_INVALID : STAGE_WRITE_FAILED;

@@ -8,6 +8,7 @@
  *   stage_ops.c     the FUSE operations
  *   stage_commit.c  commit (validate + ckpt_write) and the .ckptfs/status document
  *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
+ *   stage_pack.c    staged tensors appended to the file that becomes a safetensors OUT
  *   stage.c         `ckptfs stage` (options, mount, commit on unmount), `ckptfs commit` */
 #ifndef CKPTFS_STAGE_FS_H
 #define CKPTFS_STAGE_FS_H
@@ -36,6 +37,7 @@ typedef enum {
     SRC_SPOOL,         /* bytes in spool/data/<data_id> */
     SRC_LOWER_RAW,     /* raw bytes of source tensor `lower`, not copied */
     SRC_LOWER_SIDECAR, /* the sidecar of source tensor `lower`, generated */
+    SRC_PACK,          /* bytes [pack_off, pack_off + pack_size) of the pack spool/data/<data_id> */
 } sn_src;
 
 typedef struct snode snode;
@@ -52,13 +54,17 @@ struct snode {
     size_t nbuckets, nchildren;
     /* SN_FILE */
     sn_src src;
-    uint64_t data_id; /* SRC_SPOOL */
-    size_t lower;     /* SRC_LOWER_*: tensor index in the source catalog */
+    uint64_t data_id;             /* SRC_SPOOL, SRC_PACK */
+    uint64_t pack_off, pack_size; /* SRC_PACK */
+    size_t lower;                 /* SRC_LOWER_*: tensor index in the source catalog */
     uint64_t lower_size;
-    int fd;         /* SRC_SPOOL: open while nopen > 0, else -1 */
+    int fd;         /* SRC_SPOOL, SRC_PACK: open while nopen > 0, else -1 */
     unsigned nopen; /* open file handles */
     uint64_t nlookup;
     bool removed; /* unlinked: freed once the kernel forgets it and no handle is open */
+    /* while removed but alive: on the stage's list of such nodes, freed at its end at the
+     * latest (the kernel need not send FORGET before the connection ends) */
+    snode *removed_next, **removed_prev;
 };
 
 typedef struct stage {
@@ -77,8 +83,18 @@ typedef struct stage {
     int spool_fd, data_fd, lock_fd, journal_fd;
     uint64_t next_id;
 
+    /* The pack (stage_pack.c): one file in data/ that new tensor files are appended to while
+     * one of them at a time owns its tail; a commit writes the header in front and links it
+     * as OUT. */
+    int pack_usable;   /* 0 not known yet, 1 yes, -1 OUT is not a safetensors file beside us */
+    int pack_fd;       /* the pack being appended to, or -1 */
+    uint64_t pack_id;  /* its data id */
+    uint64_t pack_end; /* where the next file starts */
+    snode *pack_tail;  /* the file being appended, or NULL */
+
     pthread_mutex_t lock; /* the tree, the journal, dirty, last report */
     snode *root;
+    snode *removed; /* nodes out of the tree that the kernel or a handle still refers to */
     snode control, commit_node, status_node;
     atomic_bool dirty; /* changes not yet in OUT (written under lock) */
 
@@ -158,7 +174,9 @@ int journal_file(stage *st, const snode *n);
 int journal_remove(stage *st, const snode *n);
 int journal_rename(stage *st, const snode *n, const snode *new_parent, const char *new_name);
 int journal_mode(stage *st, const snode *n);
-int journal_mark(stage *st, char mark); /* 'C' committed, 'w' changed */
+int journal_mark(stage *st, char mark);           /* 'C' committed, 'w' changed */
+int journal_pack(stage *st, const snode *n);      /* a file in the pack: its start */
+int journal_pack_size(stage *st, const snode *n); /* its final size */
 int journal_sync(stage *st);
 
 /* ---- stage_ops.c ---- */
@@ -182,6 +200,26 @@ bool stage_replaces_source(const stage *st);
  * the node of staged file k of the commit's report. Notes go to report; 0 or -errno. */
 int stage_rebase(stage *st, snode *const *nodes, size_t n, const struct staged_report *rep,
                  strbuf *report);
+
+/* ---- stage_pack.c (under st->lock) ---- */
+enum { PACK_DATA_START = 1 << 20 }; /* bytes reserved for the 8-byte length and the header */
+/* Makes the new empty file n (named `name`) a file of the pack that owns its tail: 0, or a
+ * positive errno (ENOTSUP: the pack is not for this file; it takes a data file instead). */
+int stage_pack_claim(stage *st, snode *n, const char *name);
+/* Whether a file of this name may go into the pack (one that can be a tensor's raw bytes). */
+bool stage_pack_name_ok(const char *name);
+/* The owner of the tail is done (closed, or a commit begins): its size is journaled. */
+void stage_pack_seal(stage *st);
+/* n was removed or moved out of the pack: if its bytes end the pack, they come off. */
+void stage_pack_drop_tail(stage *st, snode *n);
+/* Whether a write to n must first move it out of the pack (a file that no longer owns it). */
+bool stage_pack_writable(const stage *st, const snode *n);
+/* After a write of `end` bytes into n (the owner). */
+void stage_pack_grew(stage *st, snode *n, uint64_t end);
+/* Commits cat into OUT through the pack: 0 done, 1 not possible (holes, a header too big,
+ * another OUT format: the caller writes OUT as usual), or -errno with err filled. */
+struct ckpt_err;
+int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err);
 
 /* The .ckptfs/status document (malloc'd JSON). */
 char *stage_status_json(stage *st, size_t *len);

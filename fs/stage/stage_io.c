@@ -32,6 +32,8 @@ int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_
     return 0;
 }
 
+enum { WRITEBACK_STEP = 8 << 20 };
+
 static int write_full(int fd, const char *p, size_t n, uint64_t off) {
     while (n) {
         ssize_t w = pwrite(fd, p, n, (off_t)off);
@@ -64,6 +66,19 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
         char *text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &len);
         e = text ? write_full(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
         free(text);
+    } else if (keep && n->src == SRC_PACK) {
+        int pfd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
+        uint64_t size = n->pack_size < keep ? n->pack_size : keep;
+        char *buf = malloc(MAX_IO);
+        e = pfd < 0 ? -pfd : buf ? 0 : ENOMEM;
+        for (uint64_t off = 0; !e && off < size;) {
+            size_t want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
+            ssize_t got = pread(pfd, buf, want, (off_t)(n->pack_off + off));
+            e = got < 0 ? errno : got == 0 ? EIO : write_full(fd, buf, (size_t)got, off);
+            if (got > 0) off += (uint64_t)got;
+        }
+        free(buf);
+        if (pfd >= 0 && pfd != n->fd) close(pfd);
     } else if (keep) {
         char *buf = malloc(MAX_IO);
         uint64_t size = n->lower_size < keep ? n->lower_size : keep;
@@ -78,14 +93,20 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
         free(buf);
     }
     sn_src was = n->src;
+    uint64_t was_id = n->data_id;
     n->src = SRC_SPOOL;
     n->data_id = id;
     if (!e) e = -journal_file(st, n);
     if (e) {
         n->src = was;
+        n->data_id = was_id;
         close(fd);
         spool_data_unlink(st, id);
         return e;
+    }
+    if (was == SRC_PACK) {
+        stage_pack_drop_tail(st, n); /* its bytes at the pack's end are free again */
+        if (n->fd >= 0) close(n->fd);
     }
     n->fd = fd;
     mark_changed(st);
@@ -98,8 +119,37 @@ int stage_copy_up(stage *st, snode *n) {
     return e;
 }
 
+/* A file in the pack: the owner of the tail grows or shrinks there; another only shrinks
+ * (the rest becomes a hole). Returns -1 when it must be copied out first. */
+static int set_pack_size(stage *st, snode *n, uint64_t size) {
+    if (stage_pack_writable(st, n)) {
+        int fd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
+        if (fd < 0) return -fd;
+        int e = ftruncate(fd, (off_t)(n->pack_off + size)) == 0 ? 0 : errno;
+        if (fd != n->fd) close(fd);
+        if (e) return e;
+        n->pack_size = size;
+        st->pack_end = n->pack_off + size;
+        mark_changed(st);
+        return 0;
+    }
+    if (size > n->pack_size) return -1;
+    uint64_t was = n->pack_size;
+    n->pack_size = size;
+    int e = -journal_pack_size(st, n);
+    if (e)
+        n->pack_size = was;
+    else
+        mark_changed(st);
+    return e;
+}
+
 int stage_set_size(stage *st, snode *n, uint64_t size) {
     if (n->kind != SN_FILE) return EISDIR;
+    if (n->src == SRC_PACK) {
+        int pe = set_pack_size(st, n, size);
+        if (pe >= 0) return pe;
+    }
     int e = n->src != SRC_SPOOL ? copy_up(st, n, size) : 0;
     if (e) return e;
     int fd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
@@ -147,11 +197,18 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     }
     pthread_mutex_lock(&st->lock);
     int e = 0;
-    if (changes && n->src != SRC_SPOOL)
+    if (changes && n->src == SRC_PACK && !stage_pack_writable(st, n)) {
+        /* written again after it was closed: it starts over at the pack's end, or moves out */
+        if (!trunc || stage_pack_claim(st, n, n->name) != 0)
+            e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+        else
+            mark_changed(st);
+    } else if (changes && n->src != SRC_SPOOL && n->src != SRC_PACK) {
         e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
-    else if (trunc)
+    } else if (trunc) {
         e = stage_set_size(st, n, 0);
-    if (!e && n->src == SRC_SPOOL && n->fd < 0) {
+    }
+    if (!e && (n->src == SRC_SPOOL || n->src == SRC_PACK) && n->fd < 0) {
         n->fd = spool_data_open(st, n->data_id);
         if (n->fd < 0) {
             e = -n->fd;
@@ -228,6 +285,20 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     pthread_mutex_unlock(&st->lock);
     if (src == SRC_SPOOL && fd < 0) {
         fuse_reply_err(req, EIO); /* cannot happen: an open handle keeps the data file open */
+    } else if (src == SRC_PACK) {
+        pthread_mutex_lock(&st->lock);
+        uint64_t base = n->pack_off, end = n->pack_size;
+        pthread_mutex_unlock(&st->lock);
+        if (fd < 0 || (uint64_t)off >= end) {
+            fd < 0 ? fuse_reply_err(req, EIO) : fuse_reply_buf(req, NULL, 0);
+            return;
+        }
+        if (size > end - (uint64_t)off) size = (size_t)(end - (uint64_t)off);
+        struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+        buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        buf.buf[0].fd = fd;
+        buf.buf[0].pos = (off_t)(base + (uint64_t)off);
+        fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
     } else if (src == SRC_SPOOL) {
         struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
         buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
@@ -277,11 +348,23 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
         return;
     }
     pthread_mutex_lock(&st->lock);
-    int fd = n->src == SRC_SPOOL ? n->fd : -1;
+    int e = 0;
+    /* a file of the pack that no longer owns its tail (a commit sealed it) moves out first */
+    if (n->src == SRC_PACK && !stage_pack_writable(st, n)) e = copy_up(st, n, UINT64_MAX);
+    int fd = n->src == SRC_SPOOL || n->src == SRC_PACK ? n->fd : -1;
+    uint64_t base = n->src == SRC_PACK ? n->pack_off : 0;
     pthread_mutex_unlock(&st->lock);
-    int e = fd >= 0 ? write_full(fd, buf, size, (uint64_t)off) : EBADF;
-    if (!e && !st->dirty) {
+    if (!e) e = fd >= 0 ? write_full(fd, buf, size, base + (uint64_t)off) : EBADF;
+    /* The pack is OUT's bytes: writeback starts as they come (every 8 MiB), so the commit's
+     * fsync waits for little and its time does not grow with the data. */
+    uint64_t at = base + (uint64_t)off;
+    if (!e && base && (at + size) / WRITEBACK_STEP != at / WRITEBACK_STEP) {
+        uint64_t done = (at + size) / WRITEBACK_STEP * WRITEBACK_STEP; /* a window just filled */
+        sync_file_range(fd, (off_t)(done - WRITEBACK_STEP), WRITEBACK_STEP, SYNC_FILE_RANGE_WRITE);
+    }
+    if (!e && (!st->dirty || n->src == SRC_PACK)) {
         pthread_mutex_lock(&st->lock);
+        stage_pack_grew(st, n, (uint64_t)off + size);
         mark_changed(st);
         pthread_mutex_unlock(&st->lock);
     }
@@ -322,6 +405,12 @@ void handle_release(stage *st, handle *h) {
     if (n->kind == SN_FILE) {
         pthread_mutex_lock(&st->lock);
         if (n->nopen) n->nopen--;
+        if (n->nopen == 0 && n == st->pack_tail) {
+            if (n->removed)
+                stage_pack_drop_tail(st, n);
+            else
+                stage_pack_seal(st);
+        }
         settle_fd(n);
         tree_release_if_unused(n);
         pthread_mutex_unlock(&st->lock);
@@ -342,7 +431,7 @@ void stage_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_fi
     stage *st = st_of(req);
     snode *n = handle_of(fi)->node;
     pthread_mutex_lock(&st->lock);
-    int fd = n->kind == SN_FILE && n->src == SRC_SPOOL ? n->fd : -1;
+    int fd = n->kind == SN_FILE && (n->src == SRC_SPOOL || n->src == SRC_PACK) ? n->fd : -1;
     pthread_mutex_unlock(&st->lock);
     /* The handle keeps fd open; the journal only ever grows under appends. */
     int e = fd >= 0 && (datasync ? fdatasync(fd) : fsync(fd)) != 0 ? errno : 0;
@@ -366,7 +455,10 @@ void stage_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, 
     pthread_mutex_lock(&st->lock);
     int fd = n->src == SRC_SPOOL ? n->fd : -1;
     pthread_mutex_unlock(&st->lock);
-    int e = fd < 0 ? EBADF : fallocate(fd, mode, offset, length) == 0 ? 0 : errno;
+    int e = n->src == SRC_PACK                         ? EOPNOTSUPP
+            : fd < 0                                   ? EBADF
+            : fallocate(fd, mode, offset, length) == 0 ? 0
+                                                       : errno;
     if (!e) {
         pthread_mutex_lock(&st->lock);
         mark_changed(st);

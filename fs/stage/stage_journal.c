@@ -5,6 +5,9 @@
  *   l PATH MODE SRC    a source file, by the path the source shows it at
  *   r OLD NEW          rename, replacing NEW  u PATH           remove
  *   m PATH MODE        chmod                  c                start from an empty tree
+ *   p PATH MODE ID OFF [SIZE]  a file whose bytes are [OFF, OFF+SIZE) of the pack data/ID;
+ *                      without SIZE it owned the pack's tail: it ends where the pack ends
+ *   s PATH SIZE        the size of a file in a pack, once it was closed
  *   C                  committed: OUT holds what is staged     w   changed since
  *
  * Paths start with '/' and are %XX-encoded. A journal starts from the source's tree; each
@@ -113,6 +116,12 @@ static int append_node_record(stage *st, char op, const snode *n, bool with_mode
         char name[17];
         spool_data_name(n->data_id, name);
         sb_printf(&rec, " %s", name);
+    } else if (op == 'p') {
+        char name[17];
+        spool_data_name(n->data_id, name);
+        sb_printf(&rec, " %s %llu", name, (unsigned long long)n->pack_off);
+    } else if (op == 's') {
+        sb_printf(&rec, " %llu", (unsigned long long)n->pack_size);
     } else if (op == 'l') {
         const ckpt_tensor *t = &st->lower->tensors[n->lower];
         const char *p = n->src == SRC_LOWER_RAW ? t->path : t->sidecar_path;
@@ -131,6 +140,14 @@ int journal_dir(stage *st, const snode *n) {
 
 int journal_file(stage *st, const snode *n) {
     return append_node_record(st, n->src == SRC_SPOOL ? 'f' : 'l', n, true);
+}
+
+int journal_pack(stage *st, const snode *n) {
+    return append_node_record(st, 'p', n, true);
+}
+
+int journal_pack_size(stage *st, const snode *n) {
+    return append_node_record(st, 's', n, false);
 }
 
 int journal_remove(stage *st, const snode *n) {
@@ -209,6 +226,16 @@ static bool parse_mode(const char *s, mode_t *mode) {
     return true;
 }
 
+static bool parse_u64(const char *s, uint64_t *v) {
+    char *end;
+    if (*s < '0' || *s > '9') return false;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (*end || errno) return false;
+    *v = x;
+    return true;
+}
+
 static void clear_children(snode *dir) {
     for (size_t b = 0; b < dir->nbuckets; b++) {
         snode *c = dir->buckets[b];
@@ -247,7 +274,7 @@ static void apply_file(replay *r, char *path, size_t len, mode_t mode, sn_src sr
     f->data_id = id;
     f->lower = lower;
     f->lower_size = lower_size;
-    if (src != SRC_SPOOL && r->st->lower->tensors[lower].npieces)
+    if ((src == SRC_LOWER_RAW || src == SRC_LOWER_SIDECAR) && r->st->lower->tensors[lower].npieces)
         f->mtime = r->st->lower->sources[r->st->lower->tensors[lower].pieces[0].source].mtime;
 }
 
@@ -286,6 +313,28 @@ static void apply(replay *r, char **f, int nf) {
         /* Its data file may be gone for good reason (a later record removes the file, and
          * its bytes went with it): checked once the whole journal is applied. */
         return apply_file(r, f[1], len, mode, SRC_SPOOL, id, 0, 0);
+    }
+    case 'p': {
+        uint64_t id, off, size = UINT64_MAX;
+        if ((nf != 5 && nf != 6) || !parse_mode(f[2], &mode) || !spool_parse_id(f[3], &id) ||
+            !parse_u64(f[4], &off) || off < PACK_DATA_START || (nf == 6 && !parse_u64(f[5], &size)))
+            return skip(r, "malformed record");
+        apply_file(r, f[1], len, mode, SRC_PACK, id, 0, 0);
+        snode *n = node_at(st, f[1], len);
+        if (n && n->kind == SN_FILE && n->src == SRC_PACK) {
+            n->pack_off = off;
+            n->pack_size = size; /* UINT64_MAX: to the pack's end, settled after the replay */
+        }
+        return;
+    }
+    case 's': {
+        snode *n;
+        uint64_t size;
+        if (nf != 3 || !parse_u64(f[2], &size)) return skip(r, "malformed record");
+        if (!(n = node_at(st, f[1], len)) || n->kind != SN_FILE || n->src != SRC_PACK)
+            return skip(r, "no such file in a pack");
+        n->pack_size = size;
+        return;
     }
     case 'l': {
         if (nf != 4 || !parse_mode(f[2], &mode)) return skip(r, "malformed record");
@@ -346,7 +395,15 @@ static void drop_missing_data(replay *r, snode *dir) {
             struct stat data;
             if (c->kind == SN_DIR) {
                 drop_missing_data(r, c);
-            } else if (c->src == SRC_SPOOL && spool_data_stat(r->st, c->data_id, &data) != 0) {
+            } else if (c->src == SRC_PACK && spool_data_stat(r->st, c->data_id, &data) == 0) {
+                /* the owner of the tail at a crash: to the pack's end (the journal proves
+                 * where it starts; nothing was appended after it) */
+                uint64_t size = (uint64_t)data.st_size;
+                if (c->pack_size == UINT64_MAX)
+                    c->pack_size = size > c->pack_off ? size - c->pack_off : 0;
+                if (c->pack_off + c->pack_size > size) c->pack_size = 0; /* cannot be: lost */
+            } else if ((c->src == SRC_SPOOL || c->src == SRC_PACK) &&
+                       spool_data_stat(r->st, c->data_id, &data) != 0) {
                 strbuf p;
                 sb_init(&p);
                 tree_path(c, &p);
@@ -390,12 +447,12 @@ int journal_replay(stage *st, const hashmap *lower_paths) {
             }
             continue;
         }
-        char *fields[5];
+        char *fields[7];
         int nf = 0;
-        for (char *save = NULL, *tok = strtok_r(line, " ", &save); tok && nf < 5;
+        for (char *save = NULL, *tok = strtok_r(line, " ", &save); tok && nf < 7;
              tok = strtok_r(NULL, " ", &save))
             fields[nf++] = tok;
-        if (nf == 0 || nf == 5) {
+        if (nf == 0 || nf == 7) {
             skip(&r, "malformed record");
             continue;
         }
@@ -415,11 +472,19 @@ int journal_replay(stage *st, const hashmap *lower_paths) {
 static int snapshot_node(stage *st, strbuf *out, const snode *n) {
     for (size_t b = 0; b < n->nbuckets; b++)
         for (const snode *c = n->buckets[b]; c; c = c->hash_next) {
-            sb_putc(out, c->kind == SN_DIR ? 'd' : c->src == SRC_SPOOL ? 'f' : 'l');
+            sb_putc(out, c->kind == SN_DIR     ? 'd'
+                         : c->src == SRC_SPOOL ? 'f'
+                         : c->src == SRC_PACK  ? 'p'
+                                               : 'l');
             sb_putc(out, ' ');
             put_node_path(out, c);
             sb_printf(out, " %o", (unsigned)c->mode);
-            if (c->kind == SN_FILE && c->src == SRC_SPOOL) {
+            if (c->kind == SN_FILE && c->src == SRC_PACK) {
+                char name[17];
+                spool_data_name(c->data_id, name);
+                sb_printf(out, " %s %llu %llu", name, (unsigned long long)c->pack_off,
+                          (unsigned long long)c->pack_size);
+            } else if (c->kind == SN_FILE && c->src == SRC_SPOOL) {
                 char name[17];
                 spool_data_name(c->data_id, name);
                 sb_printf(out, " %s", name);

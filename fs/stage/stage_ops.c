@@ -42,6 +42,11 @@ static void fill_attr(stage *st, snode *n, struct stat *s) {
     }
     s->st_mode = S_IFREG | n->mode;
     s->st_nlink = n->removed ? 0 : 1;
+    if (n->src == SRC_PACK) {
+        s->st_size = (off_t)n->pack_size;
+        s->st_blocks = (s->st_size + 511) / 512;
+        return;
+    }
     if (n->src != SRC_SPOOL) {
         s->st_size = (off_t)n->lower_size;
         s->st_blocks = (s->st_size + 511) / 512;
@@ -222,7 +227,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         fuse_reply_attr(req, &s, st->timeout);
 }
 
-/* A new node `name` in dir: a directory, or a file with a new empty data file (*fd). */
+/* A new node `name` in dir: a directory, or a file at the end of the pack (stage_pack.c) or
+ * with a new empty data file; *fd is the file's descriptor. */
 static int make_node(stage *st, snode *dir, const char *name, sn_kind kind, mode_t mode,
                      snode **out, int *fd) {
     int e = check_dir(st, dir, name);
@@ -232,6 +238,26 @@ static int make_node(stage *st, snode *dir, const char *name, sn_kind kind, mode
     if (!n) return ENOMEM;
     *fd = -1;
     if (kind == SN_FILE) {
+        if (tree_attach(dir, n) != 0) {
+            snode_free(n);
+            return ENOMEM;
+        }
+        e = stage_pack_claim(st, n, name); /* journaled there */
+        tree_detach(n);
+        if (!e) {
+            *fd = n->fd;
+            n->fd = -1;
+            if (tree_attach(dir, n) != 0) { /* cannot fail: it was attached a moment ago */
+                stage_pack_drop_tail(st, n);
+                close(*fd);
+                snode_free(n);
+                return ENOMEM;
+            }
+            touch(dir);
+            mark_changed(st);
+            *out = n;
+            return 0;
+        }
         n->src = SRC_SPOOL;
         *fd = spool_data_create(st, &n->data_id);
         if (*fd < 0) {
@@ -362,6 +388,12 @@ static void discard(stage *st, snode *n) {
     tree_detach(n);
     n->removed = true;
     if (n->kind == SN_FILE && n->src == SRC_SPOOL) spool_data_unlink(st, n->data_id);
+    /* the pack's last file, closed: its bytes come off the end (an open one, at its release) */
+    if (n->kind == SN_FILE && n->src == SRC_PACK && n->nopen == 0) stage_pack_drop_tail(st, n);
+    n->removed_next = st->removed; /* listed first: tree_release_if_unused may free it now */
+    if (st->removed) st->removed->removed_prev = &n->removed_next;
+    n->removed_prev = &st->removed;
+    st->removed = n;
     tree_release_if_unused(n);
 }
 
@@ -436,6 +468,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
             touch(np);
             mark_changed(st);
         }
+        /* a sidecar, .npy or folder file is never read from the pack: it moves out */
+        if (!e && n->kind == SN_FILE && n->src == SRC_PACK && !stage_pack_name_ok(newname))
+            e = stage_copy_up(st, n);
     }
     pthread_mutex_unlock(&st->lock);
     gate_leave(st);

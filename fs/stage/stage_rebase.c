@@ -76,7 +76,7 @@ int stage_rebase(stage *st, snode *const *nodes, size_t n, const staged_report *
     int rc = ok ? 0 : -ENOMEM;
     for (size_t k = 0; !rc && k < n; k++) {
         snode *node = nodes[k];
-        if (node->src == SRC_SPOOL) continue;
+        if (node->src == SRC_SPOOL || node->src == SRC_PACK) continue;
         const hm_entry *e = rep->file_tensor[k]
                                 ? hm_get(&names, rep->file_tensor[k], rep->file_tensor_len[k])
                                 : NULL;

@@ -226,7 +226,7 @@ static void collect_ids(const snode *n, idset *s) {
     for (size_t b = 0; b < n->nbuckets; b++)
         for (const snode *c = n->buckets[b]; c; c = c->hash_next) {
             if (c->kind == SN_DIR) collect_ids(c, s);
-            if (c->kind != SN_FILE || c->src != SRC_SPOOL) continue;
+            if (c->kind != SN_FILE || (c->src != SRC_SPOOL && c->src != SRC_PACK)) continue;
             if (s->n == s->cap) {
                 size_t cap = s->cap ? s->cap * 2 : 256;
                 uint64_t *p = realloc(s->ids, cap * sizeof *p);

@@ -28,6 +28,10 @@ snode *snode_new(sn_kind kind, const char *name, size_t len, mode_t mode) {
 
 void snode_free(snode *n) {
     if (!n) return;
+    if (n->removed_prev) { /* off the stage's list of removed nodes */
+        *n->removed_prev = n->removed_next;
+        if (n->removed_next) n->removed_next->removed_prev = n->removed_prev;
+    }
     free(n->buckets);
     free(n->name);
     free(n);

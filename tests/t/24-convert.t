@@ -25,7 +25,7 @@ convert_and_verify "$FIXTURES/dtypes/model.safetensors" "$FIXTURES/dtypes/manife
 [ -f "$tmp/hfdir/model.safetensors.index.json" ] && [ "$(ls "$tmp"/hfdir/model-*.safetensors | wc -l)" -gt 1 ]
 ok $? "HF directory: several shards and an index"
 convert_and_verify "$FIXTURES/sharded" "$FIXTURES/sharded/manifest.json" "$tmp/b.gguf" \
-    "HF shards -> .gguf"
+    "HF shards -> .gguf (names as they are)" --profile container
 convert_and_verify "$FIXTURES/gguf/v3/model.gguf" "$FIXTURES/gguf/v3/manifest.json" \
     "$tmp/c.gguf" "GGUF with block types -> .gguf"
 convert_and_verify "$FIXTURES/sharded" "$FIXTURES/sharded/manifest.json" "$tmp/d.bpk" \

@@ -172,7 +172,8 @@ def no_false_alarms(tap, ckptfs, work):
         stop(mnt, daemon_pid(spool_of(out)), False)
         data = os.path.join(spool_of(out), "data")
         with open(os.path.join(spool_of(out), "journal")) as f:
-            ids = [line.split()[3] for line in f if line.startswith("f /t ")]
+            # its bytes: a data file of its own (f) or the pack it was appended to (p)
+            ids = [line.split()[3] for line in f if line.startswith(("f /t ", "p /t "))]
         for i in ids:
             try:
                 os.unlink(os.path.join(data, i))

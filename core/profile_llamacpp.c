@@ -1,0 +1,381 @@
+/* A Hugging Face Llama or GPT-2 folder as llama.cpp runs it from a GGUF file: the tensors
+ * under llama.cpp's names, and the hyper-parameters and tokenizer as GGUF key-values (the
+ * "gguf_kv" document the GGUF writer emits; gguf_vocab.c makes the tokenizer part).
+ *
+ * Llama: q_proj and k_proj rows are reordered from Hugging Face's rotate-half RoPE layout to
+ * the interleaved pairs llama.cpp's "llama" rope uses (rows h*D + 2i + j come from
+ * h*D + j*D/2 + i, D the head dimension): one piece per row, a view of the same bytes.
+ * GPT-2: the Conv1D weights, stored [in, out], become [out, in] as a strided view.
+ * Buffers (rotary inv_freq and position_ids, attn.bias, attn.masked_bias) are left out; any
+ * other tensor without a llama.cpp name is refused by name. */
+#include "profile.h"
+
+#include "catalog.h"
+#include "formats/formats.h"
+#include "json.h"
+#include "strbuf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FAMILY_NONE, FAMILY_LLAMA, FAMILY_GPT2 };
+
+typedef struct hparams {
+    int family;
+    uint64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab, head_dim;
+    const json_value *eps, *rope_theta, *bos, *eos;
+} hparams;
+
+static bool starts_with(const char *s, size_t n, const char *p) {
+    size_t m = strlen(p);
+    return n >= m && memcmp(s, p, m) == 0;
+}
+
+static bool eq(const char *s, size_t n, const char *p) {
+    return strlen(p) == n && memcmp(s, p, n) == 0;
+}
+
+static uint64_t u64_or(const json_value *cfg, const char *key, uint64_t dflt) {
+    uint64_t v;
+    const json_value *m = json_member(cfg, key);
+    return m && json_as_u64(m, &v) ? v : dflt;
+}
+
+int ckpt_read_aux_json(const ckpt_catalog *cat, const char *name, char **text, json_doc *doc,
+                       ckpt_err *err) {
+    *text = NULL;
+    const ckpt_aux_file *a = NULL;
+    for (size_t i = 0; i < cat->naux; i++)
+        if (strcmp(cat->aux[i].name, name) == 0) a = &cat->aux[i];
+    if (!a) return 1;
+    const ckpt_source *s = &cat->sources[a->source];
+    if (s->size > (256u << 20)) return ckpt_fail(err, -EFBIG, "%s: too large", s->path);
+    char *buf = malloc(s->size ? s->size : 1);
+    if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
+    uint64_t got = 0;
+    while (got < s->size) {
+        ssize_t r = ckpt_source_pread(s, buf + got, (size_t)(s->size - got), got);
+        if (r <= 0) {
+            free(buf);
+            return ckpt_fail(err, -EIO, "%s: cannot read it", s->path);
+        }
+        got += (uint64_t)r;
+    }
+    json_error jerr;
+    if (json_parse(doc, buf, (size_t)s->size, &jerr) != 0) {
+        free(buf);
+        return ckpt_fail(err, -EINVAL, "%s: byte %zu: %s", s->path, jerr.pos, jerr.msg);
+    }
+    *text = buf;
+    return 0;
+}
+
+static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckpt_err *err) {
+    memset(h, 0, sizeof *h);
+    const json_value *mt = json_member(cfg, "model_type");
+    if (json_str_eq(mt, "llama")) {
+        h->family = FAMILY_LLAMA;
+        h->n_embd = u64_or(cfg, "hidden_size", 0);
+        h->n_layer = u64_or(cfg, "num_hidden_layers", 0);
+        h->n_head = u64_or(cfg, "num_attention_heads", 0);
+        h->n_head_kv = u64_or(cfg, "num_key_value_heads", h->n_head);
+        h->n_ff = u64_or(cfg, "intermediate_size", 0);
+        h->n_ctx = u64_or(cfg, "max_position_embeddings", 2048);
+        h->head_dim = u64_or(cfg, "head_dim", h->n_head ? h->n_embd / h->n_head : 0);
+        h->eps = json_member(cfg, "rms_norm_eps");
+        h->rope_theta = json_member(cfg, "rope_theta");
+    } else if (json_str_eq(mt, "gpt2")) {
+        h->family = FAMILY_GPT2;
+        h->n_embd = u64_or(cfg, "n_embd", 0);
+        h->n_layer = u64_or(cfg, "n_layer", 0);
+        h->n_head = u64_or(cfg, "n_head", 0);
+        h->n_ff = u64_or(cfg, "n_inner", 4 * h->n_embd);
+        h->n_ctx = u64_or(cfg, "n_positions", u64_or(cfg, "n_ctx", 1024));
+        h->eps = json_member(cfg, "layer_norm_epsilon");
+        h->head_dim = h->n_head ? h->n_embd / h->n_head : 0;
+    } else {
+        return 0;
+    }
+    h->n_vocab = u64_or(cfg, "vocab_size", 0);
+    h->bos = json_member(cfg, "bos_token_id");
+    h->eos = json_member(cfg, "eos_token_id");
+    if (!h->n_embd || !h->n_layer || !h->n_head || !h->n_ff || !h->head_dim ||
+        (h->family == FAMILY_LLAMA &&
+         (!h->n_head_kv || h->n_head % h->n_head_kv || h->head_dim % 2)))
+        return ckpt_fail(err, -EINVAL,
+                         "%s/config.json: the %s hyper-parameters are incomplete or "
+                         "inconsistent (sizes, layers, heads)",
+                         root, h->family == FAMILY_LLAMA ? "llama" : "gpt2");
+    return 0;
+}
+
+/* "<prefix><digits>.<rest>": the layer number and the rest, or false. */
+static bool layer_of(const char *s, size_t n, const char *prefix, unsigned long *layer,
+                     const char **rest, size_t *rest_len) {
+    if (!starts_with(s, n, prefix)) return false;
+    size_t i = strlen(prefix), start = i;
+    unsigned long v = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9' && v < 100000)
+        v = v * 10 + (unsigned long)(s[i++] - '0');
+    if (i == start || i >= n || s[i] != '.') return false;
+    *layer = v;
+    *rest = s + i + 1;
+    *rest_len = n - i - 1;
+    return true;
+}
+
+typedef struct mapped {
+    char name[64];
+    int permute_heads; /* > 0: q/k rows reordered for that many heads */
+    bool transpose;    /* GPT-2 Conv1D */
+    bool skip;         /* a buffer, not a parameter */
+} mapped;
+
+static bool map_llama(const char *s, size_t n, const hparams *h, mapped *m) {
+    static const struct {
+        const char *hf, *gg;
+    } layer_names[] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+    };
+    memset(m, 0, sizeof *m);
+    if (eq(s, n, "model.embed_tokens.weight")) return snprintf(m->name, 64, "token_embd.weight");
+    if (eq(s, n, "model.norm.weight")) return snprintf(m->name, 64, "output_norm.weight");
+    if (eq(s, n, "lm_head.weight")) return snprintf(m->name, 64, "output.weight");
+    /* RoPE buffers (inv_freq, position_ids), which llama.cpp computes itself */
+    if (memmem(s, n, "rotary", 6) &&
+        (n > 9 && (!memcmp(s + n - 9, ".inv_freq", 9) ||
+                   (n > 13 && !memcmp(s + n - 13, ".position_ids", 13)))))
+        return m->skip = true;
+    unsigned long L;
+    const char *rest;
+    size_t rl;
+    if (!layer_of(s, n, "model.layers.", &L, &rest, &rl)) return false;
+    for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
+        if (eq(rest, rl, layer_names[i].hf)) {
+            snprintf(m->name, 64, "blk.%lu.%s", L, layer_names[i].gg);
+            if (i == 2) m->permute_heads = (int)h->n_head;
+            if (i == 3) m->permute_heads = (int)h->n_head_kv;
+            return true;
+        }
+    return false;
+}
+
+static bool map_gpt2(const char *s, size_t n, mapped *m) {
+    static const struct {
+        const char *hf, *gg;
+        bool transpose;
+    } layer_names[] = {
+        {"ln_1.weight", "attn_norm.weight", false},
+        {"ln_1.bias", "attn_norm.bias", false},
+        {"attn.c_attn.weight", "attn_qkv.weight", true},
+        {"attn.c_attn.bias", "attn_qkv.bias", false},
+        {"attn.c_proj.weight", "attn_output.weight", true},
+        {"attn.c_proj.bias", "attn_output.bias", false},
+        {"ln_2.weight", "ffn_norm.weight", false},
+        {"ln_2.bias", "ffn_norm.bias", false},
+        {"mlp.c_fc.weight", "ffn_up.weight", true},
+        {"mlp.c_fc.bias", "ffn_up.bias", false},
+        {"mlp.c_proj.weight", "ffn_down.weight", true},
+        {"mlp.c_proj.bias", "ffn_down.bias", false},
+    };
+    memset(m, 0, sizeof *m);
+    if (starts_with(s, n, "transformer.")) s += 12, n -= 12;
+    if (eq(s, n, "wte.weight")) return snprintf(m->name, 64, "token_embd.weight");
+    if (eq(s, n, "wpe.weight")) return snprintf(m->name, 64, "position_embd.weight");
+    if (eq(s, n, "ln_f.weight")) return snprintf(m->name, 64, "output_norm.weight");
+    if (eq(s, n, "ln_f.bias")) return snprintf(m->name, 64, "output_norm.bias");
+    if (eq(s, n, "lm_head.weight")) return snprintf(m->name, 64, "output.weight");
+    unsigned long L;
+    const char *rest;
+    size_t rl;
+    if (!layer_of(s, n, "h.", &L, &rest, &rl)) return false;
+    if (eq(rest, rl, "attn.bias") || eq(rest, rl, "attn.masked_bias")) return m->skip = true;
+    for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
+        if (eq(rest, rl, layer_names[i].hf)) {
+            snprintf(m->name, 64, "blk.%lu.%s", L, layer_names[i].gg);
+            m->transpose = layer_names[i].transpose;
+            return true;
+        }
+    return false;
+}
+
+static bool one_plain_piece(const ckpt_tensor *t) {
+    if (t->npieces != 1 || t->pieces[0].strides) return false;
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if ((t->pieces[0].offsets && t->pieces[0].offsets[d]) ||
+            (t->pieces[0].sizes && t->pieces[0].sizes[d] != t->shape[d]))
+            return false;
+    return ckpt_dtype_elem_size(t->dtype) != 0;
+}
+
+static int add_mapped(ckpt_catalog *out, const ckpt_tensor *t, const mapped *m, ckpt_err *err) {
+    size_t idx;
+    size_t len = strlen(m->name);
+    int rc;
+    if (!m->permute_heads && !m->transpose) {
+        rc = catalog_add_tensor(out, m->name, len, t->dtype, t->ndim, t->shape, &idx, err);
+        for (uint32_t k = 0; !rc && k < t->npieces; k++) {
+            const ckpt_piece *p = &t->pieces[k];
+            rc = catalog_add_piece(out, idx, p->source, p->file_offset, p->offsets, p->sizes,
+                                   p->strides, err);
+        }
+        return rc;
+    }
+    if (t->ndim != 2 || !one_plain_piece(t))
+        return ckpt_fail(err, -EINVAL,
+                         "tensor \"%.*s\": only a 2-dim tensor stored in one contiguous piece can "
+                         "be laid out as llama.cpp expects",
+                         SHOWN(t->name_len), t->name);
+    uint64_t esz = ckpt_dtype_elem_size(t->dtype), base = t->pieces[0].file_offset;
+    uint32_t src = t->pieces[0].source;
+    if (m->transpose) {
+        uint64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {1, t->shape[1]};
+        rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, shape, &idx, err);
+        if (!rc) rc = catalog_add_piece(out, idx, src, base, NULL, NULL, strides, err);
+        return rc;
+    }
+    uint64_t rows = t->shape[0], cols = t->shape[1], heads = (uint64_t)m->permute_heads;
+    if (!heads || rows % heads || (rows / heads) % 2)
+        return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %llu rows are not %llu heads of pairs",
+                         SHOWN(t->name_len), t->name, (unsigned long long)rows,
+                         (unsigned long long)heads);
+    uint64_t D = rows / heads;
+    rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, t->shape, &idx, err);
+    for (uint64_t r = 0; !rc && r < rows; r++) {
+        uint64_t h = r / D, q = r % D, i = q / 2, j = q % 2;
+        uint64_t from = h * D + j * (D / 2) + i;
+        uint64_t offsets[2] = {r, 0}, sizes[2] = {1, cols};
+        rc = catalog_add_piece(out, idx, src, base + from * cols * esz, offsets, sizes, NULL, err);
+    }
+    return rc;
+}
+
+/* The hyper-parameters as KV records of the gguf_kv document. */
+static void put_kv(strbuf *sb, const char *key, const char *type) {
+    sb_puts(sb, sb->len > 1 ? ",\n[" : "\n[");
+    sb_json_str(sb, key, strlen(key));
+    sb_printf(sb, ",\"%s\",", type);
+}
+
+static void kv_u32(strbuf *sb, const char *key, uint64_t v) {
+    put_kv(sb, key, "u32");
+    sb_printf(sb, "%llu]", (unsigned long long)v);
+}
+
+static void kv_f32(strbuf *sb, const char *key, const json_value *v, const char *dflt) {
+    put_kv(sb, key, "f32");
+    if (v && v->type == JSON_NUMBER)
+        sb_put(sb, v->str, v->len);
+    else
+        sb_puts(sb, dflt);
+    sb_putc(sb, ']');
+}
+
+static void kv_str(strbuf *sb, const char *key, const char *v) {
+    put_kv(sb, key, "str");
+    sb_json_str(sb, v, strlen(v));
+    sb_putc(sb, ']');
+}
+
+static void hparam_kvs(strbuf *sb, const hparams *h) {
+    const char *a = h->family == FAMILY_LLAMA ? "llama" : "gpt2";
+    char key[96];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    kv_str(sb, "general.architecture", a);
+    kv_u32(sb, K("context_length"), h->n_ctx);
+    kv_u32(sb, K("embedding_length"), h->n_embd);
+    kv_u32(sb, K("block_count"), h->n_layer);
+    kv_u32(sb, K("feed_forward_length"), h->n_ff);
+    kv_u32(sb, K("attention.head_count"), h->n_head);
+    if (h->family == FAMILY_LLAMA) {
+        kv_u32(sb, K("attention.head_count_kv"), h->n_head_kv);
+        kv_u32(sb, K("rope.dimension_count"), h->head_dim);
+        if (h->head_dim * h->n_head != h->n_embd) {
+            kv_u32(sb, K("attention.key_length"), h->head_dim);
+            kv_u32(sb, K("attention.value_length"), h->head_dim);
+        }
+        kv_f32(sb, K("attention.layer_norm_rms_epsilon"), h->eps, "1e-6");
+        kv_f32(sb, K("rope.freq_base"), h->rope_theta, "10000");
+    } else {
+        kv_f32(sb, K("attention.layer_norm_epsilon"), h->eps, "1e-5");
+    }
+    if (h->n_vocab) kv_u32(sb, K("vocab_size"), h->n_vocab);
+#undef K
+}
+
+int ckpt_profile_llamacpp(const ckpt_catalog *in, ckpt_catalog **result, char **note,
+                          ckpt_err *err) {
+    *result = NULL;
+    *note = NULL;
+    char *text = NULL;
+    json_doc cfg;
+    int rc = ckpt_read_aux_json(in, "config.json", &text, &cfg, err);
+    if (rc == 1) return 0; /* no config.json: a tensor container */
+    if (rc) return rc;
+    hparams h;
+    rc = read_hparams(cfg.root, &h, in->root, err);
+    if (rc || h.family == FAMILY_NONE) {
+        json_doc_free(&cfg);
+        free(text);
+        return rc;
+    }
+    ckpt_catalog *out = catalog_new(in->root, in->format);
+    strbuf kv;
+    sb_init(&kv);
+    sb_putc(&kv, '[');
+    if (!out) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < in->nsources; i++) { /* same order: piece sources carry */
+        uint32_t idx;
+        const ckpt_source *s = &in->sources[i];
+        rc = s->member_of ? ckpt_fail(err, -EINVAL,
+                                      "%s: a model inside an archive cannot be laid out for "
+                                      "llama.cpp (convert it to a file first)",
+                                      in->root)
+                          : catalog_add_source(out, s->path, s->relpath, &idx, err);
+    }
+    for (size_t i = 0; !rc && i < in->ntensors; i++) {
+        const ckpt_tensor *t = &in->tensors[i];
+        if (t->aside) continue;
+        mapped m;
+        bool known = h.family == FAMILY_LLAMA ? map_llama(t->name, t->name_len, &h, &m)
+                                              : map_gpt2(t->name, t->name_len, &m);
+        if (!known)
+            rc =
+                ckpt_fail(err, -EINVAL,
+                          "tensor \"%.*s\" has no llama.cpp name in the %s layout (convert with "
+                          "--exclude to leave it out)",
+                          SHOWN(t->name_len), t->name, h.family == FAMILY_LLAMA ? "llama" : "gpt2");
+        else if (!m.skip)
+            rc = add_mapped(out, t, &m, err);
+    }
+    if (!rc) {
+        hparam_kvs(&kv, &h);
+        rc = ckpt_gguf_vocab_kvs(in, h.family == FAMILY_LLAMA ? "default" : "gpt-2", h.n_vocab,
+                                 h.bos, h.eos, &kv, note, err);
+    }
+    sb_puts(&kv, "\n]");
+    if (!rc && kv.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!rc) rc = catalog_add_doc(out, "gguf_kv", kv.data, kv.len, err);
+    if (!rc) rc = catalog_finish(out, err);
+    sb_free(&kv);
+    json_doc_free(&cfg);
+    free(text);
+    if (rc) {
+        ckpt_close(out);
+        free(*note);
+        *note = NULL;
+        return rc;
+    }
+    *result = out;
+    return 0;
+}

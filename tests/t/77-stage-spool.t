@@ -1,0 +1,388 @@
+#!/usr/bin/python3
+"""Staging into a safetensors OUT writes each byte once (fs/stage/stage_pack.c).
+
+Environment: CKPTFS, FIXTURES.
+
+Every OUT is checked by a strict reader written here (the header's data_offsets tile the data
+exactly, no gap, no overlap, nothing after) and compared with the bytes that were copied in.
+
+- Tensors copied in land in the pack, and the commit makes the pack OUT: OUT is one inode
+  with the spool's pack file (st_nlink 2 while the stage lives), its header padded with spaces
+  to the 1 MiB reserved for it.
+- With --from, the source's unchanged tensors are appended at the commit; a second commit
+  after more changes; a file removed at the pack's end leaves no hole.
+- A tensor rewritten after it was closed or truncated leaves a hole: the commit then writes
+  OUT whole (its own inode), still exact.
+- kill -9 of the daemon at 20 random points of a commit: OUT is the old file or the complete
+  new one, never anything else; the stage is taken up again with its bytes, and commits.
+- kill -9 at 20 random points of a cp into the stage: OUT is untouched, the file comes back
+  as a prefix of what was being copied (the journal says where its bytes start), and a
+  complete copy commits.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from ckptfs_test import Tap, Watchdog, is_mounted, run_capture, skip_reason, unmount  # noqa
+from staging import commit, daemon_pid, spool_of, stage, wait_gone, write_sidecar  # noqa
+
+CKPTFS = os.environ.get("CKPTFS")
+FIXTURES = os.environ.get("FIXTURES")
+RESERVED = 1 << 20
+CHECK_TIMEOUT = 120
+KILLS = 20
+
+
+def strict_read(path):
+    """name -> (dtype, shape, bytes); raises ValueError on anything a strict reader refuses."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise ValueError("header length %d runs past the end" % n)
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    spans, out = [], {}
+    sizes = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1}
+    for name, v in header.items():
+        a, b = v["data_offsets"]
+        numel = 1
+        for d in v["shape"]:
+            numel *= d
+        if b - a != numel * sizes[v["dtype"]]:
+            raise ValueError("%s: %d bytes for %s %r" % (name, b - a, v["dtype"], v["shape"]))
+        spans.append((a, b))
+        out[name] = (v["dtype"], v["shape"], data[8 + n + a:8 + n + b])
+    at = 0
+    for a, b in sorted(spans):
+        if a != at:
+            raise ValueError("offsets do not tile the data: %d after %d" % (a, at))
+        at = b
+    if 8 + n + at != len(data):
+        raise ValueError("%d bytes after the last tensor" % (len(data) - 8 - n - at))
+    return out, n, data[8:8 + n]
+
+
+def write_st(path, tensors):
+    header, blob = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob)
+
+
+def put(mnt, name, raw, dtype="F32"):
+    """A tensor copied in as cp does it: the raw file, then its sidecar."""
+    with open(os.path.join(mnt, name), "wb") as f:
+        f.write(raw)
+    write_sidecar(os.path.join(mnt, name + ".json"), dtype, [len(raw) // 4])
+
+
+def rnd(n, seed):
+    return random.Random(seed).randbytes(n)
+
+
+def pack_inode(out):
+    """Inodes of the spool's data files: the pack is among them."""
+    d = os.path.join(spool_of(out), "data")
+    try:
+        return {os.stat(os.path.join(d, n)).st_ino for n in os.listdir(d)}
+    except OSError:
+        return set()
+
+
+class Stage:
+    def __init__(self, tap, out, *extra):
+        self.tap, self.out, self.extra = tap, out, extra
+        self.mnt = tempfile.mkdtemp(prefix="ckptfs-t77.")
+        rc, _, err = stage(CKPTFS, out, self.mnt, *extra)
+        self.ok = rc == 0 and is_mounted(self.mnt)
+        self.err = err.decode(errors="replace")
+        self.pid = daemon_pid(spool_of(out)) if self.ok else 0
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_gone(self.pid, 10)
+        run_capture(["fusermount3", "-u", "-z", self.mnt], 20)
+
+    def close(self):
+        run_capture(["fusermount3", "-u", self.mnt], 20)
+        wait_gone(self.pid)
+        unmount(self.mnt)
+
+
+def check_out(tap, out, want, what, linked=None):
+    try:
+        got, n, head = strict_read(out)
+    except (OSError, ValueError) as e:
+        tap.ok(False, "%s: OUT is a strictly valid safetensors file" % what, [str(e)])
+        return
+    same = {k: v[2] for k, v in got.items()} == want
+    tap.ok(same, "%s: OUT holds exactly the staged tensors (%d), tiled without a gap"
+           % (what, len(want)), [sorted(got), sorted(want)])
+    if linked is not None:
+        st = os.stat(out)
+        is_pack = st.st_ino in pack_inode(out)
+        tap.ok(is_pack == linked,
+               "%s: %s" % (what, "OUT is the spool's pack, written once (header padded to 1 MiB)"
+                           if linked else "OUT was written whole, apart from the pack"),
+               ["nlink %d, header %d bytes" % (st.st_nlink, n)])
+        if linked:
+            tap.ok(n == RESERVED - 8 and head.rstrip(b" ").endswith(b"}"),
+                   "%s: the header fills the reserved room with spaces" % what, [n])
+
+
+def basic(tap, work):
+    out = os.path.join(work, "a.safetensors")
+    s = Stage(tap, out)
+    if not tap.ok(s.ok, "stage a.safetensors", [s.err]):
+        return
+    want = {"w%d" % i: rnd(4 << 20, i) for i in range(3)}
+    try:
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            for k, v in want.items():
+                put(s.mnt, k, v)
+            rc, o, e = commit(CKPTFS, s.mnt)
+        tap.ok(rc == 0, "first commit", [o, e])
+        check_out(tap, out, want, "three tensors copied in", linked=True)
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            want["later"] = rnd(1 << 20, 9)
+            put(s.mnt, "later", want["later"])
+            os.unlink(os.path.join(s.mnt, "w1"))
+            os.unlink(os.path.join(s.mnt, "w1.json"))
+            del want["w1"]
+            rc, o, e = commit(CKPTFS, s.mnt)
+        tap.ok(rc == 0, "second commit (one added, one removed)", [o, e])
+        check_out(tap, out, want, "second commit", linked=True)
+    finally:
+        s.close()
+    tap.ok(not os.path.exists(spool_of(out)) and os.stat(out).st_nlink == 1,
+           "after the unmount the spool is gone and OUT stands alone")
+    check_out(tap, out, want, "after the unmount")
+
+
+def from_source(tap, work):
+    src = os.path.join(work, "src.safetensors")
+    a, b = rnd(8 << 20, 20), rnd(2 << 20, 21)
+    write_st(src, {"a": ("F32", [len(a) // 4], a), "b": ("F32", [len(b) // 4], b)})
+    out = os.path.join(work, "b.safetensors")
+    s = Stage(tap, out, "--from", src)
+    if not tap.ok(s.ok, "stage b.safetensors --from src", [s.err]):
+        return
+    try:
+        c = rnd(3 << 20, 22)
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            put(s.mnt, "c", c)
+            os.unlink(os.path.join(s.mnt, "b"))
+            os.unlink(os.path.join(s.mnt, "b.json"))
+            rc, o, e = commit(CKPTFS, s.mnt)
+        tap.ok(rc == 0, "--from: commit", [o, e])
+        check_out(tap, out, {"a": a, "c": c}, "--from: source tensor appended, new in place",
+                  linked=True)
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            d = rnd(1 << 20, 23)
+            put(s.mnt, "d", d)
+            put(s.mnt, "e", rnd(1 << 20, 24))
+            os.unlink(os.path.join(s.mnt, "e"))  # the pack's last file: its bytes come off
+            os.unlink(os.path.join(s.mnt, "e.json"))
+            rc, o, e = commit(CKPTFS, s.mnt)
+        check_out(tap, out, {"a": a, "c": c, "d": d},
+                  "--from: removed last file leaves no hole", linked=True)
+    finally:
+        s.close()
+
+
+def holes(tap, work):
+    for how in ("rewritten", "truncated"):
+        out = os.path.join(work, "h-%s.safetensors" % how)
+        s = Stage(tap, out)
+        if not tap.ok(s.ok, "stage (%s)" % how, [s.err]):
+            continue
+        try:
+            x, y = rnd(2 << 20, 30), rnd(2 << 20, 31)
+            with Watchdog(s.mnt, CHECK_TIMEOUT):
+                put(s.mnt, "x", x)
+                put(s.mnt, "y", y)
+                if how == "rewritten":
+                    x = rnd(2 << 20, 32)
+                    put(s.mnt, "x", x)
+                else:
+                    os.truncate(os.path.join(s.mnt, "x"), 1 << 20)
+                    x = x[:1 << 20]
+                    write_sidecar(os.path.join(s.mnt, "x.json"), "F32", [len(x) // 4])
+                rc, o, e = commit(CKPTFS, s.mnt)
+            tap.ok(rc == 0, "%s after close: commit" % how, [o, e])
+            check_out(tap, out, {"x": x, "y": y}, "%s after close (a hole)" % how, linked=False)
+        finally:
+            s.close()
+
+
+def expect_old_or_new(out, old_sha, new):
+    """'old', 'new', or what else OUT is."""
+    try:
+        with open(out, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() == old_sha:
+                return "old"
+        got, _, _ = strict_read(out)
+        return "new" if {k: v[2] for k, v in got.items()} == new else "other tensors"
+    except (OSError, ValueError) as e:
+        return "broken: %s" % e
+
+
+def kill_commit(tap, work):
+    src = os.path.join(work, "ksrc.safetensors")
+    big = rnd(24 << 20, 40)
+    write_st(src, {"s": ("F32", [len(big) // 4], big)})
+    new = {"s": big, "n": rnd(8 << 20, 41)}
+    seen, bad, durations = {"old": 0, "new": 0}, [], []
+    for i in range(KILLS + 1):
+        d = os.path.join(work, "kc%d" % i)
+        os.mkdir(d)
+        out = os.path.join(d, "out.safetensors")
+        write_st(out, {"old": ("F32", [4], b"\1" * 16)})
+        with open(out, "rb") as f:
+            old_sha = hashlib.sha256(f.read()).hexdigest()
+        s = Stage(tap, out, "--from", src, "-o", "nocommit")
+        if not s.ok:
+            bad.append("stage %d: %s" % (i, s.err))
+            continue
+        put(s.mnt, "n", new["n"])
+        client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        if i == 0:  # how long a commit takes, unkilled
+            client.wait(120)
+            durations.append(time.time() - t0)
+            s.close()
+            state = expect_old_or_new(out, old_sha, new)
+            if state != "new":
+                bad.append("an unkilled commit left OUT %s" % state)
+            continue
+        time.sleep(random.uniform(0, durations[0] * 1.1))
+        s.kill()
+        client.wait(60)
+        state = expect_old_or_new(out, old_sha, new)
+        seen[state] = seen.get(state, 0) + 1
+        if state not in ("old", "new"):
+            bad.append("kill %d: OUT is %s" % (i, state))
+        again = Stage(tap, out)
+        if not again.ok:
+            bad.append("kill %d: not taken up again: %s" % (i, again.err))
+            continue
+        try:
+            with open(os.path.join(again.mnt, "n"), "rb") as f:
+                if f.read() != new["n"]:
+                    bad.append("kill %d: the staged bytes changed" % i)
+            rc, o, e = commit(CKPTFS, again.mnt)
+            if rc != 0 or expect_old_or_new(out, old_sha, new) != "new":
+                bad.append("kill %d: the commit after taking it up: exit %r %s" % (i, rc, e))
+        finally:
+            again.close()
+        shutil.rmtree(d, ignore_errors=True)
+    tap.diag("commit of 32 MiB (24 from --from) takes %.3f s unkilled; kills left OUT %s"
+             % (durations[0] if durations else -1, seen))
+    tap.ok(not bad, "kill -9 at %d random points of a commit: OUT old or complete new, the "
+           "stage taken up and committed after each" % KILLS, bad)
+
+
+def kill_cp(tap, work):
+    payload = os.path.join(work, "payload")
+    data = rnd(32 << 20, 50)
+    with open(payload, "wb") as f:
+        f.write(data)
+    t0 = time.time()
+    bad, prefixes, cp_time = [], [], None
+    for i in range(KILLS + 1):
+        d = os.path.join(work, "kp%d" % i)
+        os.mkdir(d)
+        out = os.path.join(d, "out.safetensors")
+        write_st(out, {"old": ("F32", [4], b"\2" * 16)})
+        with open(out, "rb") as f:
+            old_sha = hashlib.sha256(f.read()).hexdigest()
+        s = Stage(tap, out, "-o", "nocommit")
+        if not s.ok:
+            bad.append("stage %d: %s" % (i, s.err))
+            continue
+        put(s.mnt, "first", rnd(1 << 20, 51))  # something before it in the pack
+        t0 = time.time()
+        cp = subprocess.Popen(["cp", payload, os.path.join(s.mnt, "p")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if i == 0:
+            cp.wait(120)
+            cp_time = time.time() - t0
+            s.close()
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        time.sleep(random.uniform(0, cp_time * 1.1))
+        s.kill()
+        cp.wait(60)
+        with open(out, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != old_sha:
+                bad.append("kill %d: OUT changed by a cp" % i)
+        again = Stage(tap, out)
+        if not again.ok:
+            bad.append("kill %d: not taken up again: %s" % (i, again.err))
+            continue
+        try:
+            p = os.path.join(again.mnt, "p")
+            got = open(p, "rb").read() if os.path.exists(p) else b""
+            prefixes.append(len(got))
+            if got != data[:len(got)]:
+                bad.append("kill %d: the staged file is not a prefix of what was copied" % i)
+            with open(os.path.join(again.mnt, "first"), "rb") as f:
+                if f.read() != rnd(1 << 20, 51):
+                    bad.append("kill %d: the file before it changed" % i)
+            shutil.copyfile(payload, p)
+            write_sidecar(p + ".json", "F32", [len(data) // 4])
+            rc, o, e = commit(CKPTFS, again.mnt)
+            state = expect_old_or_new(out, old_sha, {"first": rnd(1 << 20, 51), "p": data})
+            if rc != 0 or state != "new":
+                bad.append("kill %d: commit after taking it up: exit %r, OUT %s" % (i, rc, state))
+        finally:
+            again.close()
+        shutil.rmtree(d, ignore_errors=True)
+    tap.diag("cp of 32 MiB into the stage takes %.3f s; the killed copies came back with %s "
+             "bytes" % (cp_time or -1, sorted(prefixes)))
+    tap.ok(not bad, "kill -9 at %d random points of a cp: OUT untouched, the file a prefix of "
+           "its source, the stage committed after each" % KILLS, bad)
+
+
+def main():
+    tap = Tap()
+    why = skip_reason(CKPTFS, FIXTURES)
+    if why:
+        print("1..0 # SKIP %s" % why)
+        return 0
+    work = tempfile.mkdtemp(prefix="ckptfs-t77w.")
+    random.seed(int(os.environ.get("SEED", "77")))
+    try:
+        basic(tap, work)
+        from_source(tap, work)
+        holes(tap, work)
+        kill_commit(tap, work)
+        kill_cp(tap, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tap.done()
+    return 0 if tap.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
