@@ -114,6 +114,9 @@ typedef struct ckpt_source {
     uint64_t base;
     uint64_t file_size;
     struct remote_object *remote; /* an object behind a URL (fd is -1): read via the block cache */
+    /* A file its reader writes itself (a stage's spool, whose pack grows during a commit): its
+     * size and mtime are not pinned, only its identity (device, inode) is checked. */
+    bool owned;
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
@@ -188,18 +191,18 @@ typedef struct ckpt_aux_file {
 /* Remote sources (http://, https://, s3://, hf://): cache and connection settings. Zero or NULL
  * fields take the defaults documented in ckptfs(1). */
 typedef struct ckpt_remote_options {
-    const char *s3_endpoint; /* else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS */
-    const char *s3_region;   /* else AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
+    const char *s3_endpoint;   /* else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS */
+    const char *s3_region;     /* else AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual" (default: path for a custom endpoint) */
-    const char *cache_dir;   /* on-disk block cache, kept across mounts */
-    uint64_t cache_size;     /* bytes kept in cache_dir */
-    uint64_t cache_ram;      /* bytes of blocks kept in memory */
-    uint64_t block_size;     /* bytes per cached block */
-    unsigned prefetch;       /* blocks fetched ahead of a sequential reader (in flight) */
-    unsigned timeout;        /* seconds without progress before a request is retried */
-    unsigned retries;        /* retries of timeouts, resets and 5xx */
-    bool prefetch_set;       /* prefetch=0 was given (no prefetch) */
-    bool retries_set;        /* retries=0 was given (no retries) */
+    const char *cache_dir;     /* on-disk block cache, kept across mounts */
+    uint64_t cache_size;       /* bytes kept in cache_dir */
+    uint64_t cache_ram;        /* bytes of blocks kept in memory */
+    uint64_t block_size;       /* bytes per cached block */
+    unsigned prefetch;         /* blocks fetched ahead of a sequential reader (in flight) */
+    unsigned timeout;          /* seconds without progress before a request is retried */
+    unsigned retries;          /* retries of timeouts, resets and 5xx */
+    bool prefetch_set;         /* prefetch=0 was given (no prefetch) */
+    bool retries_set;          /* retries=0 was given (no retries) */
 } ckpt_remote_options;
 
 /* What the user can say about decoding (mount -o options). */

@@ -14,8 +14,9 @@ int ckpt_source_open_again(const ckpt_source *s) {
     if (fd < 0) return -errno;
     struct stat now;
     if (fstat(fd, &now) != 0 || now.st_ino != s->ino || now.st_dev != s->dev ||
-        (uint64_t)now.st_size != (s->member_of ? s->file_size : s->size) ||
-        now.st_mtim.tv_sec != s->mtime.tv_sec || now.st_mtim.tv_nsec != s->mtime.tv_nsec) {
+        (!s->owned &&
+         ((uint64_t)now.st_size != (s->member_of ? s->file_size : s->size) ||
+          now.st_mtim.tv_sec != s->mtime.tv_sec || now.st_mtim.tv_nsec != s->mtime.tv_nsec))) {
         close(fd); /* another file by now: never its bytes under the old description */
         return -EIO;
     }
@@ -31,6 +32,7 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
      * path, and must still be the same file. */
     bool same = s->fd >= 0 ? fstat(s->fd, &st) == 0
                            : stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino;
+    if (s->owned) return same;
     return same && (uint64_t)st.st_size == on_disk && st.st_mtim.tv_sec == s->mtime.tv_sec &&
            st.st_mtim.tv_nsec == s->mtime.tv_nsec;
 }

@@ -722,6 +722,7 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
         /* The spool is private (0600) by design: the bytes in it were written by the user, so
          * they do not make the commit's output narrower than its lower sources. */
         s->mode |= 07777;
+        s->owned = true; /* the stage appends to its pack while a commit reads from it */
         if (!s->zst) {
             close(s->fd);
             s->fd = -1;
@@ -779,6 +780,7 @@ static int build_catalog(builder *b, const char *root, ckpt_catalog **out) {
         const staged_file *f = &b->files[b->aux[i]];
         uint32_t src;
         rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err);
+        if (!rc) cat->sources[src].owned = true;
         if (!rc && !cat->sources[src].zst) { /* as for tensors: opened when read */
             close(cat->sources[src].fd);
             cat->sources[src].fd = -1;

@@ -176,7 +176,9 @@ def pieces_case(tap, ckptfs, fixtures, scratch):
 def convert(ckptfs, src, out, mask):
     def set_umask():
         os.umask(mask)
-    p = subprocess.run([ckptfs, "convert", src, out], preexec_fn=set_umask,
+    # The folder's config.json is a stand-in, not a llama.cpp model: a GGUF is a plain container.
+    extra = ["--profile", "container"] if out.endswith(".gguf") else []
+    p = subprocess.run([ckptfs, "convert", src, out] + extra, preexec_fn=set_umask,
                        capture_output=True, text=True, timeout=120)
     return p.returncode, p.stderr.strip()
 
