@@ -241,6 +241,9 @@ struct ckpt_catalog {
 /* Opens a checkpoint file or directory, chosen by content. opts may be NULL. */
 int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err);
 void ckpt_close(ckpt_catalog *cat);
+/* What the format's own checks at open covered ("structure, and the CRC-32 of ..."): verify
+ * reports it. */
+const char *ckpt_format_checks(const ckpt_catalog *cat);
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 

@@ -9,15 +9,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static const ckpt_format *const formats[] = {
-    &format_gguf, &format_torch_zip, &format_gptrs,       &format_burnpack,
-    &format_lwt,  &format_tar,       &format_safetensors, &format_mlfw_tp,
-};
 
 /* Compressed streams have no random access: ckptfs reads nothing through them. */
 static const char *compression_of(const unsigned char *head, size_t n) {
@@ -41,10 +37,10 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* The decoder whose magic the first bytes carry (MLFramework, which has none, excluded). */
+/* The decoder whose magic the first bytes carry (formats without one excluded). */
 const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
-    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-        if (formats[i] != &format_mlfw_tp && formats[i]->probe(head, n, size)) return formats[i];
+    for (const ckpt_format *const *t = ckpt_formats; *t; t++)
+        if ((*t)->probe && !(*t)->no_magic && (*t)->probe(head, n, size)) return *t;
     return NULL;
 }
 
@@ -56,6 +52,31 @@ const ckpt_format *probe_path(const char *path) {
     ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, head, sizeof head, 0) : -1;
     close(fd);
     return n > 0 ? probe_bytes(head, (size_t)n, (uint64_t)st.st_size) : NULL;
+}
+
+/* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
+static bool claims_name(const ckpt_format *f, const char *path, bool zst) {
+    for (const char *const *s = f->suffixes; s && *s; s++) {
+        if (ends_with(path, *s)) return true;
+        char z[64];
+        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && ends_with(path, z))
+            return true;
+    }
+    return false;
+}
+
+/* The formats of the table as messages list them: file formats by label, or what the directory
+ * probes look for. */
+static void list_labels(char *out, size_t cap, bool dirs) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (const ckpt_format *const *t = ckpt_formats; *t; t++) {
+        const char *s = dirs ? (*t)->dir_looks_for : (*t)->probe ? (*t)->label : NULL;
+        if (!s) continue;
+        int w = snprintf(out + at, cap - at, "%s%s", at ? ", " : "", s);
+        if (w < 0 || (size_t)w >= cap - at) break;
+        at += (size_t)w;
+    }
 }
 
 static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
@@ -75,12 +96,11 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
                          "FILE -o X && ckptfs convert X OUT.safetensors.zst",
                          path);
     const ckpt_format *f = NULL;
-    for (size_t i = 0; i < sizeof formats / sizeof *formats && !f; i++)
-        if (formats[i]->probe(head, n, size)) f = formats[i];
+    for (const ckpt_format *const *t = ckpt_formats; *t && !f; t++)
+        if ((*t)->probe && (*t)->probe(head, n, size)) f = *t;
     /* A damaged file gets its own decoder's precise complaint when its name says what it is. */
-    if (!f && (ends_with(path, ".safetensors") ||
-               (cat->sources[src].zst && ends_with(path, ".safetensors.zst"))))
-        f = &format_safetensors;
+    for (const ckpt_format *const *t = ckpt_formats; *t && !f; t++)
+        if ((*t)->load && claims_name(*t, path, cat->sources[src].zst != NULL)) f = *t;
     const char *packed = f ? NULL : compression_of(head, n);
     if (packed)
         return ckpt_fail(err, -EPROTONOSUPPORT,
@@ -89,37 +109,33 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
                          "(%s -dc FILE > FILE.tar) and mount that, or make one checkpoint file "
                          "of that with ckptfs convert FILE.tar OUT.safetensors",
                          path, packed, packed);
-    if (!f)
-        return ckpt_fail(
-            err, -EPROTONOSUPPORT,
-            "%s: not a checkpoint format ckptfs knows (first "
-            "bytes match none of safetensors, GGUF, torch zip, gpt-rs, Burnpack, LightwatchAI2, "
-            "MLFramework, tar)",
-            path);
+    if (!f) {
+        char known[256];
+        list_labels(known, sizeof known, false);
+        return ckpt_fail(err, -EPROTONOSUPPORT,
+                         "%s: not a checkpoint format ckptfs knows (first bytes match none of %s)",
+                         path, known);
+    }
     cat->format = f->name;
     return f->load(cat, src, err);
 }
 
-/* An HF directory first (what transformers would load); a NeMo step directory before plain DCP
- * because its model/ may itself be DCP and it has no .metadata of its own; native DCP (its
- * .metadata names every file) before DCP-HF, which takes whatever shard files it finds. */
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
-    if (hf_dir_probe(cat->root)) return hf_dir_load(cat, err);
-    if (meta_mp_probe(cat->root)) return meta_mp_load(cat, err);
-    if (deepspeed_probe(cat->root)) return deepspeed_load(cat, err);
-    if (nemo_step_probe(cat->root)) return nemo_step_load(cat, err);
-    if (dcp_probe(cat->root)) return dcp_load(cat, err);
-    if (dcp_hf_probe(cat->root)) return dcp_hf_load(cat, err);
-    if (mlfw_tp_dir_probe(cat->root)) return mlfw_tp_dir_load(cat, err);
-    if (folder_probe(cat->root)) return folder_load(cat, err);
-    return ckpt_fail(err, -ENOENT,
-                     "%s: no checkpoint in this directory (looked for model.safetensors, "
-                     "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index."
-                     "json, NeMo step dirs model/ + optim/, PEFT adapter_model.safetensors, DCP "
-                     ".metadata, DCP shards shard-*-model-*.safetensors, MLFramework "
-                     "metadata.bin + shard_rank0.pt, Meta consolidated.00.pth + params.json, "
-                     "DeepSpeed latest + global_stepN/, checkpoint files of a known format)",
-                     cat->root);
+    for (const ckpt_format *const *t = ckpt_formats; *t; t++)
+        if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) return (*t)->load_dir(cat, err);
+    char looked[1024];
+    list_labels(looked, sizeof looked, true);
+    return ckpt_fail(err, -ENOENT, "%s: no checkpoint in this directory (looked for %s)", cat->root,
+                     looked);
+}
+
+/* By the format the catalog records: a folder or an archive of one checkpoint file records
+ * that file's format, and its checks ran. */
+const char *ckpt_format_checks(const ckpt_catalog *cat) {
+    for (const ckpt_format *const *t = ckpt_formats; *t; t++)
+        if ((*t)->integrity && cat->format && strcmp((*t)->name, cat->format) == 0)
+            return (*t)->integrity;
+    return "structure; the format stores no checksums of tensor data";
 }
 
 /* A URL: the same decoders over remote sources. The root is the name as shown (no secrets);

@@ -1158,4 +1158,5 @@ out:
     return rc;
 }
 
-const ckpt_format format_burnpack = {"burnpack", probe, load};
+const ckpt_format format_burnpack = {
+    .name = "burnpack", .label = "Burnpack", .probe = probe, .load = load};

@@ -1124,3 +1124,11 @@ int dcp_load(ckpt_catalog *cat, ckpt_err *err) {
     cat->format = "dcp";
     return dcp_load_dir(cat, cat->root, "", "dcp", NULL, err);
 }
+
+const ckpt_format format_dcp = {
+    .name = "dcp",
+    .label = "PyTorch DCP",
+    .probe_dir = dcp_probe,
+    .load_dir = dcp_load,
+    .dir_looks_for = "DCP .metadata",
+};

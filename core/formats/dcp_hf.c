@@ -308,3 +308,11 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     free_files(names, n);
     return rc;
 }
+
+const ckpt_format format_dcp_hf = {
+    .name = "dcp-hf",
+    .label = "DCP with Hugging Face storage",
+    .probe_dir = dcp_hf_probe,
+    .load_dir = dcp_hf_load,
+    .dir_looks_for = "DCP shards shard-*-model-*.safetensors",
+};

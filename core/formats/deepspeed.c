@@ -886,3 +886,11 @@ int deepspeed_load(ckpt_catalog *cat, ckpt_err *err) {
     hm_free(&d.shown);
     return rc;
 }
+
+const ckpt_format format_deepspeed = {
+    .name = "deepspeed-zero",
+    .label = "DeepSpeed ZeRO checkpoint",
+    .probe_dir = deepspeed_probe,
+    .load_dir = deepspeed_load,
+    .dir_looks_for = "DeepSpeed latest + global_stepN/",
+};

@@ -165,3 +165,11 @@ int folder_load(ckpt_catalog *cat, ckpt_err *err) {
     free(fmts);
     return rc;
 }
+
+const ckpt_format format_folder = {
+    .name = "folder",
+    .label = "folder of checkpoint files",
+    .probe_dir = folder_probe,
+    .load_dir = folder_load,
+    .dir_looks_for = "checkpoint files of a known format",
+};

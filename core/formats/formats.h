@@ -7,32 +7,46 @@
 
 enum { PROBE_BYTES = 512 };
 
+/* One descriptor per format file, defined at the end of that file with designated initializers;
+ * a format reads files (probe + load), directories (probe_dir + load_dir), or both. */
 typedef struct ckpt_format {
-    const char *name;
+    const char *name;  /* what the catalog records as its format (a directory loader may refine
+                          it: "safetensors-sharded", "peft-adapter") */
+    const char *label; /* how messages name it */
     /* True when head (the first n bytes of a file of file_size bytes) looks like this format. */
     bool (*probe)(const unsigned char *head, size_t n, uint64_t file_size);
     /* Adds the tensors of an already registered source file to the catalog. */
     int (*load)(ckpt_catalog *cat, uint32_t source, ckpt_err *err);
+    /* File names (NULL-terminated) that make a file this format's even when no probe matched:
+     * a damaged file gets its own decoder's precise complaint. */
+    const char *const *suffixes;
+    /* True when the directory holds a checkpoint of this layout. */
+    bool (*probe_dir)(const char *dir);
+    /* Adds the tensors of the directory cat->root to the catalog. */
+    int (*load_dir)(ckpt_catalog *cat, ckpt_err *err);
+    const char *dir_looks_for; /* what probe_dir looks for, in "no checkpoint" messages */
+    /* What the checks at open cover (ckptfs verify reports it); NULL: structure only, the
+     * format stores no checksums of tensor data. */
+    const char *integrity;
+    bool no_magic; /* probe is a plausibility check, not a magic number (probe_bytes skips it) */
 } ckpt_format;
 
-/* Every decoder, in probe order (open.c). A decoder's load() may register more sources (the
- * other parts of a split file) with catalog_add_source. It must check every length, offset and
- * count against the file before use and name the file, the field and the byte offset in its
- * error messages. Format-level metadata goes to catalog_add_doc (one JSON value per key of
- * .ckptfs/metadata.json); per-tensor format fields go to catalog_set_extra. */
-extern const ckpt_format format_safetensors;
-extern const ckpt_format format_gguf;
-extern const ckpt_format format_torch_zip;
-extern const ckpt_format format_gptrs;
-extern const ckpt_format format_burnpack;
-extern const ckpt_format format_lwt;
-extern const ckpt_format format_mlfw_tp; /* no magic: probed last */
-extern const ckpt_format format_tar;     /* a container: its members are checkpoints */
+/* Every format, in probe order, NULL-terminated (formats.c; the order is explained there).
+ * A decoder's load() may register more sources (the other parts of a split file) with
+ * catalog_add_source. It must check every length, offset and count against the file before use
+ * and name the file, the field and the byte offset in its error messages. Format-level metadata
+ * goes to catalog_add_doc (one JSON value per key of .ckptfs/metadata.json); per-tensor format
+ * fields go to catalog_set_extra. */
+extern const ckpt_format *const ckpt_formats[];
 
-/* Directory formats, tried in this order by ckpt_open: a Hugging Face model directory (single
- * file or index + shards), a NeMo Automodel step directory (or PEFT adapter directory), a native
- * DCP checkpoint (.metadata), a DCP checkpoint with HuggingFace storage, an MLFramework
- * tensor-parallel directory. */
+/* Descriptors other decoders build on (a directory of safetensors or .bin files, a NeMo step
+ * holding DCP or HF directories, the members of a tar archive). */
+extern const ckpt_format format_safetensors;
+extern const ckpt_format format_torch_zip;
+extern const ckpt_format format_tar; /* a container: its members are checkpoints */
+
+/* Directory probes and loaders that other decoders call on subdirectories (nemo_step.c) and
+ * that the fuzz harnesses drive directly. */
 bool hf_dir_probe(const char *dir);
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err);
 bool dcp_hf_probe(const char *dir);

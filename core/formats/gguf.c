@@ -933,4 +933,4 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     return rc;
 }
 
-const ckpt_format format_gguf = {"gguf", probe, load};
+const ckpt_format format_gguf = {.name = "gguf", .label = "GGUF", .probe = probe, .load = load};

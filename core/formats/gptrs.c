@@ -584,4 +584,10 @@ out:
     return rc;
 }
 
-const ckpt_format format_gptrs = {"gpt-rs", probe, load};
+const ckpt_format format_gptrs = {
+    .name = "gpt-rs",
+    .label = "gpt-rs",
+    .probe = probe,
+    .load = load,
+    .integrity = "structure, and the BLAKE3 base id of every name",
+};

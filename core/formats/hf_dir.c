@@ -388,3 +388,12 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     }
     return 0;
 }
+
+const ckpt_format format_hf_dir = {
+    .name = "hf-dir",
+    .label = "Hugging Face model directory",
+    .probe_dir = hf_dir_probe,
+    .load_dir = hf_dir_load,
+    .dir_looks_for = "model.safetensors, model.safetensors.index.json, pytorch_model.bin, "
+                     "pytorch_model.bin.index.json",
+};

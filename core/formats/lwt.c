@@ -531,4 +531,10 @@ out:
     return rc;
 }
 
-const ckpt_format format_lwt = {"lightwatch-lwt", probe, load};
+const ckpt_format format_lwt = {
+    .name = "lightwatch-lwt",
+    .label = "LightwatchAI2",
+    .probe = probe,
+    .load = load,
+    .integrity = "structure, and the CRC-32 of the data section when the file stores one",
+};

@@ -609,3 +609,11 @@ int meta_mp_load(ckpt_catalog *cat, ckpt_err *err) {
     free(m.p.text);
     return rc;
 }
+
+const ckpt_format format_meta_mp = {
+    .name = "meta-mp",
+    .label = "Meta model-parallel checkpoint",
+    .probe_dir = meta_mp_probe,
+    .load_dir = meta_mp_load,
+    .dir_looks_for = "Meta consolidated.00.pth + params.json",
+};

@@ -698,4 +698,13 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     return rc;
 }
 
-const ckpt_format format_mlfw_tp = {"mlframework-tp", probe, load};
+const ckpt_format format_mlfw_tp = {
+    .name = "mlframework-tp",
+    .label = "MLFramework",
+    .probe = probe,
+    .load = load,
+    .probe_dir = mlfw_tp_dir_probe,
+    .load_dir = mlfw_tp_dir_load,
+    .dir_looks_for = "MLFramework metadata.bin + shard_rank0.pt",
+    .no_magic = true,
+};

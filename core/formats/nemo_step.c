@@ -461,3 +461,11 @@ int nemo_step_load(ckpt_catalog *cat, ckpt_err *err) {
     sb_free(&n.doc);
     return rc;
 }
+
+const ckpt_format format_nemo_step = {
+    .name = "nemo-automodel",
+    .label = "NeMo Automodel step directory",
+    .probe_dir = nemo_step_probe,
+    .load_dir = nemo_step_load,
+    .dir_looks_for = "NeMo step dirs model/ + optim/, PEFT adapter_model.safetensors",
+};

@@ -254,4 +254,12 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     return rc;
 }
 
-const ckpt_format format_safetensors = {"safetensors", probe, load};
+static const char *const suffixes[] = {".safetensors", NULL};
+
+const ckpt_format format_safetensors = {
+    .name = "safetensors",
+    .label = "safetensors",
+    .probe = probe,
+    .load = load,
+    .suffixes = suffixes,
+};

@@ -106,4 +106,4 @@ static int load(ckpt_catalog *cat, uint32_t archive, ckpt_err *err) {
     return rc;
 }
 
-const ckpt_format format_tar = {"tar", probe, load};
+const ckpt_format format_tar = {.name = "tar", .label = "tar", .probe = probe, .load = load};

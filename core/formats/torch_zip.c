@@ -1151,4 +1151,10 @@ int torch_zip_read_with(ckpt_catalog *cat, uint32_t source, uint64_t offset, uin
     return 0;
 }
 
-const ckpt_format format_torch_zip = {"torch-zip", probe, load};
+const ckpt_format format_torch_zip = {
+    .name = "torch-zip",
+    .label = "torch zip",
+    .probe = probe,
+    .load = load,
+    .integrity = "structure; the CRC-32 of every zip record is checked by verify",
+};

@@ -167,16 +167,6 @@ static void text_line(verify *v, cli_out *o, const ckpt_tensor *t, const result 
     sb_putc(&o->sb, '\n');
 }
 
-/* What the format itself guarantees, checked by ckpt_open before anything was hashed. */
-static const char *format_check_detail(const char *format) {
-    if (strcmp(format, "lightwatch-lwt") == 0)
-        return "structure, and the CRC-32 of the data section when the file stores one";
-    if (strcmp(format, "gpt-rs") == 0) return "structure, and the BLAKE3 base id of every name";
-    if (strcmp(format, "torch-zip") == 0)
-        return "structure; the CRC-32 of every zip record is checked by verify";
-    return "structure; the format stores no checksums of tensor data";
-}
-
 static void text_summary(verify *v, cli_out *o, size_t ntensors) {
     char size[32];
     cli_human_size(v->hashed_bytes, size, sizeof size);
@@ -197,7 +187,7 @@ static void text_summary(verify *v, cli_out *o, size_t ntensors) {
         sb_putc(&o->sb, '\n');
     }
     sb_printf(&o->sb, "format checks: passed at open (%s: %s)\n", v->cat->format,
-              format_check_detail(v->cat->format));
+              ckpt_format_checks(v->cat));
     if (v->crc_checked)
         sb_printf(&o->sb, "zip records: %lld CRC-32 checked, %zu failed\n", v->crc_checked,
                   v->ncrc_faults);
@@ -246,7 +236,7 @@ static void json_report(verify *v, cli_out *o) {
               ",\n  \"format\": \"%s\",\n  \"format_checks\": \"passed at open\",\n"
               "  \"format_checks_cover\": ",
               v->cat->format);
-    const char *cover = format_check_detail(v->cat->format);
+    const char *cover = ckpt_format_checks(v->cat);
     sb_json_str(sb, cover, strlen(cover));
     sb_puts(sb, ",\n  \"manifest\": ");
     if (v->manifest_path)
