@@ -1,4 +1,4 @@
-#include "formats/formats.h"
+#include "catalog.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
 

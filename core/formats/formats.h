@@ -110,8 +110,4 @@ void free_files(char **names, size_t count);
 extern const char *const hf_aux_names[];
 extern const size_t hf_aux_count;
 
-/* pread of exactly len bytes, or an error naming the file, what was read and where. */
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err);
-
 #endif
