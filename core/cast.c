@@ -5,7 +5,7 @@
 
 #include "catalog.h"
 #include "dequant.h"
-#include "writer.h"
+#include "writers/writers.h"
 
 #include <errno.h>
 #include <fcntl.h>

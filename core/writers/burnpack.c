@@ -38,7 +38,7 @@
  *    that is not one of Burn's {Int | UInt | Float | Bool} is refused.
  *  - Burn's reader limits are writer limits here too (100 000 tensors, 100 MiB of CBOR, 10 GiB
  *    per tensor, 100 GiB per file): a file Burn refuses to open is no conversion. */
-#include "../writer.h"
+#include "writers.h"
 
 #include "../catalog.h"
 #include "../json.h"
@@ -825,7 +825,7 @@ static int write_file(job *J, uint64_t data_bytes) {
     return f->failed;
 }
 
-int write_burnpack(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
+static int write_burnpack(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     job J = {.f = f, .cat = cat, .err = err};
     J.from_burnpack = cat->format && strcmp(cat->format, "burnpack") == 0;
     sb_init(&J.pool);
@@ -845,3 +845,5 @@ int write_burnpack(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     free(J.e);
     return rc;
 }
+
+const ckpt_writer writer_burnpack = {.suffix = ".bpk", .write = write_burnpack, .zst_ok = true};

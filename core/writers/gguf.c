@@ -21,10 +21,9 @@
  *   of blocks, incomplete tensors, and two model tensors with one name.
  * - A scalar is written with n_dims 0 (ggml and ckptfs read it back as a scalar; a [1] would
  *   change its shape). */
-#include "../writer.h"
+#include "writers.h"
 
 #include "../catalog.h"
-#include "../formats/formats.h"
 #include "../json.h"
 #include "../utf8.h"
 
@@ -480,7 +479,7 @@ static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
     put_u64(f, offset);
 }
 
-int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
+static int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     size_t *sel = NULL, n = 0;
     int rc = writer_select(f, cat, check_tensor, "a GGUF file", &sel, &n, err);
     if (rc) return rc;
@@ -548,3 +547,5 @@ out:
     free(sel);
     return rc;
 }
+
+const ckpt_writer writer_gguf = {.suffix = ".gguf", .write = write_gguf, .zst_ok = true};

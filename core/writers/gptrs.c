@@ -25,7 +25,7 @@
  * names that are not UTF-8 (GPTRSTEN) or not ASCII (GPTRSCHK: base ids are defined on ASCII
  * names), names over 65535 bytes (what ckptfs reads back), incomplete tensors, two model
  * tensors with one name, and an index or config over 4 GiB (u32 lengths). */
-#include "../writer.h"
+#include "writers.h"
 #include "../json_emit.h"
 
 #include "../blake3.h"
@@ -190,7 +190,7 @@ static int build_config(const ckpt_catalog *cat, strbuf *sb, ckpt_err *err) {
 
 /* ---- the file ---- */
 
-int write_gptrs(out_file *f, const ckpt_catalog *cat, bool archive, ckpt_err *err) {
+static int write_gptrs(out_file *f, const ckpt_catalog *cat, bool archive, ckpt_err *err) {
     const ckpt_tensor **sel = NULL;
     size_t n = 0;
     int rc = select_tensors(f, cat, archive, &sel, &n, err);
@@ -246,3 +246,16 @@ out:
     free(sel);
     return rc;
 }
+
+/* .gptrs: a GPTRSCHK checkpoint, config + tensors */
+static int write_checkpoint(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
+    return write_gptrs(f, cat, false, err);
+}
+
+/* .gptrsten: a GPTRSTEN tensor archive, no config */
+static int write_tensors(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
+    return write_gptrs(f, cat, true, err);
+}
+
+const ckpt_writer writer_gptrs = {.suffix = ".gptrs", .write = write_checkpoint, .zst_ok = true};
+const ckpt_writer writer_gptrsten = {.suffix = ".gptrsten", .write = write_tensors, .zst_ok = true};

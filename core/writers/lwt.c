@@ -24,7 +24,7 @@
  * Refused, naming the tensor: anything but F32 (the only dtype of LWATCHV1), more than 8 dims,
  * names that are empty, over 127 bytes, not UTF-8 or holding a NUL, incomplete tensors, and two
  * model tensors with one name. Tensors are written in catalog order (sorted by name). */
-#include "../writer.h"
+#include "writers.h"
 #include "../json_emit.h"
 
 #include "../catalog.h"
@@ -217,7 +217,7 @@ static void patch(out_file *f, uint64_t at, const void *p, size_t n, ckpt_err *e
 
 /* ---- the file ---- */
 
-int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
+static int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     size_t *sel = NULL, n = 0;
     int rc = writer_select(f, cat, check_tensor, "an LWATCHV1 file", &sel, &n, err);
     if (rc) return rc;
@@ -275,3 +275,5 @@ out:
     free(sel);
     return rc;
 }
+
+const ckpt_writer writer_lwt = {.suffix = ".lwt", .write = write_lwt, .zst_ok = true};

@@ -5,9 +5,9 @@
  * into the new directory before the swap, directories moved over after it. The weights and
  * the known config/tokenizer files of the old one go: the new directory holds their present
  * state. */
-#include "writer.h"
+#include "writers.h"
 
-#include "formats/formats.h"
+#include "../formats/formats.h"
 
 #include <dirent.h>
 #include <errno.h>
