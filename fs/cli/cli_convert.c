@@ -11,20 +11,23 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
+/* %s: the writer table's suffixes */
 static const char usage[] =
     "Usage: ckptfs convert SOURCE OUT [OPTIONS]\n"
     "Write the tensors of SOURCE into a new archive whose format follows OUT's name:\n"
-    "  .safetensors   one safetensors file ({\"format\":\"pt\"} metadata; tensors only)\n"
+    "  %s\n"
+    "                 (each also as NAME.EXT.zst: the seekable zstd form)\n"
     "  DIR/           Hugging Face shards + model.safetensors.index.json + config files\n"
+    "  .safetensors   {\"format\":\"pt\"} metadata; tensors only\n"
     "  .gguf          with general.architecture, hyper-parameters, llama.cpp names and the\n"
     "                 tokenizer for llama and gpt2 HF folders; other models: a tensor\n"
     "                 container llama.cpp will not run\n"
-    "  .bpk .lwt .gptrs .gptrsten, and any file format followed by .zst\n"
     "Tensors a format cannot hold are refused by name; nothing is dropped silently.\n"
     "\n"
     "  -f, --force         replace an existing OUT (never SOURCE or a file inside it)\n"
@@ -226,8 +229,11 @@ int cli_convert(int argc, char **argv) {
         case 'o':
             rc = cli_parse_o(&c, optarg);
             break;
-        case 'h':
-            return cli_help(&c, usage);
+        case 'h': {
+            char text[sizeof usage + 128];
+            snprintf(text, sizeof text, usage, ckpt_writer_suffixes());
+            return cli_help(&c, text);
+        }
         default:
             rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
         }

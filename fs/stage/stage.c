@@ -12,6 +12,8 @@
 #include "size.h"
 #include "stage_ops.h"
 
+#include "core/writer.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -61,8 +63,9 @@ static void usage(FILE *out) {
             "NAME.npy. Paths give names ('/' -> '.'); a sidecar's \"name\" is kept where the\n"
             "file sits at that name's path.\n"
             "\n"
-            "  OUT                the archive to write: .safetensors, .gguf, .bpk, .lwt, .gptrs,\n"
-            "                     .gptrsten, or DIR/ for a Hugging Face directory\n"
+            "  OUT                the archive to write, by its name (+ .zst: seekable zstd):\n"
+            "                     %s,\n"
+            "                     or DIR/ for a Hugging Face directory\n"
             "  --from SOURCE      start from the tensors of SOURCE (never modified)\n"
             "  -f, -d, -s         foreground, debug, one thread\n"
             "  -o spool=DIR       where staged bytes go (default: .OUT.stage/ next to OUT)\n"
@@ -78,7 +81,8 @@ static void usage(FILE *out) {
             "running the same `ckptfs stage OUT MOUNTPOINT`. The same as a mount option:\n"
             "`ckptfs SOURCE MOUNTPOINT -o stage=OUT` (SOURCE none: an empty stage).\n"
             "Exit status: 0 mounted, 1 usage, 2 the source or the spool cannot be used, 3 the\n"
-            "mount failed. See ckptfs(1), STAGING.\n");
+            "mount failed. See ckptfs(1), STAGING.\n",
+            ckpt_writer_suffixes());
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -137,11 +141,6 @@ static int take_from(int *argc, char **argv, char **from) {
     return 0;
 }
 
-static bool has_suffix(const char *s, size_t n, const char *suffix) {
-    size_t m = strlen(suffix);
-    return n > m && memcmp(s + n - m, suffix, m) == 0;
-}
-
 /* OUT made absolute (its directory must exist), keeping a trailing '/' that asks for an HF
  * directory. The names ckpt_write understands are checked now, not at the first commit. */
 static char *absolute_out(const char *out) {
@@ -162,19 +161,12 @@ static char *absolute_out(const char *out) {
     } else {
         const char *base = basename(b);
         bool is_dir = dir_form || (stat(trimmed, &s) == 0 && S_ISDIR(s.st_mode));
-        static const char *const suffixes[] = {".safetensors", ".gguf",  ".bpk",
-                                               ".lwt",         ".gptrs", ".gptrsten"};
-        bool known = is_dir;
-        size_t blen = strlen(base);
-        if (!is_dir && has_suffix(base, blen, ".zst")) blen -= 4; /* seekable zstd of FORMAT */
-        for (size_t i = 0; !known && i < sizeof suffixes / sizeof *suffixes; i++)
-            known = has_suffix(base, blen, suffixes[i]);
-        if (!known || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        if (!ckpt_writer_for(out) || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 ||
+            strcmp(base, "..") == 0) {
             fprintf(stderr,
-                    "ckptfs stage: OUT %s: cannot tell the format from the name (use "
-                    ".safetensors, .gguf, .bpk, .lwt, .gptrs, .gptrsten, any of them + .zst, or "
-                    "DIR/ for a Hugging Face directory)\n",
-                    out);
+                    "ckptfs stage: OUT %s: cannot tell the format from the name (use %s, any of "
+                    "them + .zst, or DIR/ for a Hugging Face directory)\n",
+                    out, ckpt_writer_suffixes());
         } else if ((result = malloc(strlen(dir) + strlen(base) + 3))) {
             sprintf(result, "%s%s%s%s", dir, strcmp(dir, "/") ? "/" : "", base, is_dir ? "/" : "");
         }
