@@ -132,10 +132,9 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
 /* By the format the catalog records: a folder or an archive of one checkpoint file records
  * that file's format, and its checks ran. */
 const char *ckpt_format_checks(const ckpt_catalog *cat) {
-    for (const ckpt_format *const *t = ckpt_formats; *t; t++)
-        if ((*t)->integrity && cat->format && strcmp((*t)->name, cat->format) == 0)
-            return (*t)->integrity;
-    return "structure; the format stores no checksums of tensor data";
+    const ckpt_format *f = cat->format ? ckpt_format_named(cat->format) : NULL;
+    return f && f->integrity ? f->integrity
+                             : "structure; the format stores no checksums of tensor data";
 }
 
 /* A URL: the same decoders over remote sources. The root is the name as shown (no secrets);

@@ -2,6 +2,8 @@
  * defines its descriptor, and one row here. */
 #include "formats.h"
 
+#include <string.h>
+
 extern const ckpt_format format_hf_dir, format_meta_mp, format_deepspeed, format_nemo_step,
     format_dcp, format_dcp_hf, format_gguf, format_gptrs, format_burnpack, format_lwt,
     format_mlfw_tp, format_folder;
@@ -39,3 +41,9 @@ const ckpt_format *const ckpt_formats[] = {
     &format_folder,      /* directory of checkpoint files, the last resort */
     NULL,
 };
+
+const ckpt_format *ckpt_format_named(const char *name) {
+    for (const ckpt_format *const *t = ckpt_formats; *t; t++)
+        if (strcmp((*t)->name, name) == 0) return *t;
+    return NULL;
+}

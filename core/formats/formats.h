@@ -39,6 +39,9 @@ typedef struct ckpt_format {
  * fields go to catalog_set_extra. */
 extern const ckpt_format *const ckpt_formats[];
 
+/* The row of that name, or NULL (the fuzz harnesses drive one decoder each). */
+const ckpt_format *ckpt_format_named(const char *name);
+
 /* Descriptors other decoders build on (a directory of safetensors or .bin files, a NeMo step
  * holding DCP or HF directories, the members of a tar archive). */
 extern const ckpt_format format_safetensors;

@@ -4,5 +4,5 @@
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    return fz_file_harness(data, size, "model.bpk", &format_burnpack);
+    return fz_file_harness(data, size, "model.bpk", ckpt_format_named("burnpack"));
 }

@@ -4,5 +4,5 @@
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    return fz_file_harness(data, size, "model.lwt", &format_lwt);
+    return fz_file_harness(data, size, "model.lwt", ckpt_format_named("lightwatch-lwt"));
 }
