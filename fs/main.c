@@ -12,6 +12,7 @@
 #include "stage/stage.h"
 #include "mount/readahead.h"
 #include "optval.h"
+#include "mount_opts.h"
 #include "remote_opts.h"
 #include "size.h"
 #include "mount/view_job.h"
@@ -32,12 +33,10 @@
 enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT = 3 };
 
 typedef struct options {
-    char *source;
-    char *mountpoint;
+    mount_opts m; /* SOURCE MOUNTPOINT, -f -d -s -h allow_other max_threads */
     char *readahead_kb; /* the numbers as given: checked by fs/optval.c */
     int splice;
     int npy;
-    char *max_threads;
     char *timeout;
     char *view;           /* "tree" (default) or "hf" */
     char *max_shard_size; /* as given, e.g. "5GB" */
@@ -50,19 +49,13 @@ typedef struct options {
     int ro;               /* -o ro was given */
     char *read_only_opt;  /* the first option only a read-only mount takes, as given */
     char *staging_opt;    /* the first option only a staging mount takes, as given */
-    int foreground, debug, single, help, version, allow_other;
-    int extra_args; /* positional arguments beyond the two expected */
+    int version;
     remote_opts remote;   /* s3_endpoint=, cache_dir=, block_size=, ... */
     char *remote_bad;     /* why a remote option's value was refused */
 } options;
 
 enum {
-    KEY_FOREGROUND,
-    KEY_DEBUG,
-    KEY_SINGLE,
-    KEY_HELP,
     KEY_VERSION,
-    KEY_ALLOW_OTHER,
     KEY_RO,
     KEY_READ_ONLY_OPT, /* also matched by its value template above: noted, then dropped */
     KEY_STAGING_OPT,
@@ -72,12 +65,12 @@ enum {
 #define OPT(t, field, value)                                                                       \
     { t, offsetof(options, field), value }
 static const struct fuse_opt option_spec[] = {
+    MOUNT_OPTS_SPEC(options, m),
     OPT("readahead_kb=%s", readahead_kb, 0),
     OPT("splice", splice, 1),
     OPT("npy", npy, 1),
     OPT("nonpy", npy, 0),
     OPT("nosplice", splice, 0),
-    OPT("max_threads=%s", max_threads, 0),
     OPT("timeout=%s", timeout, 0),
     OPT("view=%s", view, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
@@ -110,15 +103,8 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("remote_timeout=", KEY_REMOTE),
     FUSE_OPT_KEY("retries=", KEY_REMOTE),
     FUSE_OPT_KEY("ro", KEY_RO),
-    FUSE_OPT_KEY("-f", KEY_FOREGROUND),
-    FUSE_OPT_KEY("-d", KEY_DEBUG),
-    FUSE_OPT_KEY("debug", KEY_DEBUG),
-    FUSE_OPT_KEY("-s", KEY_SINGLE),
-    FUSE_OPT_KEY("-h", KEY_HELP),
-    FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
     FUSE_OPT_KEY("--version", KEY_VERSION),
-    FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
     FUSE_OPT_END,
 };
 
@@ -159,33 +145,12 @@ static void usage(FILE *out) {
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
     (void)outargs;
     options *o = data;
+    int shared = mount_opts_key(&o->m, arg, key);
+    if (shared != MOUNT_OPTS_NOT_MINE) return shared;
     switch (key) {
-    case FUSE_OPT_KEY_NONOPT:
-        if (!o->source)
-            o->source = strdup(arg);
-        else if (!o->mountpoint)
-            o->mountpoint = strdup(arg);
-        else
-            o->extra_args++;
-        return 0;
-    case KEY_FOREGROUND:
-        o->foreground = 1;
-        return 0;
-    case KEY_DEBUG:
-        o->debug = o->foreground = 1;
-        return 1;
-    case KEY_SINGLE:
-        o->single = 1;
-        return 0;
-    case KEY_HELP:
-        o->help = 1;
-        return 0;
     case KEY_VERSION:
         o->version = 1;
         return 0;
-    case KEY_ALLOW_OTHER:
-        o->allow_other = 1;
-        return 1;
     case KEY_RO:
         o->ro = 1;
         return 1;
@@ -216,9 +181,9 @@ typedef struct numbers {
 enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20 };
 
 static bool parse_numbers(const options *o, numbers *n) {
-    if (!parse_uint_option(o->max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
+    if (!parse_uint_option(o->m.max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
         fprintf(stderr, "ckptfs: max_threads=%s: expected a whole number from 1 to %d\n",
-                o->max_threads, MAX_THREADS_LIMIT);
+                o->m.max_threads, MAX_THREADS_LIMIT);
         return false;
     }
     if (!parse_uint_option(o->readahead_kb, 0, READAHEAD_KB_LIMIT, &n->readahead_kb)) {
@@ -243,11 +208,11 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
         fprintf(stderr, "ckptfs: -o stage= needs OUT, the archive to write\n");
         return EXIT_USAGE;
     }
-    if (o->source && !o->mountpoint) { /* `ckptfs MOUNTPOINT -o stage=OUT` */
-        o->mountpoint = o->source;
-        o->source = NULL;
+    if (o->m.first && !o->m.mountpoint) { /* `ckptfs MOUNTPOINT -o stage=OUT` */
+        o->m.mountpoint = o->m.first;
+        o->m.first = NULL;
     }
-    if (!o->mountpoint || o->extra_args) {
+    if (!o->m.mountpoint || o->m.extra_args) {
         fprintf(stderr, "ckptfs: -o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
                         "empty stage; try: ckptfs --help)\n");
         return EXIT_USAGE;
@@ -263,16 +228,16 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
         fprintf(stderr, "ckptfs: -o ro: a staging mount (-o stage=OUT) is writable\n");
         return EXIT_USAGE;
     }
-    bool empty = !o->source || !o->source[0] || strcmp(o->source, "none") == 0;
+    bool empty = !o->m.first || !o->m.first[0] || strcmp(o->m.first, "none") == 0;
     stage_request req = {.out = o->stage,
-                         .mountpoint = o->mountpoint,
-                         .from = empty ? NULL : o->source,
+                         .mountpoint = o->m.mountpoint,
+                         .from = empty ? NULL : o->m.first,
                          .spool = o->spool,
                          .max_shard_size = o->max_shard_size,
                          .max_threads = num->max_threads,
                          .nocommit = o->nocommit,
-                         .foreground = o->foreground,
-                         .single = o->single};
+                         .foreground = o->m.foreground,
+                         .single = o->m.single};
     return stage_mount(&req, args);
 }
 
@@ -305,8 +270,8 @@ int main(int argc, char **argv) {
     uint64_t max_shard = CKPT_HF_MAX_SHARD_DEFAULT;
 
     if (fuse_opt_parse(&args, &o, option_spec, on_option) != 0) goto out;
-    if (o.help || o.version) {
-        if (o.help)
+    if (o.m.help || o.version) {
+        if (o.m.help)
             usage(stdout);
         else
             printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
@@ -327,19 +292,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: %s\n", o.remote_bad);
         goto out;
     }
-    if (!o.source || !o.mountpoint || o.extra_args) {
+    if (!o.m.first || !o.m.mountpoint || o.m.extra_args) {
         fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
         goto out;
     }
-    if (!realpath(o.mountpoint, mnt)) {
-        fprintf(stderr, "ckptfs: mount point %s: %s\n", o.mountpoint, strerror(errno));
+    if (!realpath(o.m.mountpoint, mnt)) {
+        fprintf(stderr, "ckptfs: mount point %s: %s\n", o.m.mountpoint, strerror(errno));
         goto out;
     }
     if (!mountpoint_usable("ckptfs", mnt)) {
         status = EXIT_MOUNT;
         goto out;
     }
-    if (!mountpoint_apart("ckptfs", mnt, o.source, NULL)) goto out;
+    if (!mountpoint_apart("ckptfs", mnt, o.m.first, NULL)) goto out;
     if (parse_size_option(o.max_shard_size, &max_shard) != 0) {
         fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
                 o.max_shard_size);
@@ -370,11 +335,11 @@ int main(int argc, char **argv) {
     status = EXIT_SOURCE;
     ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision, .remote = o.remote.o};
     heap_for_loading();
-    if (ckpt_open(o.source, &copts, &fs.cat, &err) != 0) {
+    if (ckpt_open(o.m.first, &copts, &fs.cat, &err) != 0) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         goto out;
     }
-    if (!mountpoint_apart("ckptfs", mnt, o.source, fs.cat)) {
+    if (!mountpoint_apart("ckptfs", mnt, o.m.first, fs.cat)) {
         status = EXIT_USAGE;
         goto out;
     }
@@ -385,14 +350,14 @@ int main(int argc, char **argv) {
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
-        fprintf(stderr, "ckptfs: %s: %s\n", o.source, err.msg);
+        fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
         goto out;
     }
 
     heap_for_serving();
     fuse_opt_add_arg(&args, "-osubtype=ckptfs");
     char *fsname = NULL;
-    if (fuse_opt_add_opt_escaped(&fsname, o.source) == 0) {
+    if (fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
         char *opt = malloc(strlen(fsname) + 10);
         if (opt) {
             sprintf(opt, "-ofsname=%s", fsname);
@@ -401,7 +366,7 @@ int main(int argc, char **argv) {
         }
         free(fsname);
     }
-    if (o.allow_other) fuse_opt_add_arg(&args, "-odefault_permissions");
+    if (o.m.allow_other) fuse_opt_add_arg(&args, "-odefault_permissions");
     fuse_opt_add_arg(&args, "-oro"); /* last, so a "rw" from a mount helper cannot win */
 
     status = EXIT_USAGE; /* fuse_session_new fails on unknown options */
@@ -411,11 +376,11 @@ int main(int argc, char **argv) {
     status = EXIT_MOUNT;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
-    if (!o.foreground && daemon_detach(EXIT_MOUNT) != 0) {
+    if (!o.m.foreground && daemon_detach(EXIT_MOUNT) != 0) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
-    int loop = daemon_serve(se, mnt, o.single, num.max_threads, set_readahead, &num.readahead_kb);
+    int loop = daemon_serve(se, mnt, o.m.single, num.max_threads, set_readahead, &num.readahead_kb);
     /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
     status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
 out_unmount:
@@ -438,7 +403,6 @@ out:
     ckpt_close(fs.cat);
     free(o.view);
     free(o.readahead_kb);
-    free(o.max_threads);
     free(o.timeout);
     free(o.max_shard_size);
     free(o.tp_split);
@@ -450,7 +414,6 @@ out:
     free(o.spool);
     free(o.read_only_opt);
     free(o.staging_opt);
-    free(o.source);
-    free(o.mountpoint);
+    mount_opts_free(&o.m);
     return status;
 }

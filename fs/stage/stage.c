@@ -7,6 +7,7 @@
 #include "stage.h"
 
 #include "daemon.h"
+#include "mount_opts.h"
 #include "mountpoint.h"
 #include "optval.h"
 #include "size.h"
@@ -29,29 +30,18 @@
 #include <unistd.h>
 
 typedef struct stage_options {
-    char *out, *mountpoint, *from, *spool, *max_shard_size;
-    char *max_threads; /* as given: checked by fs/optval.c */
+    mount_opts m; /* OUT MOUNTPOINT, -f -d -s -h allow_other max_threads */
+    char *from, *spool, *max_shard_size;
     int nocommit;
-    int foreground, debug, single, help, allow_other;
-    int extra_args;
 } stage_options;
-
-enum { KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_ALLOW_OTHER };
 
 #define OPT(t, field, value)                                                                       \
     { t, offsetof(stage_options, field), value }
 static const struct fuse_opt stage_spec[] = {
+    MOUNT_OPTS_SPEC(stage_options, m),
     OPT("spool=%s", spool, 0),
-    OPT("max_threads=%s", max_threads, 0),
     OPT("nocommit", nocommit, 1),
     OPT("max_shard_size=%s", max_shard_size, 0),
-    FUSE_OPT_KEY("-f", KEY_FOREGROUND),
-    FUSE_OPT_KEY("-d", KEY_DEBUG),
-    FUSE_OPT_KEY("debug", KEY_DEBUG),
-    FUSE_OPT_KEY("-s", KEY_SINGLE),
-    FUSE_OPT_KEY("-h", KEY_HELP),
-    FUSE_OPT_KEY("--help", KEY_HELP),
-    FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
     FUSE_OPT_END,
 };
 
@@ -88,33 +78,8 @@ static void usage(FILE *out) {
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
     (void)outargs;
     stage_options *o = data;
-    switch (key) {
-    case FUSE_OPT_KEY_NONOPT:
-        if (!o->out)
-            o->out = strdup(arg);
-        else if (!o->mountpoint)
-            o->mountpoint = strdup(arg);
-        else
-            o->extra_args++;
-        return 0;
-    case KEY_FOREGROUND:
-        o->foreground = 1;
-        return 0;
-    case KEY_DEBUG:
-        o->debug = o->foreground = 1;
-        return 1;
-    case KEY_SINGLE:
-        o->single = 1;
-        return 0;
-    case KEY_HELP:
-        o->help = 1;
-        return 0;
-    case KEY_ALLOW_OTHER:
-        o->allow_other = 1;
-        return 1;
-    default:
-        return 1;
-    }
+    int shared = mount_opts_key(&o->m, arg, key);
+    return shared != MOUNT_OPTS_NOT_MINE ? shared : 1; /* FUSE options go on to libfuse */
 }
 
 /* --from takes the next argument (or =VALUE); fuse_opt would also match "--from=X" against a
@@ -409,43 +374,41 @@ out:
 int stage_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--status") == 0) return stage_status_main(argc, argv);
-    stage_options o = {.max_threads = NULL};
+    stage_options o = {0};
     unsigned max_threads = 8;
     if (take_from(&argc, argv, &o.from) != 0) return STAGE_USAGE;
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     int status = STAGE_USAGE;
     if (fuse_opt_parse(&args, &o, stage_spec, on_option) != 0) goto out;
-    if (o.help) {
+    if (o.m.help) {
         usage(stdout);
         status = 0;
         goto out;
     }
-    if (!o.out || !o.mountpoint || o.extra_args) {
+    if (!o.m.first || !o.m.mountpoint || o.m.extra_args) {
         fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
         goto out;
     }
-    if (!parse_uint_option(o.max_threads, 1, 1024, &max_threads)) {
+    if (!parse_uint_option(o.m.max_threads, 1, 1024, &max_threads)) {
         fprintf(stderr, "ckptfs stage: max_threads=%s: expected a whole number from 1 to 1024\n",
-                o.max_threads);
+                o.m.max_threads);
         goto out;
     }
-    stage_request req = {.out = o.out,
-                         .mountpoint = o.mountpoint,
+    stage_request req = {.out = o.m.first,
+                         .mountpoint = o.m.mountpoint,
                          .from = o.from,
                          .spool = o.spool,
                          .max_shard_size = o.max_shard_size,
                          .max_threads = max_threads,
                          .nocommit = o.nocommit,
-                         .foreground = o.foreground,
-                         .single = o.single};
+                         .foreground = o.m.foreground,
+                         .single = o.m.single};
     status = stage_mount(&req, &args);
 out:
     fuse_opt_free_args(&args);
-    free(o.out);
-    free(o.mountpoint);
+    mount_opts_free(&o.m);
     free(o.from);
     free(o.spool);
     free(o.max_shard_size);
-    free(o.max_threads);
     return status;
 }
