@@ -3,6 +3,7 @@
  * as a left-leaning binary tree. The last block of the last chunk and the final parents are
  * held back until finalize, because the root node is compressed with the ROOT flag. */
 #include "blake3.h"
+#include "le.h"
 
 #include <string.h>
 
@@ -16,10 +17,6 @@ static const uint8_t PERMUTATION[16] = {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 
 
 static uint32_t rotr(uint32_t x, unsigned n) {
     return x >> n | x << (32 - n);
-}
-
-static uint32_t load32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static void store32(uint8_t *p, uint32_t v) {
@@ -43,7 +40,7 @@ static void mix(uint32_t s[16], int a, int b, int c, int d, uint32_t x, uint32_t
 static void compress(const uint32_t cv[8], const uint8_t block[BLAKE3_BLOCK_LEN],
                      uint32_t block_len, uint64_t counter, uint32_t flags, uint32_t out[16]) {
     uint32_t m[16], s[16], t[16];
-    for (int i = 0; i < 16; i++) m[i] = load32(block + 4 * i);
+    for (int i = 0; i < 16; i++) m[i] = le32(block + 4 * i);
     for (int i = 0; i < 8; i++) s[i] = cv[i];
     for (int i = 0; i < 4; i++) s[8 + i] = IV[i];
     s[12] = (uint32_t)counter;

@@ -2,6 +2,7 @@
  * torch and safetensors use, and the common ggml block types. Block layouts and the order of
  * the arithmetic follow ggml's reference dequantizers, so results are bit-exact with them. */
 #include "dequant.h"
+#include "le.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,10 +44,6 @@ static float e4m3_to_f32(uint8_t b) {
 /* float8_e5m2 is the top byte of a half. */
 static float e5m2_to_f32(uint8_t b) {
     return ckpt_f16_to_f32((uint16_t)(b << 8));
-}
-
-static uint16_t le16(const unsigned char *p) {
-    return (uint16_t)(p[0] | p[1] << 8);
 }
 
 static void q8_0(const unsigned char *b, float *y) { /* f16 d; int8 q[32] */

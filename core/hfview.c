@@ -10,6 +10,7 @@
  * with them (ckpt_catalog.hf_config): a Meta checkpoint shown as the Llama checkpoint the HF
  * conversion script would write. */
 #include "hfview.h"
+#include "le.h"
 
 #include "catalog.h"
 #include "strbuf.h"
@@ -125,7 +126,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         sb_free(&sb);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    for (int i = 0; i < 8; i++) header[i] = (char)(((uint64_t)hlen >> (8 * i)) & 0xff);
+    put_le64((unsigned char *)header, hlen);
     memcpy(header + 8, sb.data, hlen);
     sb_free(&sb);
     f->owned = header;

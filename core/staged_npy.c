@@ -4,6 +4,7 @@
  * ended by '\n'; the data follows). Only what numpy.save writes for plain arrays is accepted:
  * a dtype ckptfs knows, little-endian, C order. */
 #include "staged.h"
+#include "le.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -122,11 +123,10 @@ int staged_npy_parse(const unsigned char *head, size_t n, staged_npy *out, char 
     }
     uint64_t prefix = major == 1 ? 10 : 12, hlen;
     if (major == 1) {
-        hlen = (uint64_t)head[8] | (uint64_t)head[9] << 8;
+        hlen = le16(head + 8);
     } else {
         if (n < 12) return fail(&c, "header length at offset 8 is cut short");
-        hlen = (uint64_t)head[8] | (uint64_t)head[9] << 8 | (uint64_t)head[10] << 16 |
-               (uint64_t)head[11] << 24;
+        hlen = le32(head + 8);
     }
     if (hlen > STAGED_NPY_MAX_HEADER) {
         snprintf(why, why_cap, "header length %llu at offset 8 is larger than 1 MiB",

@@ -7,6 +7,7 @@
  * 0xFFFFFFFF are replaced by the zip64 extra field (id 0x0001). A record's bytes start after its
  * LOCAL header, whose extra field differs from the central one (torch pads it to align data). */
 #include "zip.h"
+#include "le.h"
 
 #include "formats/formats.h"
 
@@ -31,18 +32,6 @@ enum {
 
 /* The central directory is read into memory; a torch file needs ~60 bytes per storage. */
 #define DIRECTORY_LIMIT (1ull << 30)
-
-static uint16_t le16(const unsigned char *p) {
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *p) {
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 #define ABS(z, rel) ((unsigned long long)((z)->base + (rel)))
 

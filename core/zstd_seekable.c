@@ -1,4 +1,5 @@
 #include "zstd_seekable.h"
+#include "le.h"
 #include "remote/remote.h"
 
 #include <errno.h>
@@ -37,14 +38,6 @@ enum {
     IN_CHUNK = 128 << 10, /* larger ones are read this much at a time */
     SCRATCH = 128 << 10,  /* where bytes before the wanted range are decompressed and dropped */
 };
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
 
 bool zst_magic(const unsigned char *head, size_t n) {
     if (n < 4) return false;

@@ -32,6 +32,7 @@
  * ("aligned" | "unaligned"), data_start, tensor_count, and when present "metadata", "scalars"
  * and "unknown_keys" (other top-level keys), converted from CBOR as value() describes}. */
 #include "formats.h"
+#include "../le.h"
 
 #include "../strbuf.h"
 
@@ -1076,10 +1077,6 @@ static int add_doc(loader *L, unsigned version, uint32_t msize, bool aligned, ui
     return rc;
 }
 
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     const ckpt_source *src = &cat->sources[source];
     if (src->size < HEADER_BYTES)
@@ -1094,7 +1091,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
         return ckpt_fail(err, -EINVAL,
                          "%s: magic %02x %02x %02x %02x at offset 0 is not \"NRUB\" (Burnpack)",
                          src->path, h[0], h[1], h[2], h[3]);
-    unsigned version = (unsigned)h[4] | (unsigned)h[5] << 8;
+    unsigned version = le16(h + 4);
     if (version > 1)
         return ckpt_fail(err, -EINVAL,
                          "%s: version %u at offset 4 is newer than the Burnpack version 1 this "

@@ -23,6 +23,7 @@
  *   KVs. */
 #include "../place.h"
 #include "formats.h"
+#include "../le.h"
 
 #include "../hashmap.h"
 #include "../strbuf.h"
@@ -113,18 +114,6 @@ static const ggml_type ggml_types[] = {
     KNOWN(42, CKPT_Q2_0),
 };
 enum { GGML_TYPE_COUNT = sizeof ggml_types / sizeof *ggml_types };
-
-static uint16_t le16(const unsigned char *p) {
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *p) {
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
     (void)file_size;

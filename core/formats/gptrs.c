@@ -27,6 +27,7 @@
  * untagged GPT config (gpt-rs HEAD refuses it; the notes recommend accepting it); an unknown
  * kind is a warning, because the tensors do not depend on it. */
 #include "formats.h"
+#include "../le.h"
 
 #include "../blake3.h"
 #include "../hashmap.h"
@@ -52,14 +53,6 @@ static const struct {
     ckpt_dtype dtype;
     const char *name;
 } DTYPE_TAGS[] = {{CKPT_F32, "F32"}, {CKPT_F16, "F16"}, {CKPT_BF16, "BF16"}, {CKPT_I32, "I32"}};
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *p) {
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
     (void)file_size;

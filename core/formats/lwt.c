@@ -42,6 +42,7 @@
  * must be "float32" and byte_order "little". The header goes to metadata.json verbatim with
  * the layout that was detected. */
 #include "formats.h"
+#include "../le.h"
 
 #include "../json.h"
 #include "../strbuf.h"
@@ -62,14 +63,6 @@ enum {
     DATA_ALIGN = 64,
     MAX_CANDIDATES = 12,
 };
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *p) {
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 static uint64_t align_up(uint64_t x, uint64_t a) {
     return x + (a - x % a) % a;

@@ -15,6 +15,7 @@
  * - every rank's tensors are also shown as they are under .ckptfs/ranks/N/. */
 #include "../place.h"
 #include "formats.h"
+#include "../le.h"
 
 #include "../hashmap.h"
 #include "../strbuf.h"
@@ -53,17 +54,14 @@ static int rd_i32(reader *r, int32_t *v, const char *field) {
     unsigned char b[4];
     int rc = rd(r, b, 4, field);
     if (!rc)
-        *v = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                       (uint32_t)b[3] << 24);
+        *v = (int32_t)le32(b);
     return rc;
 }
 
 static int rd_i64(reader *r, int64_t *v, const char *field) {
     unsigned char b[8];
     int rc = rd(r, b, 8, field);
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; i--) u = u << 8 | b[i];
-    if (!rc) *v = (int64_t)u;
+    if (!rc) *v = (int64_t)le64(b);
     return rc;
 }
 
@@ -646,14 +644,10 @@ static bool probe(const unsigned char *head, size_t n, uint64_t size) {
         if (!k || head[i] < 0x20) return false;
         i += k;
     }
-    uint64_t dt = 0;
-    for (int i = 7; i >= 0; i--) dt = dt << 8 | head[at + (size_t)i];
+    uint64_t dt = le64(head + at);
     if ((dt >> 62) > 1 || (dt & ((1ull << 62) - 1)) > 3155378975999999999ull) return false;
     at += 8;
-    int32_t ws =
-        (int32_t)(head[at] | head[at + 1] << 8 | head[at + 2] << 16 | (uint32_t)head[at + 3] << 24);
-    int32_t mesh = (int32_t)(head[at + 4] | head[at + 5] << 8 | head[at + 6] << 16 |
-                             (uint32_t)head[at + 7] << 24);
+    int32_t ws = (int32_t)le32(head + at), mesh = (int32_t)le32(head + at + 4);
     return ws >= 1 && ws <= MAX_RANKS && mesh >= 0 && mesh <= MAX_MESH;
 }
 

@@ -4,6 +4,7 @@
  * byte; each byte length must equal numel x dtype bits / 8. Unknown dtypes are refused, as the
  * reference reader does, because their element size (and so their extent) is unknown. */
 #include "safetensors.h"
+#include "../le.h"
 
 #include "../json.h"
 #include "../strbuf.h"
@@ -14,12 +15,6 @@
 #include <string.h>
 
 enum { HEADER_LIMIT = 100000000 };
-
-static uint64_t le64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
 
 static bool probe(const unsigned char *head, size_t n, uint64_t size) {
     if (n < 10 || size < 10) return false;

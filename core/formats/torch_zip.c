@@ -23,6 +23,7 @@
  * followed by each storage as an 8-byte element count and its bytes, in key-list order. It is
  * read the same way once the storages' offsets are known. */
 #include "torch_zip.h"
+#include "../le.h"
 
 #include "../hashmap.h"
 #include "../pickle.h"
@@ -1024,8 +1025,7 @@ static int load_legacy(loader *l, strbuf *doc) {
                            l->path, SHOWN_NAME(k->u.s.p, k->u.s.len));
         } else if (!(rc = source_read(l->cat, l->source, at, cnt, 8, "storage element count",
                                       l->err))) {
-            uint64_t numel = 0;
-            for (int b = 7; b >= 0; b--) numel = numel << 8 | cnt[b];
+            uint64_t numel = le64(cnt);
             if (__builtin_mul_overflow(numel, (uint64_t)ls->esz, &bytes) || bytes > size - at - 8)
                 rc = ckpt_fail(l->err, -EINVAL,
                                "%s: storage \"%.*s\": element count %llu at offset %llu runs past "

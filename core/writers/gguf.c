@@ -25,6 +25,7 @@
 
 #include "../catalog.h"
 #include "../json.h"
+#include "../le.h"
 #include "../utf8.h"
 
 #include <errno.h>
@@ -127,20 +128,8 @@ static uint64_t pad_to(uint64_t x) {
     return (ALIGNMENT - x % ALIGNMENT) % ALIGNMENT;
 }
 
-static void put_u32(out_file *f, uint32_t v) {
-    unsigned char b[4];
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-    out_bytes(f, b, 4);
-}
-
-static void put_u64(out_file *f, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    out_bytes(f, b, 8);
-}
-
 static void put_str(out_file *f, const char *s, size_t n) {
-    put_u64(f, n);
+    out_le64(f, n);
     out_bytes(f, s, n);
 }
 
@@ -241,7 +230,7 @@ static int src_take(src *s, void *out, size_t n, const char *what) {
 static int src_u32(src *s, uint32_t *v, const char *what) {
     unsigned char b[4];
     int rc = src_take(s, b, 4, what);
-    *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    *v = le32(b);
     return rc;
 }
 
@@ -321,8 +310,7 @@ static int scan_kvs(src *s, kv_span **spans, size_t *nspans) {
     unsigned char head[24];
     int rc = src_take(s, head, 24, "header");
     if (rc) return rc;
-    uint64_t count = 0;
-    for (int i = 7; i >= 0; i--) count = count << 8 | head[16 + i];
+    uint64_t count = le64(head + 16);
     if (memcmp(head, "GGUF", 4) != 0 || count > (s->size - s->pos) / 13)
         return ckpt_fail(s->err, -EINVAL, "%s: not the GGUF file it was when opened", s->path);
     kv_span *sp = malloc((count ? count : 1) * sizeof *sp);
@@ -368,13 +356,13 @@ static int copy_span(out_file *f, src *s, kv_span sp) {
 
 static void put_kv_u32(out_file *f, const char *key, uint32_t v) {
     put_str(f, key, strlen(key));
-    put_u32(f, V_U32);
-    put_u32(f, v);
+    out_le32(f, V_U32);
+    out_le32(f, v);
 }
 
 static void put_kv_str(out_file *f, const char *key, const char *v) {
     put_str(f, key, strlen(key));
-    put_u32(f, V_STRING);
+    out_le32(f, V_STRING);
     put_str(f, v, strlen(v));
 }
 
@@ -441,26 +429,26 @@ static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt
         if (!f) continue;
         put_str(f, k->str, k->len);
         if (json_str_eq(t, "str")) {
-            put_u32(f, V_STRING);
+            out_le32(f, V_STRING);
             put_str(f, v->str, v->len);
         } else if (json_str_eq(t, "u32")) {
-            put_u32(f, V_U32);
-            put_u32(f, u);
+            out_le32(f, V_U32);
+            out_le32(f, u);
         } else if (json_str_eq(t, "f32")) {
             uint32_t bits;
             memcpy(&bits, &x, 4);
-            put_u32(f, V_F32);
-            put_u32(f, bits);
+            out_le32(f, V_F32);
+            out_le32(f, bits);
         } else {
             bool strs = json_str_eq(t, "arr_str");
-            put_u32(f, V_ARRAY);
-            put_u32(f, strs ? V_STRING : V_I32);
-            put_u64(f, v->count);
+            out_le32(f, V_ARRAY);
+            out_le32(f, strs ? V_STRING : V_I32);
+            out_le64(f, v->count);
             for (const json_value *e = v->head; e; e = e->next) {
                 if (strs && e->type == JSON_STRING) {
                     put_str(f, e->str, e->len);
                 } else if (!strs && num_i32(e, &i32)) {
-                    put_u32(f, (uint32_t)i32);
+                    out_le32(f, (uint32_t)i32);
                 } else {
                     return ckpt_fail(err, -EINVAL, "gguf_kv document: \"%.*s\": a bad element",
                                      (int)(k->len > 60 ? 60 : k->len), k->str);
@@ -473,10 +461,10 @@ static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt
 
 static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
     put_str(f, t->name, t->name_len);
-    put_u32(f, t->ndim);
-    for (uint32_t d = t->ndim; d-- > 0;) put_u64(f, t->shape[d]); /* ne[0] is the last dim */
-    put_u32(f, (uint32_t)ggml_type_of(t->dtype));
-    put_u64(f, offset);
+    out_le32(f, t->ndim);
+    for (uint32_t d = t->ndim; d-- > 0;) out_le64(f, t->shape[d]); /* ne[0] is the last dim */
+    out_le32(f, (uint32_t)ggml_type_of(t->dtype));
+    out_le64(f, offset);
 }
 
 static int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
@@ -519,9 +507,9 @@ static int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
         }
     }
     out_bytes(f, "GGUF", 4);
-    put_u32(f, 3);
-    put_u64(f, n);
-    put_u64(f, nspans + nkv + 2);
+    out_le32(f, 3);
+    out_le64(f, n);
+    out_le64(f, nspans + nkv + 2);
     for (size_t i = 0; i < nspans && !rc; i++) rc = copy_span(f, s, spans[i]);
     if (!rc && kd) rc = put_doc_kvs(f, kvs.root, &nkv, err);
     if (kd) json_doc_free(&kvs);

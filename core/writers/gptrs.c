@@ -55,18 +55,6 @@ static int dtype_tag_of(ckpt_dtype dt) {
     }
 }
 
-static void put_u32(out_file *f, uint32_t v) {
-    unsigned char b[4];
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-    out_bytes(f, b, 4);
-}
-
-static void put_u64(out_file *f, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    out_bytes(f, b, 8);
-}
-
 /* ---- what may be written ---- */
 
 static int check_name(const out_file *f, const ckpt_tensor *t, bool archive, ckpt_err *err) {
@@ -215,28 +203,28 @@ static int write_gptrs(out_file *f, const ckpt_catalog *cat, bool archive, ckpt_
     uint64_t offset = 8 + 4 + (archive ? 0 : 4 + config.len) + 4 + index_len;
 
     out_bytes(f, archive ? "GPTRSTEN" : "GPTRSCHK", 8);
-    put_u32(f, 2);
+    out_le32(f, 2);
     if (!archive) {
-        put_u32(f, (uint32_t)config.len);
+        out_le32(f, (uint32_t)config.len);
         out_bytes(f, config.data, config.len);
     }
-    put_u32(f, (uint32_t)index_len);
-    put_u32(f, (uint32_t)n);
+    out_le32(f, (uint32_t)index_len);
+    out_le32(f, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor *t = sel[i];
-        put_u32(f, (uint32_t)t->name_len);
+        out_le32(f, (uint32_t)t->name_len);
         out_bytes(f, t->name, t->name_len);
         if (!archive) {
             uint8_t digest[BLAKE3_OUT_LEN];
             blake3_hash(t->name, t->name_len, digest);
             out_bytes(f, digest, BASE_ID_LEN);
         }
-        put_u32(f, t->ndim);
-        for (uint32_t d = 0; d < t->ndim; d++) put_u64(f, t->shape[d]);
-        put_u32(f, (uint32_t)dtype_tag_of(t->dtype));
+        out_le32(f, t->ndim);
+        for (uint32_t d = 0; d < t->ndim; d++) out_le64(f, t->shape[d]);
+        out_le32(f, (uint32_t)dtype_tag_of(t->dtype));
         out_bytes(f, "", 1); /* reserved */
-        put_u64(f, offset);
-        put_u64(f, t->nbytes);
+        out_le64(f, offset);
+        out_le64(f, t->nbytes);
         offset += t->nbytes;
     }
     for (size_t i = 0; i < n && !f->failed; i++) out_tensor(f, cat, sel[i]);

@@ -25,6 +25,7 @@
  * names that are empty, over 127 bytes, not UTF-8 or holding a NUL, incomplete tensors, and two
  * model tensors with one name. Tensors are written in catalog order (sorted by name). */
 #include "writers.h"
+#include "../le.h"
 #include "../json_emit.h"
 
 #include "../catalog.h"
@@ -50,14 +51,6 @@ enum {
 
 static uint64_t align_up(uint64_t x) {
     return x + (DATA_ALIGN - x % DATA_ALIGN) % DATA_ALIGN;
-}
-
-static void le32(unsigned char *b, uint32_t v) {
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void le64(unsigned char *b, uint64_t v) {
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* ---- what may be written ---- */
@@ -238,7 +231,7 @@ static int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     }
     unsigned char b[ENTRY_SIZE];
     out_bytes(f, "LWATCHV1", 8);
-    le32(b, (uint32_t)header.len);
+    put_le32(b, (uint32_t)header.len);
     out_bytes(f, b, 4);
     out_bytes(f, header.data, header.len);
     uint64_t offset = 0, data_len = 0;
@@ -246,11 +239,11 @@ static int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
         const ckpt_tensor *t = &cat->tensors[sel[i]];
         memset(b, 0, sizeof b);
         memcpy(b, t->name, t->name_len);
-        le32(b + NAME_FIELD, t->ndim);
-        for (uint32_t d = 0; d < t->ndim; d++) le64(b + 136 + 8 * d, t->shape[d]);
+        put_le32(b + NAME_FIELD, t->ndim);
+        for (uint32_t d = 0; d < t->ndim; d++) put_le64(b + 136 + 8 * d, t->shape[d]);
         offset = align_up(offset);
-        le64(b + 200, offset);
-        le64(b + 208, t->nbytes);
+        put_le64(b + 200, offset);
+        put_le64(b + 208, t->nbytes);
         out_bytes(f, b, ENTRY_SIZE);
         offset += t->nbytes;
         data_len = offset;
@@ -263,7 +256,7 @@ static int write_lwt(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     }
     if (!f->failed) {
         if (!crc_first) crc = crc_written(f, data_at, data_len, err);
-        le32(b, crc);
+        put_le32(b, crc);
         out_bytes(f, b, 4);
         char digits[CRC_DIGITS + 1];
         snprintf(digits, sizeof digits, "%*u", CRC_DIGITS, crc);

@@ -3,6 +3,7 @@
 
 #include "../catalog.h"
 #include "../hashmap.h"
+#include "../le.h"
 #include "../segread.h"
 #include "../zstd_seekable.h"
 
@@ -160,6 +161,18 @@ void out_bytes(out_file *f, const void *p, size_t n) {
         n -= take;
         if (f->buf_len == f->buf_cap) flush(f);
     }
+}
+
+void out_le32(out_file *f, uint32_t v) {
+    unsigned char b[4];
+    put_le32(b, v);
+    out_bytes(f, b, 4);
+}
+
+void out_le64(out_file *f, uint64_t v) {
+    unsigned char b[8];
+    put_le64(b, v);
+    out_bytes(f, b, 8);
 }
 
 void out_zeros(out_file *f, size_t n) {

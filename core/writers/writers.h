@@ -46,6 +46,8 @@ mode_t out_data_sources_mode(const ckpt_catalog *cat);
 mode_t out_umask(void);
 void out_bytes(out_file *f, const void *p, size_t n);
 void out_zeros(out_file *f, size_t n);
+void out_le32(out_file *f, uint32_t v);
+void out_le64(out_file *f, uint64_t v);
 /* The tensor's logical bytes, planned and copied from its sources. When compressing, a tensor
  * that follows 256 KiB or more of the current frame starts a new one, so reading a tensor
  * decompresses little of its neighbours. */
