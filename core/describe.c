@@ -1,5 +1,6 @@
 /* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
 #include "catalog.h"
+#include "text.h"
 #include "strbuf.h"
 
 #include <stdlib.h>
@@ -176,27 +177,13 @@ char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len) {
     return sb_take(&sb, len);
 }
 
-/* Names in the table: tab, newline and other control bytes, and '%', as %XX. */
-static void put_tsv_field(strbuf *sb, const char *s, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f || c == '%') {
-            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-            sb_put(sb, e, 3);
-        } else {
-            sb_putc(sb, (char)c);
-        }
-    }
-}
-
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "name\tdtype\tshape\tnbytes\tpath\n");
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        put_tsv_field(&sb, t->name, t->name_len);
+        pct_escape(&sb, t->name, t->name_len, false); /* no tab or newline in a field */
         sb_printf(&sb, "\t%s\t[", ckpt_dtype_info_of(t->dtype)->name);
         for (uint32_t d = 0; d < t->ndim; d++) {
             if (d) sb_putc(&sb, ',');

@@ -4,6 +4,7 @@
 #include "formats/formats.h"
 #include "place.h"
 #include "remote/remote.h"
+#include "text.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -32,11 +33,6 @@ static const char *base_name(const char *path) {
     return s && s[1] ? s + 1 : path;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* The decoder whose magic the first bytes carry (formats without one excluded). */
 const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
@@ -57,9 +53,9 @@ const ckpt_format *probe_path(const char *path) {
 /* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
 static bool claims_name(const ckpt_format *f, const char *path, bool zst) {
     for (const char *const *s = f->suffixes; s && *s; s++) {
-        if (ends_with(path, *s)) return true;
+        if (str_ends_with(path, *s)) return true;
         char z[64];
-        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && ends_with(path, z))
+        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && str_ends_with(path, z))
             return true;
     }
     return false;

@@ -7,6 +7,7 @@
  * same bytes: nothing is copied until the writer reads it. The header gets model_type "gpt2"
  * and the config numbers from config.json. */
 #include "profile.h"
+#include "text.h"
 
 #include "formats/formats.h"
 #include "json.h"
@@ -20,11 +21,6 @@
 static bool starts_with(const char *s, size_t n, const char *p) {
     size_t m = strlen(p);
     return n >= m && memcmp(s, p, m) == 0;
-}
-
-static bool ends_with(const char *s, size_t n, const char *p) {
-    size_t m = strlen(p);
-    return n >= m && memcmp(s + n - m, p, m) == 0;
 }
 
 /* "h.<digits>.<rest>": the block-local part, or NULL. */
@@ -158,7 +154,7 @@ int ckpt_profile_lightwatch_gpt2(const ckpt_catalog *in, ckpt_catalog **result, 
         if (starts_with(t->name, t->name_len, "lm_head.")) continue; /* tied to wte */
         size_t br;
         const char *b = block_rest(rest, rest_len, &br);
-        if (b && (ends_with(b, br, "attn.bias") || ends_with(b, br, "attn.masked_bias")) &&
+        if (b && (mem_ends_with(b, br, "attn.bias") || mem_ends_with(b, br, "attn.masked_bias")) &&
             (br == 9 || br == 16))
             continue; /* causal-mask buffers, not parameters */
         rc = add_tensor(out, t, rest, rest_len, err);

@@ -5,6 +5,7 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
+#include "text.h"
 
 #include "catalog.h"
 #include "formats/formats.h"
@@ -427,9 +428,10 @@ static bool hidden(const char *path) {
     return false;
 }
 
+/* The path ends in suffix after a name of at least one byte. */
 static bool ends_with(const char *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
-    return n > m && memcmp(s + n - m, suffix, m) == 0 && s[n - m - 1] != '/';
+    return n > m && mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
 }
 
 static bool exists_with_suffix(builder *b, const char *path, size_t len, const char *suffix) {

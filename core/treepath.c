@@ -9,6 +9,7 @@
  * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw".
  * Per-rank copies carry a prefix (".ckptfs/ranks/N/") put in front as it is. */
 #include "catalog.h"
+#include "text.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -32,21 +33,10 @@ uint64_t treepath_hash(const char *p, size_t n) {
 }
 
 void treepath_escape_component(strbuf *sb, const char *p, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    if (n == 0) {
+    if (n == 0)
         sb_puts(sb, "%_");
-        return;
-    }
-    for (size_t i = 0, run = 0; i <= n; i++) {
-        unsigned char c = i < n ? (unsigned char)p[i] : 0;
-        if (i < n && !(c < 0x20 || c == 0x7f || c == '%')) continue;
-        sb_put(sb, p + run, i - run);
-        run = i + 1;
-        if (i < n) {
-            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-            sb_put(sb, e, 3);
-        }
-    }
+    else
+        pct_escape(sb, p, n, false);
 }
 
 /* Returns true when the component was shortened (two names may then share a path). */

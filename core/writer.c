@@ -1,6 +1,7 @@
 /* ckpt_write: the table of writers, and OUT's name -> the writer that writes it. A new output
  * format is one file in writers/ that defines its row, and one line here. */
 #include "writers/writers.h"
+#include "text.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -18,11 +19,6 @@ static const ckpt_writer *const writers[] = {
     &writer_lwt,         &writer_gptrs, &writer_gptrsten,
 };
 enum { NWRITERS = sizeof writers / sizeof *writers };
-
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
 
 static char suffix_list[128];
 
@@ -51,14 +47,14 @@ typedef struct target {
 
 static int resolve(const char *out, uint64_t max_shard_size, target *t, ckpt_err *err) {
     struct stat st;
-    bool slash = has_suffix(out, "/");
+    bool slash = str_ends_with(out, "/");
     bool is_dir = slash || (stat(out, &st) == 0 && S_ISDIR(st.st_mode));
     size_t n = strlen(out);
     while (n > 1 && out[n - 1] == '/') n--;
     if (n >= sizeof t->path) return ckpt_fail(err, -ENAMETOOLONG, "%s: path too long", out);
     memcpy(t->path, out, n);
     t->path[n] = '\0';
-    t->compress = has_suffix(t->path, ".zst");
+    t->compress = str_ends_with(t->path, ".zst");
     if (t->compress && (is_dir || max_shard_size))
         return ckpt_fail(err, -EINVAL,
                          "%s: a Hugging Face directory cannot be written as .zst (only single "
@@ -69,7 +65,7 @@ static int resolve(const char *out, uint64_t max_shard_size, target *t, ckpt_err
     if (t->compress) name[n - 4] = '\0';
     t->w = NULL;
     for (size_t i = 0; i < NWRITERS && !slash && !t->w; i++)
-        if (has_suffix(name, writers[i]->suffix)) t->w = writers[i];
+        if (str_ends_with(name, writers[i]->suffix)) t->w = writers[i];
     /* A name with the suffix of a writer that also writes directories is its file, unless
      * shards are asked for; any other directory OUT is the directory writer's. */
     t->directory = (is_dir || max_shard_size) && !(t->w && t->w->write_dir && !max_shard_size);

@@ -15,6 +15,7 @@
  * params.json. These view tensors are set aside under .ckptfs/llama/; the tree shows Meta's
  * own names. */
 #include "formats.h"
+#include "../text.h"
 
 #include "../hashmap.h"
 #include "../json.h"
@@ -213,9 +214,10 @@ static int find_ranks(meta *m) {
 
 /* ---- split dims ---- */
 
+/* The name ends in tail as whole dotted components. */
 static bool ends_with(const char *s, size_t n, const char *tail) {
     size_t t = strlen(tail);
-    return n >= t && memcmp(s + n - t, tail, t) == 0 && (n == t || s[n - t - 1] == '.');
+    return mem_ends_with(s, n, tail) && (n == t || s[n - t - 1] == '.');
 }
 
 /* The dim fairscale's layer splits for this name, or -1 for a replicated tensor. */

@@ -1,6 +1,7 @@
 /* Plain http(s) servers: a directory is a URL whose index page links its entries (nginx
  * autoindex, Apache, python -m http.server); a name is a file when a HEAD of it answers 200. */
 #include "remote.h"
+#include "../text.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,13 +30,6 @@ int httpdir_kind(const char *path) {
     return kind;
 }
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* An href of an index page as an entry name: relative, one component, decoded. NULL if it is
  * a sort link, a parent link, absolute or elsewhere. */
 static char *entry_name(const char *h, size_t n, bool *dir) {
@@ -47,8 +41,8 @@ static char *entry_name(const char *h, size_t n, bool *dir) {
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (h[i] == '%' && i + 2 < n && hexval(h[i + 1]) >= 0 && hexval(h[i + 2]) >= 0) {
-            out[o++] = (char)(hexval(h[i + 1]) * 16 + hexval(h[i + 2]));
+        if (h[i] == '%' && i + 2 < n && hex_digit(h[i + 1]) >= 0 && hex_digit(h[i + 2]) >= 0) {
+            out[o++] = (char)(hex_digit(h[i + 1]) * 16 + hex_digit(h[i + 2]));
             i += 2;
         } else if (h[i] == '&' && n - i >= 5 && memcmp(h + i, "&amp;", 5) == 0) {
             out[o++] = '&';

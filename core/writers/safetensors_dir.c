@@ -8,6 +8,7 @@
 #include "writers.h"
 
 #include "../formats/formats.h"
+#include "../text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,14 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* What the safetensors writer puts in a directory: an old copy is replaced, not kept. */
 static bool written_by_us(const char *name) {
-    if (ends_with(name, ".safetensors") || strcmp(name, "model.safetensors.index.json") == 0)
+    if (str_ends_with(name, ".safetensors") || strcmp(name, "model.safetensors.index.json") == 0)
         return true;
     for (size_t i = 0; i < hf_aux_count; i++)
         if (strcmp(name, hf_aux_names[i]) == 0) return true;

@@ -5,6 +5,7 @@
 
 #include "core/ckpt.h"
 #include "core/strbuf.h"
+#include "core/text.h"
 #include "remote_opts.h"
 
 #include <stdbool.h>
@@ -52,7 +53,6 @@ bool cli_parse_u64(const char *s, uint64_t *out);
  * 0x00-0x1F, 0x7F and '%' as %XX as in .ckptfs/tensors.tsv, so every name is one line and the
  * form can be looked up again. */
 void cli_put_display_name(strbuf *sb, const ckpt_tensor *t);
-void cli_put_escaped(strbuf *sb, const char *s, size_t n);
 /* Under a directory whose name starts with '.' (per-rank copies in .ckptfs/ranks/): listed
  * only on request, as ls -a shows dot files. */
 bool cli_hidden(const ckpt_tensor *t);

@@ -9,51 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cli_put_escaped(strbuf *sb, const char *s, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f || c == '%') {
-            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-            sb_put(sb, e, 3);
-        } else {
-            sb_putc(sb, (char)c);
-        }
-    }
-}
-
 void cli_put_display_name(strbuf *sb, const ckpt_tensor *t) {
-    if (t->prefix) cli_put_escaped(sb, t->prefix, strlen(t->prefix));
-    cli_put_escaped(sb, t->name, t->name_len);
+    if (t->prefix) pct_escape(sb, t->prefix, strlen(t->prefix), false);
+    pct_escape(sb, t->name, t->name_len, false);
 }
 
 bool cli_hidden(const ckpt_tensor *t) {
     return t->prefix && t->prefix[0] == '.';
-}
-
-static int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-/* Undoes cli_put_escaped in place; false when a '%' is not followed by two hex digits. */
-static bool unescape(char *s, size_t *len) {
-    size_t k = 0, n = strlen(s);
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '%') {
-            int hi = hex_value(s[i + 1]); /* s[n] is the NUL: never a digit */
-            int lo = hi >= 0 ? hex_value(s[i + 2]) : -1;
-            if (lo < 0) return false;
-            s[k++] = (char)(hi << 4 | lo);
-            i += 2;
-        } else {
-            s[k++] = s[i];
-        }
-    }
-    *len = k;
-    return true;
 }
 
 /* Preference among tensors of one name: the unprefixed one, then one in the model, then the
@@ -107,7 +69,7 @@ const ckpt_tensor *cli_find_tensor(const ckpt_catalog *cat, const char *name) {
 
     char *buf = strdup(name);
     size_t ulen;
-    if (buf && unescape(buf, &ulen)) {
+    if (buf && pct_unescape(buf, &ulen, true)) {
         t = by_name(cat, buf, ulen);
         if (!t) t = by_qualified_name(cat, buf, ulen);
     }

@@ -24,6 +24,7 @@
 #include "core/ckpt.h"
 #include "core/hashmap.h"
 #include "core/strbuf.h"
+#include "core/text.h"
 
 typedef enum {
     SN_DIR,
@@ -160,9 +161,7 @@ bool spool_parse_id(const char *s, uint64_t *id);
 
 /* ---- stage_journal.c ---- */
 /* Path encoding shared with the state file: bytes <= 0x20, 0x7F and '%' as %XX. */
-void stage_put_encoded(strbuf *sb, const char *s, size_t n);
-size_t stage_decode(char *s); /* in place; returns the new length */
-int stage_hexval(char c);
+size_t stage_decode(char *s); /* undoes pct_escape in place; returns the new length */
 /* Applies SPOOL/journal to the tree; lower_paths maps a source path to 2 * tensor (+1 for a
  * sidecar). Returns 0 or a negative errno (a journal that is not ours). */
 int journal_replay(stage *st, const hashmap *lower_paths);

@@ -28,43 +28,12 @@
 
 #define JOURNAL_HEADER "ckptfs-stage-journal 1"
 
-/* ---- paths in records: bytes <= 0x20, 0x7F and '%' as %XX ---- */
+/* ---- paths in records: bytes <= 0x20, 0x7F and '%' as %XX (pct_escape with space) ---- */
 
-void stage_put_encoded(strbuf *sb, const char *s, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= 0x20 || c == 0x7f || c == '%') {
-            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-            sb_put(sb, e, 3);
-        } else {
-            sb_putc(sb, (char)c);
-        }
-    }
-}
-
-int stage_hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-/* Decodes in place; returns the length. */
 size_t stage_decode(char *s) {
-    size_t o = 0;
-    for (size_t i = 0; s[i]; i++) {
-        int hi, lo;
-        if (s[i] == '%' && (hi = stage_hexval(s[i + 1])) >= 0 &&
-            (lo = stage_hexval(s[i + 2])) >= 0) {
-            s[o++] = (char)(hi << 4 | lo);
-            i += 2;
-        } else {
-            s[o++] = s[i];
-        }
-    }
-    s[o] = '\0';
-    return o;
+    size_t n;
+    pct_unescape(s, &n, false);
+    return n;
 }
 
 /* "/a/b" for a node (the root is "/"). */
@@ -73,7 +42,7 @@ static void put_node_path(strbuf *sb, const snode *n) {
     sb_init(&p);
     tree_path(n, &p);
     sb_putc(sb, '/');
-    if (p.data) stage_put_encoded(sb, p.data, p.len);
+    if (p.data) pct_escape(sb, p.data, p.len, true);
     if (p.failed) sb->failed = true;
     sb_free(&p);
 }
@@ -126,7 +95,7 @@ static int append_node_record(stage *st, char op, const snode *n, bool with_mode
         const ckpt_tensor *t = &st->lower->tensors[n->lower];
         const char *p = n->src == SRC_LOWER_RAW ? t->path : t->sidecar_path;
         sb_putc(&rec, ' ');
-        stage_put_encoded(&rec, p, strlen(p));
+        pct_escape(&rec, p, strlen(p), true);
     }
     sb_putc(&rec, '\n');
     int rc = append(st, &rec);
@@ -166,7 +135,7 @@ int journal_rename(stage *st, const snode *n, const snode *new_parent, const cha
     sb_putc(&rec, ' ');
     put_node_path(&rec, new_parent);
     if (new_parent->parent) sb_putc(&rec, '/'); /* the root's path is "/" already */
-    stage_put_encoded(&rec, new_name, strlen(new_name));
+    pct_escape(&rec, new_name, strlen(new_name), true);
     sb_putc(&rec, '\n');
     int rc = append(st, &rec);
     sb_free(&rec);
@@ -492,7 +461,7 @@ static int snapshot_node(stage *st, strbuf *out, const snode *n) {
                 const ckpt_tensor *t = &st->lower->tensors[c->lower];
                 const char *p = c->src == SRC_LOWER_RAW ? t->path : t->sidecar_path;
                 sb_putc(out, ' ');
-                stage_put_encoded(out, p, strlen(p));
+                pct_escape(out, p, strlen(p), true);
             }
             sb_putc(out, '\n');
             if (c->kind == SN_DIR) snapshot_node(st, out, c);

@@ -45,7 +45,7 @@ bool spool_parse_id(const char *s, uint64_t *id) {
     if (strlen(s) != 16) return false;
     uint64_t v = 0;
     for (int i = 0; i < 16; i++) {
-        int h = stage_hexval(s[i]);
+        int h = hex_digit(s[i]);
         if (h < 0) return false;
         v = v << 4 | (uint64_t)h;
     }
@@ -325,7 +325,7 @@ static void put_fingerprint(strbuf *sb, const ckpt_catalog *cat) {
     for (uint32_t i = 0; cat && i < cat->nsources; i++) {
         const ckpt_source *s = &cat->sources[i];
         sb_puts(sb, "source ");
-        stage_put_encoded(sb, s->relpath, strlen(s->relpath));
+        pct_escape(sb, s->relpath, strlen(s->relpath), true);
         sb_printf(sb, " %llu %lld %ld\n", (unsigned long long)s->size, (long long)s->mtime.tv_sec,
                   (long)s->mtime.tv_nsec);
     }
@@ -335,10 +335,10 @@ int spool_write_state(stage *st) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, STATE_HEADER "\nout ");
-    stage_put_encoded(&sb, st->out, strlen(st->out));
+    pct_escape(&sb, st->out, strlen(st->out), true);
     sb_puts(&sb, "\nfrom ");
     if (st->from)
-        stage_put_encoded(&sb, st->from, strlen(st->from));
+        pct_escape(&sb, st->from, strlen(st->from), true);
     else
         sb_putc(&sb, '-');
     sb_putc(&sb, '\n');
