@@ -1,4 +1,5 @@
 #include "catalog.h"
+#include "grow.h"
 #include "pipeline.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
@@ -12,21 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Grows *arr (of *cap elements) so it can hold need elements. */
-static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem) return -ENOMEM;
-        n *= 2;
-    }
-    void *p = realloc(*arr, n * elem);
-    if (!p) return -ENOMEM;
-    *arr = p;
-    *cap = n;
-    return 0;
-}
 
 ckpt_catalog *catalog_new(const char *root, const char *format) {
     ckpt_catalog *cat = calloc(1, sizeof *cat);
@@ -145,7 +131,7 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
                        ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
     if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", path);
-    if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
+    if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     if (remote_is_url(path)) return add_remote_source(cat, path, relpath, index, err);
     /* O_NONBLOCK: opening a FIFO named like a shard would wait for a writer forever (and a
@@ -210,7 +196,7 @@ int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, ui
         return ckpt_fail(err, -EINVAL, "%s: member \"%.120s\" at offset %llu runs past the end",
                          a->path, name, (unsigned long long)base);
     if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", a->path);
-    if (grow((void **)&cat->sources, &pv->cap_sources, cat->nsources + 1, sizeof *cat->sources))
+    if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     a = &cat->sources[archive];
     int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
@@ -253,7 +239,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     if (ndim > CKPT_MAX_DIMS)
         return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %u dimensions (at most %d supported)",
                          SHOWN_NAME(name, name_len), ndim, CKPT_MAX_DIMS);
-    if (grow((void **)&cat->tensors, &pv->cap_tensors, cat->ntensors + 1, sizeof *cat->tensors))
+    if (GROW(cat->tensors, pv->cap_tensors, cat->ntensors + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_tensor *t = &cat->tensors[cat->ntensors];
     memset(t, 0, sizeof *t);
@@ -277,7 +263,7 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
                       const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
                       ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (grow((void **)&pv->pieces, &pv->cap_pieces, pv->npieces + 1, sizeof *pv->pieces))
+    if (GROW(pv->pieces, pv->cap_pieces, pv->npieces + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     const ckpt_tensor *t = &cat->tensors[index];
     pending_piece *pp = &pv->pieces[pv->npieces];
@@ -335,7 +321,7 @@ int catalog_prefix_docs(ckpt_catalog *cat, size_t first, const char *prefix, ckp
 int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t len,
                     ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (grow((void **)&cat->docs, &pv->cap_docs, cat->ndocs + 1, sizeof *cat->docs))
+    if (GROW(cat->docs, pv->cap_docs, cat->ndocs + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_doc *d = &cat->docs[cat->ndocs];
     char marker[160];
@@ -363,7 +349,7 @@ int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t
 
 int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (grow((void **)&cat->aux, &pv->cap_aux, cat->naux + 1, sizeof *cat->aux))
+    if (GROW(cat->aux, pv->cap_aux, cat->naux + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     cat->aux[cat->naux].name = arena_strdup(&pv->mem, name);
     cat->aux[cat->naux].source = source;
@@ -374,7 +360,7 @@ int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_e
 
 int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (grow((void **)&cat->warnings, &pv->cap_warnings, cat->nwarnings + 1, sizeof *cat->warnings))
+    if (GROW(cat->warnings, pv->cap_warnings, cat->nwarnings + 1))
         return -ENOMEM;
     char buf[512];
     va_list ap;

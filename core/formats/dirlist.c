@@ -3,6 +3,8 @@
 #include "../place.h"
 #include "formats.h"
 
+#include "../text.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,8 @@ static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int list_files(const char *dir, const char *suffix, char ***out, size_t *count) {
+int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
+             char ***out, size_t *count) {
     *out = NULL;
     *count = 0;
     place_entry *e;
@@ -38,12 +41,10 @@ int list_files(const char *dir, const char *suffix, char ***out, size_t *count) 
     int rc = place_list(dir, &e, &ne);
     if (rc) return rc;
     char **names = ne ? malloc(ne * sizeof *names) : NULL;
-    size_t n = 0, sl = strlen(suffix);
+    size_t n = 0;
     if (ne && !names) rc = -ENOMEM;
     for (size_t i = 0; i < ne && !rc; i++) {
-        size_t len = strlen(e[i].name);
-        if (e[i].kind != PLACE_FILE || len < sl || strcmp(e[i].name + len - sl, suffix) != 0)
-            continue;
+        if (keep && !keep(&e[i], ctx)) continue;
         names[n++] = e[i].name;
         e[i].name = NULL;
     }
@@ -56,6 +57,15 @@ int list_files(const char *dir, const char *suffix, char ***out, size_t *count) 
     *out = names;
     *count = n;
     return 0;
+}
+
+/* A file (local or remote) whose name ends in the suffix ctx. */
+static bool is_file_with_suffix(const struct place_entry *e, void *ctx) {
+    return e->kind == PLACE_FILE && str_ends_with(e->name, ctx);
+}
+
+int list_files(const char *dir, const char *suffix, char ***out, size_t *count) {
+    return list_dir(dir, is_file_with_suffix, (void *)suffix, out, count);
 }
 
 void free_files(char **names, size_t n) {

@@ -106,7 +106,12 @@ const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t siz
 /* The decoder a file's first bytes call for (by magic; open.c), or NULL. */
 const ckpt_format *probe_path(const char *path);
 
-/* The regular files of dir whose names end in suffix, sorted (dirlist.c). */
+/* The names in dir (local or remote, place.h) that keep accepts (NULL: all), sorted bytewise,
+ * or a negative errno (dirlist.c). */
+struct place_entry;
+int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
+             char ***names, size_t *count);
+/* The regular files of dir whose names end in suffix, sorted. */
 int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
 void free_files(char **names, size_t count);
 /* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config). */

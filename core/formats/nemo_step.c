@@ -33,7 +33,6 @@
 #include "../hashmap.h"
 #include "../strbuf.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -166,10 +165,6 @@ static int add_aux_from(nemo *n, const char *dir, const char *rel_prefix) {
         if (rc) return rc;
     }
     return 0;
-}
-
-static int name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* "4, 2" for messages (cut short with "..." when it does not fit). */
@@ -353,23 +348,17 @@ static int load_model(nemo *n, const char *mdir, const char *rel_prefix, const c
 
 /* Training state NeMo keeps beside model/ and optim/: listed, and step_scheduler.pt's values
  * shown (a small torch.save dict: step, epoch ...). */
+static bool not_model_or_optim(const struct place_entry *e, void *ctx) {
+    (void)ctx;
+    return strcmp(e->name, "model") != 0 && strcmp(e->name, "optim") != 0;
+}
+
 static int describe_other_files(nemo *n) {
     ckpt_catalog *cat = n->cat;
-    place_entry *ents;
-    size_t nents;
-    if (place_list(cat->root, &ents, &nents) != 0) return 0;
-    char **names = NULL;
-    size_t cnt = 0;
-    int rc = 0;
-    if (nents && !(names = malloc(nents * sizeof *names))) rc = -ENOMEM;
-    for (size_t i = 0; !rc && i < nents; i++) {
-        const char *nm = ents[i].name;
-        if (!strcmp(nm, "model") || !strcmp(nm, "optim")) continue;
-        names[cnt++] = ents[i].name;
-        ents[i].name = NULL;
-    }
-    place_list_free(ents, nents);
-    if (!rc && cnt > 1) qsort(names, cnt, sizeof *names, name_cmp);
+    char **names;
+    size_t cnt;
+    int rc = list_dir(cat->root, not_model_or_optim, NULL, &names, &cnt);
+    if (rc && rc != -ENOMEM) return 0; /* an unreadable step directory: nothing to describe */
     sb_puts(&n->doc, ",\n    \"other_files\": [");
     for (size_t i = 0; !rc && i < cnt; i++) {
         char path[PATH_MAX], shown[NAME_MAX + 2];
@@ -380,8 +369,7 @@ static int describe_other_files(nemo *n) {
         sb_json_str(&n->doc, shown, len > 0 ? (size_t)len : 0);
     }
     sb_putc(&n->doc, ']');
-    for (size_t i = 0; i < cnt; i++) free(names[i]);
-    free(names);
+    free_files(names, cnt);
     if (rc) return ckpt_fail(n->err, rc, "%s: %s", cat->root, strerror(-rc));
 
     char path[PATH_MAX];
