@@ -5,6 +5,7 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
+#include "grow.h"
 #include "text.h"
 
 #include "catalog.h"
@@ -76,13 +77,7 @@ typedef struct builder {
 /* ---- report ---- */
 
 static int push_line(char ***arr, size_t *n, size_t *cap, char *line) {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        char **p = realloc(*arr, c * sizeof *p);
-        if (!p) return -ENOMEM;
-        *arr = p;
-        *cap = c;
-    }
+    if (GROW(*arr, *cap, *n + 1)) return -ENOMEM;
     (*arr)[(*n)++] = line;
     return 0;
 }
@@ -446,13 +441,7 @@ static group *group_of(builder *b, const char *base, size_t len) {
     hm_entry *e = hm_put(&b->by_base, base, len, b->ngroups, &added);
     if (!e) return NULL;
     if (!added) return &b->groups[e->value];
-    if (b->ngroups == b->cap_groups) {
-        size_t c = b->cap_groups ? b->cap_groups * 2 : 64;
-        group *g = realloc(b->groups, c * sizeof *g);
-        if (!g) return NULL;
-        b->groups = g;
-        b->cap_groups = c;
-    }
+    if (GROW(b->groups, b->cap_groups, b->ngroups + 1)) return NULL;
     group *g = &b->groups[b->ngroups++];
     *g = (group){base, len, NONE, NONE, NONE, NONE};
     return g;

@@ -32,6 +32,7 @@
  * ("aligned" | "unaligned"), data_start, tensor_count, and when present "metadata", "scalars"
  * and "unknown_keys" (other top-level keys), converted from CBOR as value() describes}. */
 #include "formats.h"
+#include "../grow.h"
 #include "../le.h"
 
 #include "../strbuf.h"
@@ -817,13 +818,8 @@ static int add_tensor(loader *L, const char *name, size_t name_len, const descri
     sb_putc(extra, '\0');
     if (extra->failed) return ckpt_fail(r->err, -ENOMEM, "out of memory");
 
-    if (L->nspans == L->cap_spans) {
-        size_t cap = L->cap_spans ? 2 * L->cap_spans : 64;
-        span *p = realloc(L->spans, cap * sizeof *p);
-        if (!p) return ckpt_fail(r->err, -ENOMEM, "out of memory");
-        L->spans = p;
-        L->cap_spans = cap;
-    }
+    if (GROW(L->spans, L->cap_spans, L->nspans + 1))
+        return ckpt_fail(r->err, -ENOMEM, "out of memory");
     size_t idx;
     rc = catalog_add_tensor(L->cat, name, name_len, d->dtype, ndim, shape, &idx, r->err);
     if (!rc) rc = catalog_set_extra(L->cat, idx, extra->data, r->err);

@@ -33,6 +33,7 @@
  * archive's dtype and shape equal to what .metadata declares. */
 #include "../place.h"
 #include "torch_zip.h"
+#include "../grow.h"
 
 #include "../hashmap.h"
 #include "../pickle.h"
@@ -304,13 +305,8 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
     uint32_t src;
     int rc = catalog_add_source(d->cat, path, rel, &src, d->err);
     if (rc) return rc;
-    if (d->nfiles == d->cap_files) {
-        size_t cap = d->cap_files ? 2 * d->cap_files : 16;
-        distcp_file *p = realloc(d->files, cap * sizeof *p);
-        if (!p) return ckpt_fail(d->err, -ENOMEM, "out of memory");
-        d->files = p;
-        d->cap_files = cap;
-    }
+    if (GROW(d->files, d->cap_files, d->nfiles + 1))
+        return ckpt_fail(d->err, -ENOMEM, "out of memory");
     d->files[d->nfiles] = (distcp_file){src, s, n, 0};
     bool added;
     if (!hm_put(&d->file_by_name, s, n, d->nfiles, &added))

@@ -23,6 +23,7 @@
  *   KVs. */
 #include "../place.h"
 #include "formats.h"
+#include "../grow.h"
 #include "../le.h"
 
 #include "../hashmap.h"
@@ -533,13 +534,8 @@ static int read_kvs(part *p) {
 /* ---- tensor infos and data ---- */
 
 static int add_placed(part *p, placed pl) {
-    if (p->nplaced == p->cap_placed) {
-        size_t cap = p->cap_placed ? 2 * p->cap_placed : 64;
-        placed *n = realloc(p->placed, cap * sizeof *n);
-        if (!n) return ckpt_fail(p->ld->err, -ENOMEM, "out of memory");
-        p->placed = n;
-        p->cap_placed = cap;
-    }
+    if (GROW(p->placed, p->cap_placed, p->nplaced + 1))
+        return ckpt_fail(p->ld->err, -ENOMEM, "out of memory");
     p->placed[p->nplaced++] = pl;
     return 0;
 }

@@ -23,6 +23,7 @@
  * followed by each storage as an 8-byte element count and its bytes, in key-list order. It is
  * read the same way once the storages' offsets are known. */
 #include "torch_zip.h"
+#include "../grow.h"
 #include "../le.h"
 
 #include "../hashmap.h"
@@ -358,13 +359,8 @@ static int find_storage(loader *l, const pk_value *persid, size_t *index) {
         *index = he->value;
         return 0;
     }
-    if (l->nstorages == l->cap_storages) {
-        size_t cap = l->cap_storages ? 2 * l->cap_storages : 64;
-        storage *p = realloc(l->storages, cap * sizeof *p);
-        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-        l->storages = p;
-        l->cap_storages = cap;
-    }
+    if (GROW(l->storages, l->cap_storages, l->nstorages + 1))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
     storage *s = &l->storages[l->nstorages];
     memset(s, 0, sizeof *s);
     int rc = l->legacy ? locate_legacy(l, persid, key, klen, cls, numel, s)
@@ -469,13 +465,8 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
 static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckpt_dtype dtype,
                         uint64_t file_offset, const char *name) {
     torch_embedded *e = l->embedded;
-    if (e->ntensors == l->cap_embedded) {
-        size_t cap = l->cap_embedded ? 2 * l->cap_embedded : 4;
-        torch_embedded_tensor *p = realloc(e->tensors, cap * sizeof *p);
-        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-        e->tensors = p;
-        l->cap_embedded = cap;
-    }
+    if (GROW(e->tensors, l->cap_embedded, e->ntensors + 1))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
     torch_embedded_tensor *t = &e->tensors[e->ntensors];
     memset(t, 0, sizeof *t);
     if (!(t->name = malloc(l->name.len + 1))) return ckpt_fail(l->err, -ENOMEM, "out of memory");
@@ -509,20 +500,10 @@ static int add_tensor(loader *l, const pk_value *v) {
         rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
                                row_major(&td) ? NULL : td.stride, l->err);
     if (rc) return rc;
-    if (l->ntensors == l->cap_tensors) {
-        size_t cap = l->cap_tensors ? 2 * l->cap_tensors : 64;
-        tensor_ref *p = realloc(l->tensors, cap * sizeof *p);
-        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-        l->tensors = p;
-        l->cap_tensors = cap;
-    }
-    if (l->cap_strides - l->nstrides < td.ndim) {
-        size_t cap = l->cap_strides ? 2 * l->cap_strides : 256;
-        uint64_t *p = realloc(l->strides, cap * sizeof *p);
-        if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-        l->strides = p;
-        l->cap_strides = cap;
-    }
+    if (GROW(l->tensors, l->cap_tensors, l->ntensors + 1))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    if (GROW(l->strides, l->cap_strides, l->nstrides + td.ndim))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
     tensor_ref *t = &l->tensors[l->ntensors++];
     t->index = index;
     t->storage = si;
@@ -906,12 +887,8 @@ static int collect_legacy_storages(loader *l, const pk_value *v, int depth, size
         hm_entry *he = hm_put(&l->legacy_by_key, key->u.s.p, key->u.s.len, *n, &added);
         if (!he) return ckpt_fail(l->err, -ENOMEM, "out of memory");
         if (!added) return 0;
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 64;
-            legacy_storage *p = realloc(l->legacy_storages, *cap * sizeof *p);
-            if (!p) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-            l->legacy_storages = p;
-        }
+        if (GROW(l->legacy_storages, *cap, *n + 1))
+            return ckpt_fail(l->err, -ENOMEM, "out of memory");
         legacy_storage *ls = &l->legacy_storages[(*n)++];
         ls->esz = id->u.c.items[1]->u.global->esz;
         ls->numel = UINT64_MAX; /* not found in the storage section yet */

@@ -1,4 +1,5 @@
 #include "tree.h"
+#include "core/grow.h"
 
 #include "core/dequant.h"
 #include "core/hashmap.h"
@@ -30,13 +31,7 @@ typedef struct builder {
 static int new_node(builder *b, const char *name, size_t len, uint32_t parent, node_kind kind,
                     size_t ref, uint32_t *out) {
     tree *tr = b->tr;
-    if (tr->nnodes == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        node *n = realloc(tr->nodes, cap * sizeof *n);
-        if (!n) return -ENOMEM;
-        tr->nodes = n;
-        b->cap = cap;
-    }
+    if (GROW(tr->nodes, b->cap, tr->nnodes + 1)) return -ENOMEM;
     if (tr->nnodes >= UINT32_MAX - 1 || len > 255) return -ENAMETOOLONG;
     node *n = &tr->nodes[tr->nnodes];
     memset(n, 0, sizeof *n);

@@ -10,6 +10,7 @@
  *
  * Data files no journal record refers to are removed once the journal was rewritten. */
 #include "stage_fs.h"
+#include "core/grow.h"
 
 #include "core/hashmap.h"
 
@@ -227,15 +228,9 @@ static void collect_ids(const snode *n, idset *s) {
         for (const snode *c = n->buckets[b]; c; c = c->hash_next) {
             if (c->kind == SN_DIR) collect_ids(c, s);
             if (c->kind != SN_FILE || (c->src != SRC_SPOOL && c->src != SRC_PACK)) continue;
-            if (s->n == s->cap) {
-                size_t cap = s->cap ? s->cap * 2 : 256;
-                uint64_t *p = realloc(s->ids, cap * sizeof *p);
-                if (!p) {
-                    s->incomplete = true;
-                    continue;
-                }
-                s->ids = p;
-                s->cap = cap;
+            if (GROW(s->ids, s->cap, s->n + 1)) {
+                s->incomplete = true;
+                continue;
             }
             s->ids[s->n++] = c->data_id;
         }
