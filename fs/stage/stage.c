@@ -330,7 +330,15 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
     if (req->from) st.from = strdup(from);
     raise_file_limit();
     bool resumed;
-    if ((status = spool_setup(&st, req->from, &resumed)) != 0) goto out;
+    hashmap lower_paths;
+    if ((status = spool_setup(&st, req->from, &resumed, &lower_paths)) != 0) goto out;
+    status = journal_restore(&st, resumed, &lower_paths);
+    hm_free(&lower_paths);
+    if (status) {
+        if (!resumed) spool_remove(&st); /* nothing was staged in it */
+        goto out;
+    }
+    spool_tidy(&st, resumed);
     struct stat os;
     if (resumed)
         fprintf(stderr, "ckptfs stage: continuing the stage of %s kept in %s\n", st.out, st.spool);

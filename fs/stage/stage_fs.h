@@ -4,12 +4,15 @@
  *
  *   stage_tree.c    the in-memory tree (nodes, directory tables, paths)
  *   stage_spool.c   the spool: lock, state, data files, the source's tree, clean-up
- *   stage_journal.c the journal: records, replay, snapshot
- *   stage_ops.c     the FUSE operations
+ *   stage_journal.c the journal: records, replay, snapshot (it uses the spool, not the reverse)
+ *   stage_ops.c     the FUSE operations on names and attributes (stage_ops.h)
+ *   stage_io.c      the FUSE operations on contents: open, read, write, copy-up, control files
  *   stage_commit.c  commit (validate + ckpt_write) and the .ckptfs/status document
  *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
  *   stage_pack.c    staged tensors appended to the file that becomes a safetensors OUT
- *   stage.c         `ckptfs stage` (options, mount, commit on unmount), `ckptfs commit` */
+ *   stage_status.c  `ckptfs stage --status OUT`
+ *   stage.c         `ckptfs stage` (options, spool + journal at start, mount, commit on unmount)
+ *   stage_client.c  `ckptfs commit MOUNTPOINT` */
 #ifndef CKPTFS_STAGE_FS_H
 #define CKPTFS_STAGE_FS_H
 
@@ -134,10 +137,14 @@ bool tree_is_ancestor(const snode *ancestor, const snode *n);
 void tree_release_if_unused(snode *n);
 
 /* ---- stage_spool.c ---- */
-/* Creates or takes over the spool (lock, state), opens the source, loads the tree. *resumed
- * says whether an earlier stage's data was found. Messages go to stderr; returns 0 or an exit
- * status. */
-int spool_setup(stage *st, const char *from_arg, bool *resumed);
+/* Creates or takes over the spool (lock, state), opens the source, loads its tree. *resumed
+ * says whether an earlier stage's data was found; *lower_paths (the caller frees it on success)
+ * maps a source path to 2 * tensor (+1 for a sidecar), for journal_restore. Messages go to
+ * stderr; returns 0 or an exit status. */
+int spool_setup(stage *st, const char *from_arg, bool *resumed, hashmap *lower_paths);
+/* Once the journal is restored: data files no node refers to, temporaries of a killed commit
+ * go; the last commit's report is loaded. */
+void spool_tidy(stage *st, bool resumed);
 void spool_close(stage *st);
 /* Rewrites SPOOL/state for st->lower as it is now (after a commit replaced the source). */
 int spool_write_state(stage *st);
@@ -167,6 +174,9 @@ size_t stage_decode(char *s); /* undoes pct_escape in place; returns the new len
 int journal_replay(stage *st, const hashmap *lower_paths);
 /* Rewrites the journal as a snapshot of the tree and reopens it for appending. */
 int journal_snapshot(stage *st);
+/* At start: replays the journal of a resumed stage onto the tree spool_setup loaded, then
+ * starts the journal afresh from a snapshot. Messages go to stderr; 0 or an exit status. */
+int journal_restore(stage *st, bool resumed, const hashmap *lower_paths);
 /* Records (under st->lock). Each returns 0 or a negative errno. */
 int journal_dir(stage *st, const snode *n);
 int journal_file(stage *st, const snode *n);

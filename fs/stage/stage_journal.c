@@ -483,3 +483,16 @@ int journal_snapshot(stage *st) {
     st->journal_fd = openat(st->spool_fd, "journal", O_WRONLY | O_APPEND | O_CLOEXEC);
     return st->journal_fd >= 0 ? 0 : -errno;
 }
+
+int journal_restore(stage *st, bool resumed, const hashmap *lower_paths) {
+    int rc = resumed ? journal_replay(st, lower_paths) : 0;
+    if (rc) {
+        if (rc == -ENOMEM) fprintf(stderr, "ckptfs stage: out of memory\n");
+        return STAGE_INVALID;
+    }
+    if ((rc = journal_snapshot(st)) != 0) {
+        fprintf(stderr, "ckptfs stage: cannot write %s/journal: %s\n", st->spool, strerror(-rc));
+        return STAGE_INVALID;
+    }
+    return 0;
+}

@@ -458,7 +458,8 @@ static int open_source(stage *st) {
     return 0;
 }
 
-static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
+static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
+                 hashmap *lower_paths) {
     st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = -1;
     if (mkdir(st->spool, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "ckptfs stage: cannot create the spool %s: %s\n", st->spool,
@@ -535,40 +536,37 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh) {
     }
 
     st->root = snode_new(SN_DIR, "", 0, 0755);
-    hashmap lower_paths;
-    if (!st->root || !hm_init(&lower_paths, st->lower ? 2 * st->lower->ntensors : 1)) {
+    if (!st->root || !hm_init(lower_paths, st->lower ? 2 * st->lower->ntensors : 1)) {
         fprintf(stderr, "ckptfs stage: out of memory\n");
         return STAGE_INVALID;
     }
-    rc = st->lower ? populate_lower(st, &lower_paths) : 0;
+    rc = st->lower ? populate_lower(st, lower_paths) : 0;
     if (!rc && st->lower && !*resumed) rc = populate_aux(st);
     /* a new overlay is a change: unmounting it writes OUT */
     st->dirty = !*resumed && st->lower;
-    if (!rc && *resumed) rc = journal_replay(st, &lower_paths);
-    hm_free(&lower_paths);
     if (rc) {
+        hm_free(lower_paths);
         if (rc == -ENOMEM) fprintf(stderr, "ckptfs stage: out of memory\n");
         return STAGE_INVALID;
-    }
-    if ((rc = journal_snapshot(st)) != 0) {
-        fprintf(stderr, "ckptfs stage: cannot write %s/journal: %s\n", st->spool, strerror(-rc));
-        return STAGE_INVALID;
-    }
-    collect_garbage(st, true);
-    if (*resumed) {
-        remove_stale_partials(st);
-        load_last_report(st);
     }
     return 0;
 }
 
-int spool_setup(stage *st, const char *from_arg, bool *resumed) {
+int spool_setup(stage *st, const char *from_arg, bool *resumed, hashmap *lower_paths) {
     bool fresh = false;
     *resumed = false;
-    int rc = setup(st, from_arg, resumed, &fresh);
+    int rc = setup(st, from_arg, resumed, &fresh, lower_paths);
     /* A spool made just now holds nothing yet: a stage that could not start leaves none. */
     if (rc && fresh) spool_remove(st);
     return rc;
+}
+
+void spool_tidy(stage *st, bool resumed) {
+    collect_garbage(st, true);
+    if (resumed) {
+        remove_stale_partials(st);
+        load_last_report(st);
+    }
 }
 
 void spool_close(stage *st) {
