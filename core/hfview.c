@@ -34,15 +34,6 @@ static int dtype_rank(ckpt_dtype dt) {
     return (int)(sizeof order / sizeof *order);
 }
 
-static bool valid_utf8(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (!k) return false;
-        i += k;
-    }
-    return true;
-}
-
 static int name_order(const void *a, const void *b, void *cat) {
     const ckpt_tensor *x = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)a];
     const ckpt_tensor *y = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)b];
@@ -199,7 +190,7 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (renamed ? !t->hf_view : t->aside) continue; /* per-rank copies, optimizer state */
-        if (!valid_utf8(t->name, t->name_len)) {
+        if (!utf8_valid(t->name, t->name_len)) {
             v->skipped_name++; /* safetensors names are JSON strings */
             continue;
         }

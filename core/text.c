@@ -1,5 +1,6 @@
 #include "text.h"
 
+#include <stdio.h>
 #include <string.h>
 
 bool mem_ends_with(const void *s, size_t n, const char *suffix) {
@@ -9,6 +10,16 @@ bool mem_ends_with(const void *s, size_t n, const char *suffix) {
 
 bool str_ends_with(const char *s, const char *suffix) {
     return mem_ends_with(s, strlen(s), suffix);
+}
+
+const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n && at + 24 < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? ", " : "",
+                               (unsigned long long)v[i]);
+    if (n && at + 24 >= size) snprintf(buf + at, size - at, ", ...");
+    return buf;
 }
 
 int hex_digit(char c) {

@@ -7,10 +7,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 bool str_ends_with(const char *s, const char *suffix);
 /* The same for n bytes at s, which may hold NULs. */
 bool mem_ends_with(const void *s, size_t n, const char *suffix);
+
+/* "4, 2" for messages: n numbers, cut short with ", ..." when they do not fit in size bytes
+ * (size > 24). Returns buf. */
+const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n);
 
 /* 0..15 for a hex digit (either case), -1 otherwise. */
 int hex_digit(char c);

@@ -73,3 +73,7 @@ char *utf8_shown(char *out, size_t cap, const char *s, size_t n) {
     out[o < cap ? o : cap - 1] = '\0';
     return out;
 }
+
+bool utf8_valid(const char *s, size_t n) {
+    return utf8_invalid_at(s, n) == n;
+}

@@ -2,10 +2,13 @@
 #ifndef CKPT_UTF8_H
 #define CKPT_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Length of the valid sequence starting at p (1..4), or 0 if it is not valid UTF-8. */
 size_t utf8_seq_len(const unsigned char *p, size_t avail);
+/* True when all n bytes at s are valid UTF-8. */
+bool utf8_valid(const char *s, size_t n);
 
 /* Offset of the first byte of s[0..n) that is not part of a valid sequence, or n. */
 size_t utf8_invalid_at(const char *s, size_t n);

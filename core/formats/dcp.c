@@ -33,6 +33,7 @@
  * archive's dtype and shape equal to what .metadata declares. */
 #include "../place.h"
 #include "torch_zip.h"
+#include "../text.h"
 #include "../grow.h"
 
 #include "../hashmap.h"
@@ -224,16 +225,6 @@ static void put_dims(strbuf *sb, const uint64_t *v, uint32_t n) {
         sb_u64(sb, v[i]);
     }
     sb_putc(sb, ']');
-}
-
-static const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n) {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < n && at + 24 < size; i++)
-        at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? ", " : "",
-                               (unsigned long long)v[i]);
-    if (n && at + 24 >= size) snprintf(buf + at, size - at, ", ...");
-    return buf;
 }
 
 /* ---- storage_data: item locations ---- */

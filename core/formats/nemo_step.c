@@ -28,6 +28,7 @@
  * consolidated copy back model/. */
 #include "../place.h"
 #include "safetensors.h"
+#include "../text.h"
 #include "torch_zip.h"
 
 #include "../hashmap.h"
@@ -165,17 +166,6 @@ static int add_aux_from(nemo *n, const char *dir, const char *rel_prefix) {
         if (rc) return rc;
     }
     return 0;
-}
-
-/* "4, 2" for messages (cut short with "..." when it does not fit). */
-static const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n) {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < n && at + 24 < size; i++)
-        at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? ", " : "",
-                               (unsigned long long)v[i]);
-    if (n && at + 24 >= size) snprintf(buf + at, size - at, ", ...");
-    return buf;
 }
 
 static bool same_shape(const ckpt_tensor *t, const st_entry *e) {

@@ -133,15 +133,6 @@ static void put_str(out_file *f, const char *s, size_t n) {
     out_bytes(f, s, n);
 }
 
-static bool valid_utf8(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (!k) return false;
-        i += k;
-    }
-    return true;
-}
-
 /* ---- what may be written ---- */
 
 static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) {
@@ -168,7 +159,7 @@ static int check_tensor(const out_file *f, const ckpt_tensor *t, ckpt_err *err) 
                          "%s: tensor \"%.*s\": the name has %zu bytes, more than the %d GGUF "
                          "(ggml) allows",
                          out, n, shown, t->name_len, NAME_LIMIT);
-    if (memchr(t->name, 0, t->name_len) || !valid_utf8(t->name, t->name_len))
+    if (memchr(t->name, 0, t->name_len) || !utf8_valid(t->name, t->name_len))
         return ckpt_fail(err, -EINVAL,
                          "%s: tensor \"%.*s\": the name is not UTF-8 without NUL bytes, as GGUF "
                          "strings must be",
