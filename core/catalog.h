@@ -42,10 +42,6 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
  * bytes at `base` of the archive file, read in place through a descriptor of its own. */
 int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,
                        uint64_t size, uint32_t *index, ckpt_err *err);
-/* pread of exactly len bytes of a source (source.c), or an error naming the file, what was read
- * and where. */
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err);
 /* Adds a tensor; returns its index via *index. The name is copied. shape may be NULL if ndim=0. */
 int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
                        uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err);

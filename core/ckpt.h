@@ -138,6 +138,9 @@ bool ckpt_is_url(const char *path);
  * readers check after reading: bytes read before the check that passes are the old ones (the
  * kernel updates mtime before it copies a write's data). One fstat. */
 bool ckpt_source_unchanged(const ckpt_source *s);
+/* Bytes the source takes on disk: its size, the compressed size of a .zst, or a tar member's
+ * size in the archive. */
+uint64_t ckpt_source_stored_size(const ckpt_source *s);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */
@@ -244,6 +247,10 @@ void ckpt_close(ckpt_catalog *cat);
 /* What the format's own checks at open covered ("structure, and the CRC-32 of ..."): verify
  * reports it. */
 const char *ckpt_format_checks(const ckpt_catalog *cat);
+/* Exactly len bytes of source `source` at off, or an error naming the file, what was read
+ * (`what`) and where. */
+int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                const char *what, ckpt_err *err);
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 
@@ -286,6 +293,19 @@ void ckpt_vfile_free(ckpt_vfile *vf);
 /* Like ckpt_plan over the whole virtual file. */
 size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_segment *seg,
                        size_t cap, uint64_t *done);
+
+/* ---- writing (writer.h) ---- */
+
+typedef struct ckpt_progress {
+    void (*report)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+} ckpt_progress;
+
+typedef struct ckpt_write_opts {
+    uint64_t max_shard_size; /* safetensors: > 0 writes an HF directory with an index */
+    bool replace_dir;        /* an HF directory OUT that exists is replaced (else: refused) */
+    ckpt_progress progress;
+} ckpt_write_opts;
 
 /* ---- documents shown by the mount (malloc'd, NUL-terminated; NULL on ENOMEM) ---- */
 

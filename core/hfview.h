@@ -25,4 +25,9 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
                       ckpt_err *err);
 void ckpt_hfview_free(ckpt_hfview *v);
 
+/* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config;
+ * formats/dirlist.c): the view and a staged HF directory carry them as they are. */
+extern const char *const hf_aux_names[];
+extern const size_t hf_aux_count;
+
 #endif

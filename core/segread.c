@@ -13,8 +13,8 @@ static int read_full(const ckpt_source *s, char *dst, uint64_t off, uint64_t len
     uint64_t got = 0;
     while (got < len) {
         ssize_t r = ckpt_source_pread(s, dst + got, (size_t)(len - got), off + got);
-        if (r < 0) return (int)-r;
-        if (r == 0) return EIO; /* EOF inside a segment: the source shrank */
+        if (r < 0) return (int)r;
+        if (r == 0) return -EIO; /* EOF inside a segment: the source shrank */
         got += (uint64_t)r;
     }
     return 0;
@@ -89,9 +89,9 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
                 memcpy(dst + pos[k], s->mem, s->length);
                 continue;
             }
-            if (s->kind != CKPT_SEG_FILE) return EIO;
+            if (s->kind != CKPT_SEG_FILE) return -EIO;
             const ckpt_source *src = &cat->sources[s->source];
-            if (!note_source(cat, &rs, s->source)) return EIO;
+            if (!note_source(cat, &rs, s->source)) return -EIO;
             uint64_t lo, hi;
             size_t count = scratch && s->length < SEGREAD_SCRATCH
                                ? gather_group(w, m, k, done, members, &lo, &hi)
@@ -111,5 +111,5 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
         }
         dst += at;
     }
-    return all_unchanged(cat, &rs) ? 0 : EIO;
+    return all_unchanged(cat, &rs) ? 0 : -EIO;
 }

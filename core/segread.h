@@ -15,9 +15,9 @@ enum {
 };
 
 /* Fills dst with the bytes of seg[0..n) in order (dst holds their total length). scratch holds
- * SEGREAD_SCRATCH bytes, or is NULL to read segment by segment. Returns 0, or EIO for a hole, a
- * source that ended early or one that changed since it was opened (checked once per source, after
- * reading), or another positive errno. */
+ * SEGREAD_SCRATCH bytes, or is NULL to read segment by segment. Returns 0, or -EIO for a hole,
+ * a source that ended early or one that changed since it was opened (checked once per source,
+ * after reading), or another negative errno. */
 int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t n, char *dst,
                        char *scratch);
 

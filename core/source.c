@@ -89,3 +89,7 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
 bool ckpt_source_remote_changed(const ckpt_source *s) {
     return s->remote && remote_changed(s->remote);
 }
+
+uint64_t ckpt_source_stored_size(const ckpt_source *s) {
+    return s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
+}

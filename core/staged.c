@@ -204,7 +204,7 @@ static int reader_read(const builder *b, const reader *r, uint64_t off, void *bu
         if (n == 0) return -EIO;
         /* Through the source layer: a .zst source's fd holds compressed bytes. */
         int e = ckpt_read_segments(b->lower, seg, n, (char *)buf + got, NULL);
-        if (e) return -e;
+        if (e) return e;
         got += (size_t)done;
     }
     return 0;

@@ -410,12 +410,13 @@ static int read_elems(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t fi
     while (pos < len) {
         uint64_t done;
         size_t nseg = ckpt_plan(t, off + pos, len - pos, seg, SEGS, &done);
-        int e = nseg && done ? ckpt_read_segments(cat, seg, nseg, (char *)dst + pos, scratch) : EIO;
+        int e = -EIO;
+        if (nseg && done) e = ckpt_read_segments(cat, seg, nseg, (char *)dst + pos, scratch);
         if (e)
-            return ckpt_fail(err, -e, "tensor %.*s: reading bytes %llu..%llu: %s",
+            return ckpt_fail(err, e, "tensor %.*s: reading bytes %llu..%llu: %s",
                              (int)(t->name_len > 120 ? 120 : t->name_len), t->name,
                              (unsigned long long)(off + pos), (unsigned long long)(off + len - 1),
-                             strerror(e));
+                             strerror(-e));
         pos += done;
     }
     return 0;

@@ -1,7 +1,9 @@
 /* ckpt_write: the table of writers, and OUT's name -> the writer that writes it. A new output
  * format is one file in writers/ that defines its row, and one line here. */
-#include "writers/writers.h"
+#include "writer.h"
+
 #include "text.h"
+#include "writers/writers.h"
 
 #include <errno.h>
 #include <limits.h>

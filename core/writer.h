@@ -6,17 +6,6 @@
 
 #include "ckpt.h"
 
-typedef struct ckpt_progress {
-    void (*report)(void *ctx, uint64_t done, uint64_t total);
-    void *ctx;
-} ckpt_progress;
-
-typedef struct ckpt_write_opts {
-    uint64_t max_shard_size; /* safetensors: > 0 writes an HF directory with an index */
-    bool replace_dir;        /* an HF directory OUT that exists is replaced (else: refused) */
-    ckpt_progress progress;
-} ckpt_write_opts;
-
 /* The output format follows OUT's name (the table in writer.c): .safetensors, a directory (HF
  * shards + index), .gguf, .bpk, .lwt, .gptrs (GPTRSCHK) / .gptrsten (GPTRSTEN). NAME.EXT.zst is
  * the file NAME.EXT would be, in the zstd seekable format: frames of at most 1 MiB, ended

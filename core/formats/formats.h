@@ -4,6 +4,7 @@
 #define CKPT_FORMATS_H
 
 #include "../catalog.h"
+#include "../hfview.h"
 
 enum { PROBE_BYTES = 512 };
 
@@ -114,8 +115,5 @@ int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ct
 /* The regular files of dir whose names end in suffix, sorted. */
 int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
 void free_files(char **names, size_t count);
-/* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config). */
-extern const char *const hf_aux_names[];
-extern const size_t hf_aux_count;
 
 #endif

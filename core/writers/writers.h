@@ -3,7 +3,7 @@
 #ifndef CKPT_WRITERS_H
 #define CKPT_WRITERS_H
 
-#include "../writer.h"
+#include "../ckpt.h"
 
 typedef struct out_file {
     char *final_path;
@@ -23,7 +23,9 @@ typedef struct out_file {
     int failed; /* sticky negative errno */
 } out_file;
 
-/* One row of the writer table (writer.c), defined at the end of the writer's file. */
+/* One row of the writer table (writer.c), defined at the end of the writer's file (writer.h
+ * names the type for its users; a repeated typedef is valid C11). */
+typedef struct ckpt_writer ckpt_writer;
 struct ckpt_writer {
     const char *suffix; /* OUT's name ends in it (before a ".zst") */
     /* Writes one archive into an opened output file; the caller commits it, or aborts it when

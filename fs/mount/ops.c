@@ -6,7 +6,6 @@
 #include "core/segread.h"
 #include "core/sha256.h"
 #include "core/stats.h"
-#include "core/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -563,7 +562,7 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
  * scratch window (core/segread.c). 0 or a positive errno. */
 static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
     char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
-    return ckpt_read_segments(fs->cat, seg, n, dst, scratch);
+    return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
 }
 
 /* The kernel can splice only bytes that lie in a file as they are: not those of a .zst. */

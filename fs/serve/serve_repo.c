@@ -5,7 +5,6 @@
 
 #include "core/sha256.h"
 #include "core/strbuf.h"
-#include "core/zstd_seekable.h"
 #include "mount/view_job.h"
 
 #include <errno.h>
@@ -17,17 +16,13 @@
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
 
-static uint64_t on_disk_size(const ckpt_source *src) {
-    return src->zst ? zst_file_size(src->zst) : src->member_of ? src->file_size : src->size;
-}
-
 /* The file at the source's path is still the one the catalog read: same device, inode, size
  * and modification time. */
 static bool source_current(const ckpt_source *src) {
     struct stat st;
     return stat(src->path, &st) == 0 && st.st_dev == src->dev && st.st_ino == src->ino &&
-           (uint64_t)st.st_size == on_disk_size(src) && st.st_mtim.tv_sec == src->mtime.tv_sec &&
-           st.st_mtim.tv_nsec == src->mtime.tv_nsec;
+           (uint64_t)st.st_size == ckpt_source_stored_size(src) &&
+           st.st_mtim.tv_sec == src->mtime.tv_sec && st.st_mtim.tv_nsec == src->mtime.tv_nsec;
 }
 
 /* The commit id: a digest of what identifies every source file (path, device, inode, size,
@@ -39,9 +34,9 @@ static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_update(&c, cat->root, strlen(cat->root) + 1);
     for (uint32_t i = 0; i < cat->nsources; i++) {
         const ckpt_source *src = &cat->sources[i];
-        uint64_t id[6] = {
-            (uint64_t)src->dev,          (uint64_t)src->ino,           on_disk_size(src),
-            (uint64_t)src->mtime.tv_sec, (uint64_t)src->mtime.tv_nsec, src->base};
+        uint64_t id[6] = {(uint64_t)src->dev,           (uint64_t)src->ino,
+                          ckpt_source_stored_size(src), (uint64_t)src->mtime.tv_sec,
+                          (uint64_t)src->mtime.tv_nsec, src->base};
         sha256_update(&c, src->path, strlen(src->path) + 1);
         sha256_update(&c, id, sizeof id);
     }

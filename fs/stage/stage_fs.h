@@ -167,8 +167,7 @@ void spool_data_unlink(const stage *st, uint64_t id);
 bool spool_parse_id(const char *s, uint64_t *id);
 
 /* ---- stage_journal.c ---- */
-/* Path encoding shared with the state file: bytes <= 0x20, 0x7F and '%' as %XX. */
-size_t stage_decode(char *s); /* undoes pct_escape in place; returns the new length */
+/* Paths in the journal and the state file: pct_escape with space (bytes <= 0x20, 0x7F, '%'). */
 /* Applies SPOOL/journal to the tree; lower_paths maps a source path to 2 * tensor (+1 for a
  * sidecar). Returns 0 or a negative errno (a journal that is not ours). */
 int journal_replay(stage *st, const hashmap *lower_paths);

@@ -26,7 +26,7 @@ int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_
         if (n == 0) return EIO;
         /* A source that shrank gives EIO: never other bytes. */
         int e = ckpt_read_segments(cat, seg, n, buf + *got, NULL);
-        if (e) return e;
+        if (e) return -e; /* positive here, as FUSE replies take it */
         *got += (size_t)done;
     }
     return 0;

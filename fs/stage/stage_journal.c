@@ -30,7 +30,7 @@
 
 /* ---- paths in records: bytes <= 0x20, 0x7F and '%' as %XX (pct_escape with space) ---- */
 
-size_t stage_decode(char *s) {
+static size_t stage_decode(char *s) {
     size_t n;
     pct_unescape(s, &n, false);
     return n;

@@ -18,7 +18,8 @@
  * header does not fit, is committed by ckpt_write as before: the compaction is that copy. */
 #include "stage_fs.h"
 
-#include "core/formats/formats.h"
+#include "core/hfview.h"
+#include "core/text.h"
 #include "core/utf8.h"
 
 #include <errno.h>
@@ -31,14 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* Files that cannot be a tensor's raw bytes would leave holes between tensors. */
 bool stage_pack_name_ok(const char *name) {
-    if (name[0] == '.' || ends_with(name, ".json") || ends_with(name, ".npy")) return false;
+    if (name[0] == '.' || str_ends_with(name, ".json") || str_ends_with(name, ".npy")) return false;
     for (size_t i = 0; i < hf_aux_count; i++)
         if (strcmp(name, hf_aux_names[i]) == 0) return false;
     return true;
@@ -48,7 +44,7 @@ bool stage_pack_name_ok(const char *name) {
 static int usable(stage *st) {
     if (st->pack_usable) return st->pack_usable;
     st->pack_usable = -1;
-    if (!ends_with(st->out, ".safetensors") || st->max_shard_size) return -1;
+    if (!str_ends_with(st->out, ".safetensors") || st->max_shard_size) return -1;
     char copy[PATH_MAX];
     snprintf(copy, sizeof copy, "%s", st->out);
     struct stat dir, data;

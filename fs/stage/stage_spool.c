@@ -358,7 +358,7 @@ static int read_state(stage *st, saved_state *s) {
         return -ENOMEM;
     }
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, len;
     ssize_t n;
     int rc = 0, lineno = 0;
     strbuf fp;
@@ -373,11 +373,11 @@ static int read_state(stage *st, saved_state *s) {
         if (strncmp(line, "out ", 4) == 0) {
             free(s->out);
             s->out = strdup(line + 4);
-            if (s->out) stage_decode(s->out);
+            if (s->out) pct_unescape(s->out, &len, false);
         } else if (strncmp(line, "from ", 5) == 0) {
             free(s->from);
             s->from = strcmp(line + 5, "-") == 0 ? NULL : strdup(line + 5);
-            if (s->from) stage_decode(s->from);
+            if (s->from) pct_unescape(s->from, &len, false);
         } else if (strncmp(line, "source ", 7) == 0) {
             sb_puts(&fp, line);
             sb_putc(&fp, '\n');

@@ -122,11 +122,11 @@ int main(void) {
 
     seg[0] = (ckpt_segment){.kind = CKPT_SEG_FILE, .source = 0, .offset = 0, .length = 10};
     seg[1] = (ckpt_segment){.kind = CKPT_SEG_HOLE, .length = 10};
-    ok(ckpt_read_segments(cat, seg, 2, (char *)got, scratch) == EIO, "a hole is EIO");
+    ok(ckpt_read_segments(cat, seg, 2, (char *)got, scratch) == -EIO, "a hole is EIO");
     seg[1] =
         (ckpt_segment){.kind = CKPT_SEG_FILE, .source = 0, .offset = FILE_SIZE - 5, .length = 10};
-    ok(ckpt_read_segments(cat, seg, 2, (char *)got, scratch) == EIO &&
-           ckpt_read_segments(cat, seg, 2, (char *)got, NULL) == EIO,
+    ok(ckpt_read_segments(cat, seg, 2, (char *)got, scratch) == -EIO &&
+           ckpt_read_segments(cat, seg, 2, (char *)got, NULL) == -EIO,
        "a segment past the end of its file is EIO, gathered or not");
 
     free(scratch);

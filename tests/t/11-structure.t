@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""The source tree keeps its shape: fs/ includes only the public headers of libckpt (listed in
+core/PUBLIC_HEADERS), a public header includes only public headers, and no two files of core/
+(nor of fs/mount/, fs/stage/) depend on each other, directly or round a longer loop:
+- by includes (a module is NAME.c with NAME.h), read as text and resolved the way the
+  Makefile's -I flags do;
+- by calls: an object file that uses a symbol another defines depends on it (nm on the objects
+  the build made; a header that declares another file's functions cannot hide a loop).
+Each checker is first run on small made-up trees that break its rule, so a checker that finds
+nothing cannot pass."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from ckptfs_test import Tap  # noqa: E402
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def sources(top):
+    for d, _, files in os.walk(top):
+        for f in sorted(files):
+            if f.endswith((".c", ".h")):
+                yield os.path.join(d, f)
+
+
+def includes(path, search):
+    """The files path includes, resolved against its own folder, then each folder of search."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    for name in INCLUDE.findall(text):
+        for base in [os.path.dirname(path)] + search:
+            p = os.path.normpath(os.path.join(base, name))
+            if os.path.isfile(p):
+                yield name, p
+                break
+
+
+def public_headers(root):
+    with open(os.path.join(root, "core", "PUBLIC_HEADERS")) as f:
+        names = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+    return {os.path.normpath(os.path.join(root, "core", n)) for n in names}
+
+
+def boundary_violations(root):
+    """(file, include) pairs where fs/ or a public header reaches an internal core header."""
+    core = os.path.join(root, "core") + os.sep
+    public = public_headers(root)
+    bad = []
+    search = [root, os.path.join(root, "fs")]  # -I. -Ifs
+    for src in sources(os.path.join(root, "fs")):
+        for name, p in includes(src, search):
+            if p.startswith(core) and p not in public:
+                bad.append((os.path.relpath(src, root), name))
+    for h in sorted(public):
+        for name, p in includes(h, []):
+            if p.startswith(core) and p not in public:
+                bad.append((os.path.relpath(h, root), name))
+    return bad, public
+
+
+def module_cycles(top):
+    """Strongly connected groups of more than one module in top's include graph."""
+    def module(p):
+        return os.path.splitext(os.path.relpath(p, top))[0]
+    graph = {}
+    for src in sources(top):
+        m = module(src)
+        graph.setdefault(m, set())
+        for _, p in includes(src, [top]):
+            if p.startswith(top + os.sep) and module(p) != m:
+                graph[m].add(module(p))
+    return strongly_connected(graph), len(graph)
+
+
+def strongly_connected(graph):
+    """Groups of more than one node that reach each other (Tarjan, iteratively)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on:
+                    low[v] = min(low[v], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    out.append(sorted(group))
+    return out
+
+
+def call_cycles(objdir, registries=()):
+    """Loops among the object files under objdir, by the symbols one uses and another defines.
+    A registry (the format table) lists every decoder, and container formats (tar, a folder of
+    checkpoints) probe their members through it: looking a format up in it is not a dependency
+    on the file that holds it."""
+    defined, used = {}, {}
+    for d, _, files in os.walk(objdir):
+        for f in sorted(files):
+            if not f.endswith(".o"):
+                continue
+            o = os.path.join(d, f)
+            m = os.path.splitext(os.path.relpath(o, objdir))[0]
+            used[m] = set()
+            out = subprocess.run(["nm", "-P", o], capture_output=True, text=True,
+                                 check=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) >= 2 and parts[1] in "TDBRVW":
+                    defined.setdefault(parts[0], m)
+                elif len(parts) >= 2 and parts[1] == "U":
+                    used[m].add(parts[0])
+    graph = {m: {defined[s] for s in u if defined.get(s, m) not in (m,) + tuple(registries)}
+             for m, u in used.items()}
+    return strongly_connected(graph), len(graph)
+
+
+def write(root, rel, text):
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write(text)
+
+
+def main():
+    tap = Tap()
+    with tempfile.TemporaryDirectory() as t:
+        # a made-up tree that breaks every rule once
+        write(t, "core/PUBLIC_HEADERS", "# api\nckpt.h\n")
+        write(t, "core/ckpt.h", '#include "catalog.h"\n')
+        write(t, "core/catalog.h", "")
+        write(t, "core/a.c", '#include "b.h"\n')
+        write(t, "core/b.h", "")
+        write(t, "core/b.c", '#include "sub/c.h"\n')
+        write(t, "core/sub/c.h", '#include "../a.h"\n')
+        write(t, "core/a.h", "")
+        write(t, "core/d.c", '#include "d.h"\n#include "a.h"\n')
+        write(t, "core/d.h", "")
+        write(t, "fs/x/y.c", '#include "core/ckpt.h"\n#include "core/catalog.h"\n'
+                             '#include "../../core/sub/c.h"\n#include "y.h"\n')
+        write(t, "fs/x/y.h", "")
+        bad, _ = boundary_violations(t)
+        tap.ok(sorted(bad) == [("core/ckpt.h", "catalog.h"), ("fs/x/y.c", "../../core/sub/c.h"),
+                               ("fs/x/y.c", "core/catalog.h")],
+               "the boundary check finds internal headers reached from fs/ and from a public "
+               "header, and nothing else", bad)
+        cycles, _ = module_cycles(os.path.join(t, "core"))
+        tap.ok(cycles == [["a", "b", "sub/c"]],
+               "the include-cycle check finds a three-module loop through a subfolder and no "
+               "other", cycles)
+        # the old writer.c <-> writers/ loop: declarations in a third header, calls both ways
+        write(t, "calls/w.h", "int write_x(void);\nint out_bytes(void);\n")
+        write(t, "calls/writer.c", '#include "w.h"\nint out_bytes(void) { return 1; }\n'
+                                   "int write_any(void) { return write_x(); }\n")
+        write(t, "calls/writers/x.c", '#include "../w.h"\n'
+                                      "int write_x(void) { return out_bytes(); }\n")
+        write(t, "calls/other.c", '#include "w.h"\nint other(void) { return write_x(); }\n')
+        for c in ("writer", "writers/x", "other"):
+            subprocess.run(["cc", "-c", os.path.join(t, "calls", c + ".c"), "-o",
+                            os.path.join(t, "calls", c + ".o")], check=True)
+        cycles, _ = call_cycles(os.path.join(t, "calls"))
+        tap.ok(cycles == [["writer", "writers/x"]],
+               "the call-cycle check finds two objects calling each other and no other", cycles)
+
+    bad, public = boundary_violations(ROOT)
+    tap.ok(len(public) >= 2 and all(os.path.isfile(p) for p in public),
+           "core/PUBLIC_HEADERS lists %d headers, all present" % len(public),
+           sorted(p for p in public if not os.path.isfile(p)))
+    tap.ok(not bad, "fs/ and the public headers include only public core headers",
+           ["%s includes \"%s\" (internal to core/)" % b for b in bad])
+    cycles, n = module_cycles(os.path.join(ROOT, "core"))
+    tap.ok(n > 30 and not cycles, "no include cycle among the %d modules of core/" % n,
+           [" -> ".join(c) for c in cycles])
+    build = os.path.dirname(os.environ.get("CKPTFS") or os.path.join(ROOT, "build", "ckptfs"))
+    for sub, registries in (("core", ["formats/formats"]), ("fs/mount", [])):
+        objdir = os.path.join(build, sub)
+        if not os.path.isdir(objdir):
+            tap.skip("call cycles in %s/" % sub, "no objects in %s (build first)" % objdir)
+            continue
+        cycles, n = call_cycles(objdir, registries)
+        tap.ok(n >= 2 and not cycles, "no two of the %d objects of %s/ call each other, directly "
+               "or round a loop" % (n, sub), [" <-> ".join(c) for c in cycles])
+    # The stage: its journal uses the spool, never the reverse. (Other loops of fs/stage/ are
+    # listed, not yet held to: commit -> rebase -> copy-up in io -> commit, stage <-> status.)
+    objdir = os.path.join(build, "fs", "stage")
+    if os.path.isdir(objdir):
+        cycles, n = call_cycles(objdir)
+        tangled = [c for c in cycles if "stage_journal" in c and "stage_spool" in c]
+        tap.ok(n >= 2 and not tangled, "fs/stage/: stage_journal and stage_spool are in no loop",
+               [" <-> ".join(c) for c in cycles])
+        for c in cycles:
+            print("# fs/stage/ loop still to untangle: %s" % " <-> ".join(c))
+    else:
+        tap.skip("call cycles in fs/stage/", "no objects in %s (build first)" % objdir)
+    print("1..%d" % tap.n)
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
