@@ -1,4 +1,4 @@
-/* `ckptfs ls|info|cat|verify SOURCE ...`: reading a checkpoint without mounting it (no
+/* `ckptfs ls|info|cat|verify|convert SOURCE ...`: reading a checkpoint without mounting it (no
  * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
  * holds what every subcommand shares: -o options, opening the source, messages, output. */
 #include "cli.h"
