@@ -349,8 +349,7 @@ int catalog_add_doc(ckpt_catalog *cat, const char *key, const char *json, size_t
 
 int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (GROW(cat->aux, pv->cap_aux, cat->naux + 1))
-        return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (GROW(cat->aux, pv->cap_aux, cat->naux + 1)) return ckpt_fail(err, -ENOMEM, "out of memory");
     cat->aux[cat->naux].name = arena_strdup(&pv->mem, name);
     cat->aux[cat->naux].source = source;
     if (!cat->aux[cat->naux].name) return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -360,8 +359,7 @@ int catalog_add_aux(ckpt_catalog *cat, const char *name, uint32_t source, ckpt_e
 
 int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) {
     struct ckpt_catalog_private *pv = cat->priv;
-    if (GROW(cat->warnings, pv->cap_warnings, cat->nwarnings + 1))
-        return -ENOMEM;
+    if (GROW(cat->warnings, pv->cap_warnings, cat->nwarnings + 1)) return -ENOMEM;
     char buf[512];
     va_list ap;
     va_start(ap, fmt);

@@ -53,8 +53,7 @@ static int rd(reader *r, void *out, size_t n, const char *field) {
 static int rd_i32(reader *r, int32_t *v, const char *field) {
     unsigned char b[4];
     int rc = rd(r, b, 4, field);
-    if (!rc)
-        *v = (int32_t)le32(b);
+    if (!rc) *v = (int32_t)le32(b);
     return rc;
 }
 
