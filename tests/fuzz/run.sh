@@ -60,7 +60,7 @@ done
 rm -f "$B/libckpt-fuzz.a"
 ar rcs "$B/libckpt-fuzz.a" "${objs[@]}" || exit 2
 for h in $harnesses; do
-    $CC $CFLAGS_FUZZ -fsanitize=fuzzer "tests/fuzz/fuzz_$h.c" "$B/libckpt-fuzz.a" -lcbor -lz -lzstd \
+    $CC $CFLAGS_FUZZ -fsanitize=fuzzer "tests/fuzz/fuzz_$h.c" "$B/libckpt-fuzz.a" -lcbor -lz -lzstd -lm -lcurl -lpthread \
         -o "$B/fuzz_$h" || { echo "run.sh: cannot build fuzz_$h" >&2; exit 2; }
 done
 echo "== built: $(echo $harnesses)"
