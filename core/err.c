@@ -1,4 +1,5 @@
 #include "catalog.h"
+#include "text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,21 +20,11 @@ int ckpt_fail(ckpt_err *err, int code, const char *fmt, ...) {
 enum { SHOWN_MAX = 120, SHOWN_RING = 8 };
 
 const char *ckpt_shown(const char *name, size_t len) {
-    static const char hex[] = "0123456789ABCDEF";
     static _Thread_local char ring[SHOWN_RING][SHOWN_MAX * 3 + 4];
     static _Thread_local unsigned next;
     char *out = ring[next++ % SHOWN_RING], *o = out;
     size_t n = len > SHOWN_MAX ? SHOWN_MAX : len;
-    for (size_t i = 0; name && i < n; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (c < 0x20 || c == 0x7f || c == '%') {
-            *o++ = '%';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        } else {
-            *o++ = (char)c;
-        }
-    }
+    o += pct_escape_buf(out, name ? name : "", name ? n : 0, false);
     if (len > n) o += sprintf(o, "...");
     *o = '\0';
     return out;

@@ -30,8 +30,8 @@ int hex_digit(char c) {
 }
 
 void pct_escape(strbuf *sb, const char *s, size_t n, bool space) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t run = 0; /* bytes kept as they are go out in runs */
+    static const char hex[] = "0123456789ABCDEF"; /* runs of plain bytes go out at once */
+    size_t run = 0;                               /* bytes kept as they are go out in runs */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (!(c < 0x20 || c == 0x7f || c == '%' || (space && c == ' '))) continue;
@@ -41,6 +41,23 @@ void pct_escape(strbuf *sb, const char *s, size_t n, bool space) {
         run = i + 1;
     }
     sb_put(sb, s + run, n - run);
+}
+
+size_t pct_escape_buf(char *out, const char *s, size_t n, bool space) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '%' || (space && c == ' ')) {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    return o;
 }
 
 bool pct_unescape(char *s, size_t *len, bool strict) {

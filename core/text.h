@@ -23,6 +23,8 @@ int hex_digit(char c);
 /* Appends n bytes of s with control bytes, 0x7F and '%' as %XX (upper-case hex); with `space`,
  * ' ' too (fields separated by spaces). */
 void pct_escape(strbuf *sb, const char *s, size_t n, bool space);
+/* pct_escape into out, which holds 3 * n + 1 bytes; returns the length written (NUL-terminated). */
+size_t pct_escape_buf(char *out, const char *s, size_t n, bool space);
 /* Undoes pct_escape in place on the NUL-terminated s and NUL-terminates the result; *len gets
  * its length (it may hold NULs). A '%' not followed by two hex digits is kept as it is, or with
  * `strict` makes this return false. */

@@ -107,9 +107,7 @@ static bool writes_directory(const char *out, const ckpt_write_opts *wo) {
 }
 
 static bool is_gguf(const char *out) {
-    size_t n = strlen(out);
-    return (n >= 5 && strcmp(out + n - 5, ".gguf") == 0) ||
-           (n >= 9 && strcmp(out + n - 9, ".gguf.zst") == 0);
+    return str_ends_with(out, ".gguf") || str_ends_with(out, ".gguf.zst");
 }
 
 /* A Hugging Face llama or gpt2 folder into GGUF: laid out so that llama.cpp runs it. */

@@ -10,6 +10,7 @@
 #include "core/segread.h"
 #include "core/sha256.h"
 #include "core/strbuf.h"
+#include "core/text.h"
 
 #include <errno.h>
 #include <microhttpd.h>
@@ -395,9 +396,8 @@ static enum MHD_Result api_tree(struct MHD_Connection *c, const serve_snapshot *
 /* ---- files ---- */
 
 static const char *content_type(const char *path) {
-    size_t n = strlen(path);
-    if (n >= 5 && strcmp(path + n - 5, ".json") == 0) return "application/json";
-    if (n >= 4 && (strcmp(path + n - 4, ".txt") == 0 || strcmp(path + n - 4, ".tsv") == 0))
+    if (str_ends_with(path, ".json")) return "application/json";
+    if (str_ends_with(path, ".txt") || str_ends_with(path, ".tsv"))
         return "text/plain; charset=utf-8";
     return "application/octet-stream";
 }
@@ -667,13 +667,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (strncmp(url, "/api/models/ckptfs/", 19) == 0) return route_repo(c, cfg, url + 19, true);
     if (strncmp(url, "/ckptfs/", 8) == 0) return route_repo(c, cfg, url + 8, false);
     return send_error(c, MHD_HTTP_NOT_FOUND, "RepoNotFound", "no such page");
-}
-
-static int hex_digit(char ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
 }
 
 /* Percent-decoding in place, except %00: a NUL would cut the path short in C strings, so
