@@ -402,6 +402,47 @@ static void put_hex(strbuf *out, const char *s, size_t n) {
  * dropped (the tagged value stays), undefined becomes null, NaN and infinities become the
  * strings "NaN", "Infinity", "-Infinity", non-text map keys become their JSON text. */
 static int key_text(reader *r, const item *it, int depth, strbuf *out);
+/* Where each key of one map stands in the rendered JSON text (offsets: the text may move). */
+typedef struct key_spans {
+    size_t (*span)[2];
+    size_t n, cap;
+} key_spans;
+
+static bool key_spans_add(key_spans *k, size_t start, size_t len) {
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 8;
+        void *p = realloc(k->span, cap * sizeof *k->span);
+        if (!p) return false;
+        k->span = p;
+        k->cap = cap;
+    }
+    k->span[k->n][0] = start;
+    k->span[k->n][1] = len;
+    k->n++;
+    return true;
+}
+
+static int key_span_cmp(const void *a, const void *b, void *text) {
+    const size_t *x = a, *y = b;
+    const char *t = text;
+    size_t n = x[1] < y[1] ? x[1] : y[1];
+    int c = memcmp(t + x[0], t + y[0], n);
+    return c ? c : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Sorts the spans by their text; true (and the key) when two are equal. */
+static bool key_spans_repeat(key_spans *k, const char *text, const char **key, size_t *len) {
+    if (k->n < 2) return false;
+    qsort_r(k->span, k->n, sizeof *k->span, key_span_cmp, (void *)text);
+    for (size_t i = 1; i < k->n; i++)
+        if (key_span_cmp(k->span[i - 1], k->span[i], (void *)text) == 0) {
+            *key = text + k->span[i][0];
+            *len = k->span[i][1];
+            return true;
+        }
+    return false;
+}
+
 static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
     if (depth > MAX_DEPTH)
         return bad(r, "metadata: CBOR nesting deeper than %d levels at offset %llu", MAX_DEPTH,
@@ -472,12 +513,14 @@ static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
         if ((rc = open_members(r, it, &m))) return rc;
         if (out) sb_putc(out, map ? '{' : '[');
         item el;
+        key_spans keys = {0};
         for (bool first = true; (rc = next_member(r, &m, &el)) == 1; first = false) {
             if (out && out->len > r->json_limit) {
                 r->overflow = true;
                 out = NULL;
             }
             if (out && !first) sb_puts(out, ", ");
+            size_t key_start = out ? out->len : 0;
             if (map && out && el.kind != K_TEXT) {
                 /* A JSON key must be a string: use the key's own JSON text, rendered under a
                  * small budget: nested keys are escaped once per level, which must not grow
@@ -490,13 +533,23 @@ static int value(reader *r, const item *it, unsigned depth, strbuf *out) {
             } else {
                 rc = value(r, &el, depth + 1, out);
             }
-            if (rc) return rc;
+            if (!rc && map && out && !key_spans_add(&keys, key_start, out->len - key_start))
+                rc = -ENOMEM;
+            if (rc) break;
             if (map) {
                 if (out) sb_puts(out, ": ");
                 if ((rc = next_map_value(r, &m, &el)) || (rc = value(r, &el, depth + 1, out)))
-                    return rc;
+                    break;
             }
         }
+        /* JSON readers keep one of two equal keys: a map whose keys repeat (in CBOR, or once
+         * rendered as JSON text) would lose a value without a word. Refused instead. */
+        const char *twice = NULL;
+        size_t twice_len = 0;
+        if (rc >= 0 && out && key_spans_repeat(&keys, out->data, &twice, &twice_len))
+            rc = bad(r, "metadata: the CBOR map at offset %llu has the key %.*s twice", it->at,
+                     (int)(twice_len > 80 ? 80 : twice_len), twice);
+        free(keys.span);
         if (rc < 0) return rc;
         if (out) sb_putc(out, map ? '}' : ']');
         return 0;
