@@ -266,6 +266,37 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
     return k;
 }
 
+/* A strided piece's bytes, a buffer's room at a time (core/strided.c copies them in blocks). */
+static void out_strided(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
+                        const char *what) {
+    if (!f->gather && !(f->gather = malloc(SEGREAD_SCRATCH))) {
+        f->failed = -ENOMEM;
+        ckpt_fail(f->err, -ENOMEM, "%s: out of memory", what);
+        return;
+    }
+    for (uint64_t done = 0; done < seg->length && !f->failed;) {
+        if (f->buf_len == f->buf_cap) flush(f);
+        if (f->failed) return;
+        size_t room = f->buf_cap - f->buf_len;
+        ckpt_segment part = *seg;
+        part.offset += done;
+        part.length = seg->length - done < room ? seg->length - done : room;
+        int e = ckpt_read_segments(cat, &part, 1, (char *)f->buf + f->buf_len, f->gather);
+        if (e) {
+            f->failed = e;
+            ckpt_fail(f->err, e, "%s: reading its strided piece from %s: %s", what,
+                      cat->sources[seg->source].path,
+                      e == -EIO ? "the file changed or is shorter than when it was opened"
+                                : strerror(-e));
+            return;
+        }
+        f->buf_len += (size_t)part.length;
+        f->written += part.length;
+        done += part.length;
+    }
+    if (f->buf_len == f->buf_cap) flush(f);
+}
+
 void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg, size_t n,
                   const char *what) {
     for (size_t i = 0; i < n && !f->failed; i++) {
@@ -284,6 +315,10 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
             f->failed = -EIO;
             ckpt_fail(f->err, -EIO, "%s: part of it is stored nowhere (incomplete)", what);
             return;
+        }
+        if (seg[i].kind == CKPT_SEG_STRIDED) {
+            out_strided(f, cat, &seg[i], what);
+            continue;
         }
         const ckpt_source *s = &cat->sources[seg[i].source];
         if (!f->zst && !s->zst && seg[i].length >= COPY_RANGE_MIN &&
@@ -335,6 +370,11 @@ int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, voi
                 return ckpt_fail(err, -EIO, "%s: part of it is stored nowhere (incomplete)", what);
             if (seg[i].kind == CKPT_SEG_MEM) {
                 memcpy(dst, seg[i].mem, seg[i].length);
+            } else if (seg[i].kind == CKPT_SEG_STRIDED) {
+                int e = ckpt_read_segments(cat, &seg[i], 1, dst, NULL);
+                if (e)
+                    return ckpt_fail(err, e, "%s: reading its strided piece from %s: %s", what,
+                                     cat->sources[seg[i].source].path, strerror(-e));
             } else {
                 int rc =
                     source_read(cat, seg[i].source, seg[i].offset, dst, seg[i].length, what, err);
