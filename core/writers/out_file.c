@@ -19,7 +19,7 @@
 
 enum {
     OUT_BUF = 4 << 20,
-    FRAME_CUT = 256 << 10, /* a frame this full ends at the next tensor */
+    FRAME_CUT = ZST_FRAME_TARGET / 4, /* a frame this full ends at the next tensor */
 };
 
 int out_fsync_dir_of(const char *path) {
@@ -40,7 +40,7 @@ int out_open(out_file *f, const char *path, bool compress, ckpt_err *err) {
     size_t n = strlen(path);
     f->final_path = strdup(path);
     f->temp_path = malloc(n + 32);
-    f->buf_cap = compress ? ZST_FRAME_MAX : OUT_BUF;
+    f->buf_cap = compress ? ZST_FRAME_TARGET : OUT_BUF;
     f->buf = malloc(f->buf_cap);
     if (compress) f->zst = zst_writer_new();
     if (!f->final_path || !f->temp_path || !f->buf || (compress && !f->zst)) {
