@@ -2,6 +2,9 @@
 
 #include "strided.h"
 
+_Static_assert((size_t)SEGREAD_SCRATCH >= (size_t)STRIDED_SCRATCH,
+               "strided reads use the gather scratch");
+
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>

@@ -1,7 +1,5 @@
 #include "strided.h"
 
-#include "segread.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -269,7 +267,7 @@ static int fill_band(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt_p
     if (rest > FOOTPRINT_MAX)
         return fill_elementwise(s, nd, b->n, fbase, st, out + dbase, inner, esz);
 
-    size_t cap = SEGREAD_SCRATCH;
+    size_t cap = STRIDED_SCRATCH;
     unsigned char *buf = (unsigned char *)scratch, *own = NULL;
     if (!buf || rest > cap) {
         cap = rest > cap ? (size_t)rest : cap;

@@ -254,10 +254,9 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
     int e = ckpt_read_segments(cat, seg, k, (char *)f->buf + f->buf_len, f->gather);
     if (e) {
         f->failed = e;
-        ckpt_fail(f->err, e, "%s: reading its pieces from %s: %s", what,
-                  cat->sources[seg[0].source].path,
-                  e == -EIO ? "a file is shorter than when it was opened, or changed"
-                             : strerror(-e));
+        ckpt_fail(
+            f->err, e, "%s: reading its pieces from %s: %s", what, cat->sources[seg[0].source].path,
+            e == -EIO ? "a file is shorter than when it was opened, or changed" : strerror(-e));
         return k;
     }
     f->buf_len += (size_t)total;
