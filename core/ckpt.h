@@ -254,14 +254,18 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 
-enum { CKPT_SEG_FILE, CKPT_SEG_HOLE, CKPT_SEG_MEM };
+/* CKPT_SEG_STRIDED: tensor bytes of one piece whose elements are not adjacent in its file (a
+ * transposed view saved as is); read through ckpt_read_segments, which copies them in blocks
+ * rather than one element at a time. */
+enum { CKPT_SEG_FILE, CKPT_SEG_HOLE, CKPT_SEG_MEM, CKPT_SEG_STRIDED };
 
 typedef struct ckpt_segment {
     uint32_t kind;
-    uint32_t source; /* CKPT_SEG_FILE */
-    uint64_t offset; /* file offset (CKPT_SEG_FILE) */
-    const void *mem; /* CKPT_SEG_MEM */
+    uint32_t source; /* CKPT_SEG_FILE, CKPT_SEG_STRIDED */
+    uint64_t offset; /* file offset (CKPT_SEG_FILE); tensor byte offset (CKPT_SEG_STRIDED) */
+    const void *mem; /* CKPT_SEG_MEM; the ckpt_tensor (CKPT_SEG_STRIDED) */
     uint64_t length;
+    uint32_t piece; /* CKPT_SEG_STRIDED: index into the tensor's pieces */
 } ckpt_segment;
 
 /* Maps [off, off+len) of the tensor's logical row-major bytes onto at most `cap` segments,

@@ -274,21 +274,21 @@ static uint64_t run_in_box(const ckpt_tensor *t, const uint64_t *off, const uint
     return size[c] * inner - r;
 }
 
-static size_t emit(ckpt_segment *seg, size_t n, size_t cap, uint32_t kind, uint32_t source,
-                   uint64_t offset, uint64_t length) {
+static size_t emit(ckpt_segment *seg, size_t n, size_t cap, const ckpt_segment *s) {
     if (n > 0) {
         ckpt_segment *last = &seg[n - 1];
-        if (last->kind == kind && kind == CKPT_SEG_HOLE) {
-            last->length += length;
-            return n;
-        }
-        if (last->kind == kind && last->source == source && last->offset + last->length == offset) {
-            last->length += length;
+        bool adjacent = last->kind == s->kind && last->source == s->source &&
+                        last->offset + last->length == s->offset;
+        if ((last->kind == s->kind && s->kind == CKPT_SEG_HOLE) ||
+            (adjacent && s->kind == CKPT_SEG_FILE) ||
+            (adjacent && s->kind == CKPT_SEG_STRIDED && last->piece == s->piece &&
+             last->mem == s->mem)) {
+            last->length += s->length;
             return n;
         }
     }
     if (n == cap) return SIZE_MAX;
-    seg[n] = (ckpt_segment){.kind = kind, .source = source, .offset = offset, .length = length};
+    seg[n] = *s;
     return n + 1;
 }
 
@@ -325,17 +325,29 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
             cell_size[d] = ix->bounds[d][ci + 1] - cell_off[d];
         }
         int32_t k = ix->cells[cell];
-        uint64_t run, fo = 0;
-        uint32_t kind = CKPT_SEG_HOLE, source = 0;
-        if (k >= 0) {
+        uint64_t run;
+        ckpt_segment s = {.kind = CKPT_SEG_HOLE};
+        if (k >= 0 && nd && ix->contig[k] == nd) {
+            /* No two logically adjacent elements are adjacent in the file: one segment for the
+             * logically contiguous run within the piece, read in blocks (core/strided.c). */
+            const ckpt_piece *p = &t->pieces[k];
+            uint32_t c = nd - 1;
+            while (c > 0 && p->sizes[c] == t->shape[c]) c--;
+            run = run_in_box(t, p->offsets, p->sizes, c, idx);
+            s = (ckpt_segment){.kind = CKPT_SEG_STRIDED,
+                               .source = p->source,
+                               .offset = pos,
+                               .mem = t,
+                               .piece = (uint32_t)k};
+        } else if (k >= 0) {
             const ckpt_piece *p = &t->pieces[k];
             const uint64_t *st = ix->strides[k];
             run = run_in_box(t, p->offsets, p->sizes, ix->contig[k], idx);
             uint64_t el = 0;
             for (uint32_t d = 0; d < nd; d++) el += (idx[d] - p->offsets[d]) * st[d];
-            fo = p->file_offset + el * esz + b;
-            kind = CKPT_SEG_FILE;
-            source = p->source;
+            s = (ckpt_segment){.kind = CKPT_SEG_FILE,
+                               .source = p->source,
+                               .offset = p->file_offset + el * esz + b};
         } else {
             uint32_t c = nd ? nd - 1 : 0;
             while (c > 0 && cell_size[c] == t->shape[c]) c--;
@@ -343,7 +355,8 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
         }
         uint64_t take = run * esz - b;
         if (take > end - pos) take = end - pos;
-        size_t m = emit(seg, n, cap, kind, source, fo, take);
+        s.length = take;
+        size_t m = emit(seg, n, cap, &s);
         if (m == SIZE_MAX) break;
         n = m;
         pos += take;

@@ -1,5 +1,10 @@
 #include "segread.h"
 
+#include "strided.h"
+
+_Static_assert((size_t)SEGREAD_SCRATCH >= (size_t)STRIDED_SCRATCH,
+               "strided reads use the gather scratch");
+
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
@@ -87,6 +92,11 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
             const ckpt_segment *s = &w[k];
             if (s->kind == CKPT_SEG_MEM) {
                 memcpy(dst + pos[k], s->mem, s->length);
+                continue;
+            }
+            if (s->kind == CKPT_SEG_STRIDED) {
+                int e = strided_read(cat, s, dst + pos[k], scratch);
+                if (e) return e;
                 continue;
             }
             if (s->kind != CKPT_SEG_FILE) return -EIO;

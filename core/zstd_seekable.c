@@ -32,8 +32,8 @@ enum {
 
     SLOT_MAX = 4 << 20,     /* frames up to this size are decompressed whole and cached */
     CACHE_BYTES = 16 << 20, /* all cached frames together, for the whole process */
-    SLOTS = 16,
-    CURSORS = 2,          /* decompressors parked inside frames larger than SLOT_MAX */
+    SLOTS = 256, /* room for 16 MiB of 64 KiB frames: the cache is bounded by bytes, not slots */
+    CURSORS = 2, /* decompressors parked inside frames larger than SLOT_MAX */
     IN_MAX = 2 << 20,     /* compressed frames up to this size are decompressed in one call */
     IN_CHUNK = 128 << 10, /* larger ones are read this much at a time */
     SCRATCH = 128 << 10,  /* where bytes before the wanted range are decompressed and dropped */
@@ -535,6 +535,16 @@ static int read_cached(const zst_table *t, uint32_t k, uint64_t from, unsigned c
     return rc;
 }
 
+/* Whether frame k is in the cache or being put there. A read of a whole frame that is not
+ * decompresses it straight into the caller's buffer: a sequential reader gains nothing from
+ * the cache, and the copy out of it would cost as much as a tenth of the decompression. */
+static bool cached(const zst_table *t, uint32_t k) {
+    pthread_mutex_lock(&cache.lock);
+    bool in = slot_find(t, k) != NULL;
+    pthread_mutex_unlock(&cache.lock);
+    return in;
+}
+
 /* Bytes [from, from+len) of a frame too large to cache, with a parked cursor that ends at or
  * before `from` when there is one. */
 static int read_streamed(const zst_table *t, uint32_t k, uint64_t from, unsigned char *dst,
@@ -605,8 +615,9 @@ ssize_t zst_pread(const zst_table *t, void *buf, size_t len, uint64_t off) {
         uint64_t from = pos - t->doff[k], dsize = frame_dsize(t, k);
         size_t take = len - got < dsize - from ? len - got : (size_t)(dsize - from);
         unsigned char *dst = (unsigned char *)buf + got;
-        int rc = dsize <= SLOT_MAX ? read_cached(t, k, from, dst, take)
-                                   : read_streamed(t, k, from, dst, take);
+        int rc = dsize > SLOT_MAX                 ? read_streamed(t, k, from, dst, take)
+                 : take == dsize && !cached(t, k) ? decompress_whole(t, k, dst)
+                                                  : read_cached(t, k, from, dst, take);
         if (rc) return rc;
         got += take;
     }

@@ -19,7 +19,7 @@
 
 enum {
     OUT_BUF = 4 << 20,
-    FRAME_CUT = 256 << 10, /* a frame this full ends at the next tensor */
+    FRAME_CUT = ZST_FRAME_TARGET / 4, /* a frame this full ends at the next tensor */
 };
 
 int out_fsync_dir_of(const char *path) {
@@ -40,7 +40,7 @@ int out_open(out_file *f, const char *path, bool compress, ckpt_err *err) {
     size_t n = strlen(path);
     f->final_path = strdup(path);
     f->temp_path = malloc(n + 32);
-    f->buf_cap = compress ? ZST_FRAME_MAX : OUT_BUF;
+    f->buf_cap = compress ? ZST_FRAME_TARGET : OUT_BUF;
     f->buf = malloc(f->buf_cap);
     if (compress) f->zst = zst_writer_new();
     if (!f->final_path || !f->temp_path || !f->buf || (compress && !f->zst)) {
@@ -254,16 +254,46 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
     int e = ckpt_read_segments(cat, seg, k, (char *)f->buf + f->buf_len, f->gather);
     if (e) {
         f->failed = e;
-        ckpt_fail(f->err, e, "%s: reading its pieces from %s: %s", what,
-                  cat->sources[seg[0].source].path,
-                  e == -EIO ? "a file is shorter than when it was opened, or changed"
-                             : strerror(-e));
+        ckpt_fail(
+            f->err, e, "%s: reading its pieces from %s: %s", what, cat->sources[seg[0].source].path,
+            e == -EIO ? "a file is shorter than when it was opened, or changed" : strerror(-e));
         return k;
     }
     f->buf_len += (size_t)total;
     f->written += total;
     if (f->buf_len == f->buf_cap) flush(f);
     return k;
+}
+
+/* A strided piece's bytes, a buffer's room at a time (core/strided.c copies them in blocks). */
+static void out_strided(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
+                        const char *what) {
+    if (!f->gather && !(f->gather = malloc(SEGREAD_SCRATCH))) {
+        f->failed = -ENOMEM;
+        ckpt_fail(f->err, -ENOMEM, "%s: out of memory", what);
+        return;
+    }
+    for (uint64_t done = 0; done < seg->length && !f->failed;) {
+        if (f->buf_len == f->buf_cap) flush(f);
+        if (f->failed) return;
+        size_t room = f->buf_cap - f->buf_len;
+        ckpt_segment part = *seg;
+        part.offset += done;
+        part.length = seg->length - done < room ? seg->length - done : room;
+        int e = ckpt_read_segments(cat, &part, 1, (char *)f->buf + f->buf_len, f->gather);
+        if (e) {
+            f->failed = e;
+            ckpt_fail(f->err, e, "%s: reading its strided piece from %s: %s", what,
+                      cat->sources[seg->source].path,
+                      e == -EIO ? "the file changed or is shorter than when it was opened"
+                                : strerror(-e));
+            return;
+        }
+        f->buf_len += (size_t)part.length;
+        f->written += part.length;
+        done += part.length;
+    }
+    if (f->buf_len == f->buf_cap) flush(f);
 }
 
 void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg, size_t n,
@@ -284,6 +314,10 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
             f->failed = -EIO;
             ckpt_fail(f->err, -EIO, "%s: part of it is stored nowhere (incomplete)", what);
             return;
+        }
+        if (seg[i].kind == CKPT_SEG_STRIDED) {
+            out_strided(f, cat, &seg[i], what);
+            continue;
         }
         const ckpt_source *s = &cat->sources[seg[i].source];
         if (!f->zst && !s->zst && seg[i].length >= COPY_RANGE_MIN &&
@@ -335,6 +369,11 @@ int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, voi
                 return ckpt_fail(err, -EIO, "%s: part of it is stored nowhere (incomplete)", what);
             if (seg[i].kind == CKPT_SEG_MEM) {
                 memcpy(dst, seg[i].mem, seg[i].length);
+            } else if (seg[i].kind == CKPT_SEG_STRIDED) {
+                int e = ckpt_read_segments(cat, &seg[i], 1, dst, NULL);
+                if (e)
+                    return ckpt_fail(err, e, "%s: reading its strided piece from %s: %s", what,
+                                     cat->sources[seg[i].source].path, strerror(-e));
             } else {
                 int rc =
                     source_read(cat, seg[i].source, seg[i].offset, dst, seg[i].length, what, err);

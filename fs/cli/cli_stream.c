@@ -2,6 +2,8 @@
  * and each is pread into the caller's buffer, the same path a FUSE read takes. */
 #include "cli_internal.h"
 
+#include "core/segread.h"
+
 #include <errno.h>
 #include <string.h>
 
@@ -70,6 +72,13 @@ int cli_stream_tensor(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t of
             }
             if (s->kind == CKPT_SEG_MEM) {
                 memcpy((char *)buf + fill, s->mem, s->length);
+            } else if (s->kind == CKPT_SEG_STRIDED) {
+                int e = ckpt_read_segments(cat, s, 1, (char *)buf + fill, NULL);
+                if (e) {
+                    ckpt_fail(err, e, "%s: reading its strided piece from %s: %s", what,
+                              cat->sources[s->source].path, strerror(-e));
+                    return CLI_SOURCE;
+                }
             } else if (source_read(cat, s->source, s->offset, (char *)buf + fill, s->length, what,
                                    err) != 0) {
                 return CLI_SOURCE;

@@ -122,7 +122,7 @@ static uint64_t node_size(ckptfs *fs, node *n) {
     case NODE_DOC: {
         size_t len;
         if (n->ref == DOC_CACHE) return 0; /* live: read with direct I/O up to its end */
-        if (n->ref == DOC_STATS) { /* never computed to be sized */
+        if (n->ref == DOC_STATS) {         /* never computed to be sized */
             pthread_mutex_lock(&fs->doc_lock);
             len = fs->doc_len[DOC_STATS];
             pthread_mutex_unlock(&fs->doc_lock);
@@ -565,11 +565,13 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
     return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
 }
 
-/* The kernel can splice only bytes that lie in a file as they are: not those of a .zst. */
+/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst
+ * or a remote source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (seg[i].kind == CKPT_SEG_FILE && (fs->cat->sources[seg[i].source].zst ||
-                                             fs->cat->sources[seg[i].source].remote))
+        if (seg[i].kind == CKPT_SEG_STRIDED ||
+            (seg[i].kind == CKPT_SEG_FILE &&
+             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote)))
             return false;
     return true;
 }

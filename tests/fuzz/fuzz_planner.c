@@ -271,7 +271,7 @@ typedef struct expect_part {
 
 /* What byte `pos` of the object should be: a tensor byte (via the reference) or a memory byte. */
 static void expected_byte(const expect_part *parts, size_t nparts, uint64_t pos, int32_t *src,
-                          uint64_t *off, const char **mem) {
+                          uint64_t *off, const char **mem, uint64_t *tbyte) {
     for (size_t i = 0; i < nparts; i++) {
         const expect_part *p = &parts[i];
         if (pos < p->start || pos - p->start >= p->length) continue;
@@ -280,12 +280,35 @@ static void expected_byte(const expect_part *parts, size_t nparts, uint64_t pos,
             *mem = p->mem + (pos - p->start);
         } else {
             uint64_t b = p->t_off + (pos - p->start);
+            *tbyte = b;
             *src = ref_src[b];
             *off = ref_off[b];
         }
         return;
     }
     fz_die("byte %llu is in no part", (unsigned long long)pos);
+}
+
+/* Where the strided segment's piece keeps tensor byte b: false when b's element is outside the
+ * piece's box. */
+static bool strided_byte(const ckpt_segment *s, uint64_t b, uint64_t *fo) {
+    const ckpt_tensor *t = s->mem;
+    if (!t || s->piece >= t->npieces) return false;
+    const ckpt_piece *p = &t->pieces[s->piece];
+    unsigned esz = ckpt_dtype_elem_size(t->dtype);
+    if (!esz) return false;
+    uint64_t e = b / esz, idx[CKPT_MAX_DIMS], el = 0, acc = 1;
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        idx[d] = e % t->shape[d];
+        e /= t->shape[d];
+    }
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        if (idx[d] < p->offsets[d] || idx[d] >= p->offsets[d] + p->sizes[d]) return false;
+        el += (idx[d] - p->offsets[d]) * (p->strides ? p->strides[d] : acc);
+        acc *= p->sizes[d];
+    }
+    *fo = p->file_offset + el * esz + b % esz;
+    return true;
 }
 
 static void check_segments(const char *what, const expect_part *parts, size_t nparts, uint64_t size,
@@ -321,7 +344,8 @@ static void check_segments(const char *what, const expect_part *parts, size_t np
             int32_t src = 0;
             uint64_t fo = 0;
             const char *mem = NULL;
-            expected_byte(parts, nparts, pos + k, &src, &fo, &mem);
+            uint64_t tb = UINT64_MAX;
+            expected_byte(parts, nparts, pos + k, &src, &fo, &mem, &tb);
             switch (s->kind) {
             case CKPT_SEG_FILE:
                 FZ_CHECK(src >= 0 && (uint32_t)src == s->source && fo == s->offset + k,
@@ -343,6 +367,16 @@ static void check_segments(const char *what, const expect_part *parts, size_t np
                          "%s: byte %llu planned from memory, reference says %d", what,
                          (unsigned long long)(pos + k), src);
                 break;
+            case CKPT_SEG_STRIDED: {
+                uint64_t pfo = UINT64_MAX;
+                bool in = tb == s->offset + k && strided_byte(s, tb, &pfo);
+                FZ_CHECK(src >= 0 && (uint32_t)src == s->source && in && pfo == fo,
+                         "%s: byte %llu planned as strided byte %llu of piece %u (file offset "
+                         "%llu), reference says %d offset %llu",
+                         what, (unsigned long long)(pos + k), (unsigned long long)(s->offset + k),
+                         s->piece, (unsigned long long)pfo, src, (unsigned long long)fo);
+                break;
+            }
             default:
                 fz_die("%s: segment kind %u", what, s->kind);
             }

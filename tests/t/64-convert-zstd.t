@@ -8,8 +8,9 @@ lwt/ and gguf/).
 Every OUT.EXT.zst is checked with a reader written here from the seekable format's spec: the
 footer and the seek table (skippable frame 0x184D2A5E, 8-byte entries, Seekable_Magic_Number
 0x8F92EAB1) tile the file exactly; each frame, cut out of the file by its Compressed_Size and
-decompressed alone by `zstd -d`, gives Decompressed_Size bytes, at most 1 MiB, and ends at a
-tensor boundary unless it is full; `zstd -dc OUT` equals what `ckptfs convert SRC OUT.EXT`
+decompressed alone by `zstd -d`, gives Decompressed_Size bytes, at most the writer's 64 KiB
+(readers take frames up to 1 MiB, as earlier versions wrote), and ends at a tensor boundary
+unless it is full; `zstd -dc OUT` equals what `ckptfs convert SRC OUT.EXT`
 writes, byte for byte, and that plain output, read by the tests' own readers, holds the
 tensors of the source's generator manifest; OUT mounts and every file equals the plain
 output's mount. Committed OUTs are read by this test's parser (after `zstd -dc`). Also: a .zst
@@ -38,8 +39,7 @@ from mount_checks import mounted, read_bytes, read_json, run, tree_bytes  # noqa
 from staging import commit, daemon_pid, spool_of, stage, wait_gone  # noqa: E402
 
 CONVERT_TIMEOUT = 120
-FRAME_MAX = 1 << 20
-FRAME_CUT = 256 << 10
+FRAME_TARGET = 64 << 10  # what the writer fills (core/zstd_seekable.h)
 SEEK_TABLE_MAGIC = 0x184D2A5E
 SEEKABLE_MAGIC = 0x8F92EAB1
 
@@ -114,11 +114,12 @@ def zst_problems(zst, plain_bytes, boundaries=None):
     for k, ((_, dsize), part) in enumerate(zip(frames, parts)):
         if len(part) != dsize:
             problems.append("frame %d: %d bytes, Decompressed_Size %d" % (k, len(part), dsize))
-        if dsize > FRAME_MAX:
-            problems.append("frame %d: %d bytes, more than 1 MiB" % (k, dsize))
+        if dsize > FRAME_TARGET:
+            problems.append("frame %d: %d bytes, more than 64 KiB" % (k, dsize))
         at += len(part)
         last = k == len(frames) - 1
-        if boundaries is not None and not last and dsize < FRAME_MAX and at not in boundaries:
+        if (boundaries is not None and not last and dsize < FRAME_TARGET
+                and at not in boundaries):
             problems.append("frame %d (%d bytes) ends at %d, not at a tensor boundary"
                             % (k, dsize, at))
     if b"".join(parts) != plain_bytes:
@@ -219,7 +220,7 @@ def check_convert(tap, ckptfs, work, label, src, ext, want, frames_at_tensors=Fa
     cuts = safetensors_boundaries(data) if frames_at_tensors else None
     p = zst_problems(zst, data, cuts)
     nframes = len(read_seekable(zst)) if not p else 0
-    tap.ok(not p, "%s: %s.zst is seekable, %d frames of <= 1 MiB%s, its content is the %s file"
+    tap.ok(not p, "%s: %s.zst is seekable, %d frames of <= 64 KiB%s, its content is the %s file"
            % (label, ext, nframes, " cut at tensors" if cuts else "", ext), p)
     tap.ok(not [n for n in os.listdir(work) if ".partial-" in n],
            "%s: no temporary file left" % label, os.listdir(work))
@@ -330,7 +331,7 @@ def body(tap, ckptfs, root):
         if staged_commit(tap, ckptfs, work, "stage to .safetensors.zst", out, model, want):
             tap.ok(not zst_problems(out, subprocess.run(["zstd", "-dc", out],
                                                         stdout=subprocess.PIPE).stdout),
-                   "stage to .safetensors.zst: OUT is seekable, frames <= 1 MiB")
+                   "stage to .safetensors.zst: OUT is seekable, frames <= 64 KiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

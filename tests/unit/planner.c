@@ -28,7 +28,7 @@ static void check_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, const e
     int good = n == nwant;
     for (size_t i = 0; good && i < n; i++) {
         good = seg[i].kind == want[i].kind && seg[i].length == want[i].length;
-        if (good && seg[i].kind == CKPT_SEG_FILE)
+        if (good && (seg[i].kind == CKPT_SEG_FILE || seg[i].kind == CKPT_SEG_STRIDED))
             good = seg[i].source == want[i].source && seg[i].offset == want[i].offset;
     }
     ok(good, "%s", what);
@@ -56,6 +56,7 @@ static const ckpt_tensor *only_tensor(ckpt_catalog *cat, int *rc, ckpt_err *err)
 
 #define F CKPT_SEG_FILE
 #define H CKPT_SEG_HOLE
+#define S CKPT_SEG_STRIDED
 #define N(a) (sizeof(a) / sizeof *(a))
 
 int main(void) {
@@ -116,15 +117,22 @@ int main(void) {
         check_plan(t, 44, 8, mid, N(mid), "dim-0 split: range across the piece boundary");
         ckpt_close(cat);
     }
-    { /* strided: [2,3] F32 stored column-major (strides 1,2): every element is its own run */
+    { /* strided: [2,3] F32 stored column-major (strides 1,2): no element next to the next, so
+       * one strided segment names the tensor's bytes (read in blocks by core/strided.c) */
         ckpt_catalog *cat = fresh();
         uint64_t shape[] = {2, 3}, strides[] = {1, 2};
         catalog_add_tensor(cat, "t", 1, CKPT_F32, 2, shape, &ti, &err);
         catalog_add_piece(cat, ti, 0, 0, NULL, NULL, strides, &err);
         const ckpt_tensor *t = only_tensor(cat, &rc, &err);
-        expect w[] = {{F, 0, 0, 4}, {F, 0, 8, 4},  {F, 0, 16, 4},
-                      {F, 0, 4, 4}, {F, 0, 12, 4}, {F, 0, 20, 4}};
-        check_plan(t, 0, 24, w, N(w), "column-major piece: transposed element order");
+        expect w[] = {{S, 0, 0, 24}};
+        check_plan(t, 0, 24, w, N(w), "column-major piece: one strided segment");
+        expect mid[] = {{S, 0, 6, 11}};
+        check_plan(t, 6, 11, mid, N(mid), "column-major piece: a range inside elements");
+        ckpt_segment seg[4];
+        uint64_t done;
+        size_t n = ckpt_plan(t, 6, 11, seg, 4, &done);
+        ok(n == 1 && seg[0].mem == t && seg[0].piece == 0 && seg[0].offset == 6 && done == 11,
+           "strided segment: tensor, piece and tensor byte offset");
         ckpt_close(cat);
     }
     { /* strided rows: [3,2] I16 taking every other row of a [6,2] storage (strides 4,1) */
