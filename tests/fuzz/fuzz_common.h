@@ -15,6 +15,7 @@
 #include "formats/formats.h"
 #include "hfview.h"
 #include "json.h"
+#include "segread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -259,6 +260,15 @@ static inline void fz_read_range(const ckpt_catalog *cat, fz_plan_fn plan, const
                          (unsigned long long)(off + sum));
                 memset(fz_buf + sum, 0, s->length);
                 break;
+            case CKPT_SEG_STRIDED: {
+                /* A strided piece's run (a torch view saved transposed): read in blocks by the
+                 * library, which checks every file offset against the source. */
+                FZ_CHECK(s->source < cat->nsources, "%s: strided segment source %u of %u", what,
+                         s->source, cat->nsources);
+                int e = ckpt_read_segments(cat, s, 1, (char *)fz_buf + sum, NULL);
+                FZ_CHECK(e == 0, "%s: strided read gave %d", what, e);
+                break;
+            }
             default:
                 fz_die("%s: segment kind %u", what, s->kind);
             }
