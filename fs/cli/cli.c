@@ -211,8 +211,7 @@ void cli_common_free(cli_common *c) {
 
 int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat) {
     ckpt_err err = {{0}};
-    ckpt_options opts = {
-        .tp_split = c->tp_split, .revision = c->revision, .remote = c->remote.o};
+    ckpt_options opts = {.tp_split = c->tp_split, .revision = c->revision, .remote = c->remote.o};
     if (ckpt_open(source, &opts, cat, &err) != 0) {
         cli_error(c->cmd, "%s", err.msg);
         *cat = NULL;
@@ -267,12 +266,4 @@ int cli_out_finish(cli_out *o) {
     int rc = out_write(o);
     sb_free(&o->sb);
     return rc;
-}
-
-int cli_help(cli_common *c, const char *usage) {
-    cli_out o;
-    cli_out_init(&o, c->cmd);
-    sb_puts(&o.sb, usage);
-    cli_common_free(c);
-    return cli_out_finish(&o);
 }

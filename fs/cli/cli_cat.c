@@ -2,7 +2,6 @@
  * what the mounted file holds (logical row-major, little-endian, stored dtype). */
 #include "cli_internal.h"
 
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +77,23 @@ static int run(const ckpt_catalog *cat, const char *source, const char *name, ui
     return rc;
 }
 
+typedef struct cat_opts {
+    uint64_t off, len;
+    bool force;
+} cat_opts;
+
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    cat_opts *o = ctx;
+    if (letter == 'f') {
+        o->force = true;
+    } else if (!cli_parse_u64(value, letter == 'O' ? &o->off : &o->len)) {
+        cli_error(cmd, "--%s=%.40s: expected a number of bytes (decimal digits)",
+                  letter == 'O' ? "offset" : "length", value);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
 int cli_cat(int argc, char **argv) {
     static const struct option longopts[] = {
         {"offset", required_argument, NULL, CLI_LONG + 'O'},
@@ -87,46 +103,22 @@ int cli_cat(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     cli_common c = {.cmd = "cat"};
-    uint64_t off = 0, len = UINT64_MAX;
-    bool force = false;
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
-        int key = opt >= CLI_LONG ? opt - CLI_LONG : opt; /* a long option as its letter */
-        switch (key) {
-        case 'O':
-        case 'L':
-            if (!cli_parse_u64(optarg, key == 'O' ? &off : &len)) {
-                cli_error(c.cmd, "--%s=%.40s: expected a number of bytes (decimal digits)",
-                          key == 'O' ? "offset" : "length", optarg);
-                rc = CLI_USAGE;
-            }
-            break;
-        case 'f':
-            force = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
+    cat_opts o = {.len = UINT64_MAX};
+    const cli_args args = {":ho:", longopts, usage, 2, 2, "SOURCE and NAME", on_option, &o};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) {
+        cli_common_free(&c);
+        return rc;
     }
-    if (rc == 0 && argc - optind != 2) {
-        cli_error(c.cmd, "expected SOURCE and NAME (see: ckptfs cat --help)");
-        rc = CLI_USAGE;
-    }
-    if (rc == 0 && !force && isatty(1)) {
+    if (rc == 0 && !o.force && isatty(1)) {
         cli_error(c.cmd, "standard output is a terminal: redirect it, pipe it (| xxd), or use "
                          "--force to write binary bytes there");
         rc = CLI_USAGE;
     }
     ckpt_catalog *cat = NULL;
     if (rc == 0) rc = cli_open(&c, argv[optind], &cat);
-    if (rc == 0) rc = run(cat, argv[optind], argv[optind + 1], off, len, c.cmd);
+    if (rc == 0) rc = run(cat, argv[optind], argv[optind + 1], o.off, o.len, c.cmd);
     ckpt_close(cat);
     cli_common_free(&c);
     return rc;

@@ -8,7 +8,6 @@
 #include "core/writer.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -167,6 +166,46 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
     return CLI_OK;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    convert_opts *o = ctx;
+    switch (letter) {
+    case 's':
+        if (parse_size_option(value, &o->wo.max_shard_size) != 0) {
+            cli_error(cmd, "--max-shard-size %s: expected a size such as 5GB, 500MB, 2GiB", value);
+            return CLI_USAGE;
+        }
+        break;
+    case 'p':
+        if (strcmp(value, "lightwatch-gpt2") == 0) {
+            o->lightwatch = true;
+        } else if (strcmp(value, "container") == 0) {
+            o->container = true;
+        } else {
+            cli_error(cmd, "--profile %s: the profiles are lightwatch-gpt2 and container", value);
+            return CLI_USAGE;
+        }
+        break;
+    case 'f':
+        o->force = true;
+        break;
+    case 'i':
+        return add_glob(cmd, o->include, &o->ninclude, value, "--include");
+    case 'x':
+        return add_glob(cmd, o->exclude, &o->nexclude, value, "--exclude");
+    case 'd':
+        o->cast = true;
+        if (parse_dtype(value, &o->dtype) != 0) {
+            cli_error(cmd, "--dtype %s: expected bf16, f16 or f32", value);
+            return CLI_USAGE;
+        }
+        break;
+    case 'q':
+        o->cast_quantized = true;
+        break;
+    }
+    return 0;
+}
+
 int cli_convert(int argc, char **argv) {
     static const struct option longopts[] = {
         {"max-shard-size", required_argument, NULL, CLI_LONG + 's'},
@@ -181,64 +220,14 @@ int cli_convert(int argc, char **argv) {
     };
     cli_common c = {.cmd = "convert"};
     convert_opts o = {0};
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":fho:", longopts, NULL)) != -1) {
-        int key = opt >= CLI_LONG ? opt - CLI_LONG : opt;
-        switch (key) {
-        case 's':
-            if (parse_size_option(optarg, &o.wo.max_shard_size) != 0) {
-                cli_error(c.cmd, "--max-shard-size %s: expected a size such as 5GB, 500MB, 2GiB",
-                          optarg);
-                rc = CLI_USAGE;
-            }
-            break;
-        case 'p':
-            if (strcmp(optarg, "lightwatch-gpt2") == 0) {
-                o.lightwatch = true;
-            } else if (strcmp(optarg, "container") == 0) {
-                o.container = true;
-            } else {
-                cli_error(c.cmd, "--profile %s: the profiles are lightwatch-gpt2 and container",
-                          optarg);
-                rc = CLI_USAGE;
-            }
-            break;
-        case 'f':
-            o.force = true;
-            break;
-        case 'i':
-            rc = add_glob(c.cmd, o.include, &o.ninclude, optarg, "--include");
-            break;
-        case 'x':
-            rc = add_glob(c.cmd, o.exclude, &o.nexclude, optarg, "--exclude");
-            break;
-        case 'd':
-            if (parse_dtype(optarg, &o.dtype) != 0) {
-                cli_error(c.cmd, "--dtype %s: expected bf16, f16 or f32", optarg);
-                rc = CLI_USAGE;
-            }
-            o.cast = true;
-            break;
-        case 'q':
-            o.cast_quantized = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h': {
-            char text[sizeof usage + 128];
-            snprintf(text, sizeof text, usage, ckpt_writer_suffixes());
-            return cli_help(&c, text);
-        }
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
-    }
-    if (rc == 0 && argc - optind != 2) {
-        cli_error(c.cmd, "expected SOURCE and OUT (see: ckptfs convert --help)");
-        rc = CLI_USAGE;
+    char text[sizeof usage + 128];
+    snprintf(text, sizeof text, usage, ckpt_writer_suffixes());
+    const cli_args args = {":fho:", longopts, text, 2, 2, "SOURCE and OUT", on_option, &o};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) {
+        cli_common_free(&c);
+        return rc;
     }
     if (rc == 0 && o.cast_quantized && !o.cast) {
         cli_error(c.cmd, "--cast-quantized goes with --dtype");

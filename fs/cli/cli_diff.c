@@ -7,7 +7,6 @@
 #include "core/stats.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +512,41 @@ static bool parse_tolerance(const char *s, double *out) {
     return true;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    differ *d = ctx;
+    switch (letter) {
+    case 'J':
+        d->json = true;
+        break;
+    case 'p':
+        d->plot = value;
+        break;
+    case 'm':
+        d->map = value;
+        break;
+    case 'A':
+    case 'R':
+        if (!parse_tolerance(value, letter == 'A' ? &d->atol : &d->rtol)) {
+            cli_error(cmd, "--%s: expected a number >= 0, not %.40s",
+                      letter == 'A' ? "atol" : "rtol", value);
+            return CLI_USAGE;
+        }
+        break;
+    case 'I':
+        d->ignore_dtype = true;
+        break;
+    case 'q':
+        d->quiet = true;
+        break;
+    case 'j':
+        return cli_parse_threads(cmd, value, &d->threads);
+    case 'a':
+        d->all = true;
+        break;
+    }
+    return 0;
+}
+
 int cli_diff(int argc, char **argv) {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, CLI_LONG + 'J'},
@@ -529,57 +563,14 @@ int cli_diff(int argc, char **argv) {
     };
     cli_common c = {.cmd = "diff"};
     differ d = {.cmd = "diff"};
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":j:qaho:", longopts, NULL)) != -1) {
-        switch (opt) {
-        case CLI_LONG + 'J':
-            d.json = true;
-            break;
-        case CLI_LONG + 'p':
-            d.plot = optarg;
-            break;
-        case CLI_LONG + 'm':
-            d.map = optarg;
-            break;
-        case CLI_LONG + 'A':
-        case CLI_LONG + 'R':
-            if (!parse_tolerance(optarg, opt == CLI_LONG + 'A' ? &d.atol : &d.rtol)) {
-                cli_error(c.cmd, "--%s: expected a number >= 0, not %.40s",
-                          opt == CLI_LONG + 'A' ? "atol" : "rtol", optarg);
-                rc = EXIT_TROUBLE;
-            }
-            break;
-        case CLI_LONG + 'I':
-            d.ignore_dtype = true;
-            break;
-        case 'q':
-            d.quiet = true;
-            break;
-        case 'j':
-            if (!cli_parse_u64(optarg, &d.threads) || d.threads == 0 || d.threads > 256) {
-                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s", optarg);
-                rc = EXIT_TROUBLE;
-            }
-            break;
-        case 'a':
-            d.all = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg) ? EXIT_TROUBLE : 0;
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-            rc = EXIT_TROUBLE;
-        }
+    const cli_args args = {":j:qaho:", longopts, usage, 2, 2, "A and B", on_option, &d};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) {
+        cli_common_free(&c);
+        return rc;
     }
-    if (rc == 0 && argc - optind != 2) {
-        cli_error(c.cmd, "expected A and B (see: ckptfs diff --help)");
-        rc = EXIT_TROUBLE;
-    }
+    if (rc == CLI_USAGE) rc = EXIT_TROUBLE; /* diff(1)'s convention: 2 for any trouble */
     if (rc == 0 && d.map) rc = load_map(&d);
     ckpt_catalog *ca = NULL, *cb = NULL;
     if (rc == 0 && (cli_open(&c, argv[optind], &ca) || cli_open(&c, argv[optind + 1], &cb)))

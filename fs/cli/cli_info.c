@@ -4,7 +4,6 @@
 
 #include "core/json.h"
 
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,6 +195,12 @@ static int run(const ckpt_catalog *cat, bool json, const char *cmd) {
     return rc ? rc : out;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    (void)cmd, (void)value, (void)letter; /* --json is the only one */
+    *(bool *)ctx = true;
+    return 0;
+}
+
 int cli_info(int argc, char **argv) {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, CLI_LONG + 'j'},
@@ -204,31 +209,12 @@ int cli_info(int argc, char **argv) {
     };
     cli_common c = {.cmd = "info"};
     bool json = false;
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
-        int key = opt >= CLI_LONG ? opt - CLI_LONG : opt; /* a long option as its letter */
-        switch (key) {
-        case 'j':
-            json = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
-    }
-    if (rc == 0 && argc - optind != 1) {
-        cli_error(c.cmd, "expected one SOURCE (see: ckptfs info --help)");
-        rc = CLI_USAGE;
-    }
+    const cli_args args = {":ho:", longopts, usage, 1, 1, "one SOURCE", on_option, &json};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
     ckpt_catalog *cat = NULL;
-    if (rc == 0) rc = cli_open(&c, argv[optind], &cat);
-    if (rc == 0) rc = run(cat, json, c.cmd);
+    if (rc == 0 && !help_shown) rc = cli_open(&c, argv[optind], &cat);
+    if (rc == 0 && !help_shown) rc = run(cat, json, c.cmd);
     ckpt_close(cat);
     cli_common_free(&c);
     return rc;

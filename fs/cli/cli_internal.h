@@ -8,6 +8,7 @@
 #include "core/text.h"
 #include "remote_opts.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,9 +24,9 @@ enum cli_exit {
 
 /* Options every subcommand takes. */
 typedef struct cli_common {
-    const char *cmd; /* "ls", "info", ... for messages */
-    char *tp_split;  /* -o tp_split=RULES */
-    char *revision;  /* -o revision=REV (HF cache repo folders) */
+    const char *cmd;    /* "ls", "info", ... for messages */
+    char *tp_split;     /* -o tp_split=RULES */
+    char *revision;     /* -o revision=REV (HF cache repo folders) */
     remote_opts remote; /* -o cache_dir=, s3_endpoint=, ... for URL sources */
 } cli_common;
 
@@ -33,8 +34,6 @@ typedef struct cli_common {
  * after printing why. */
 int cli_parse_o(cli_common *c, const char *arg);
 void cli_common_free(cli_common *c);
-/* --help: prints usage on stdout, frees c, returns the exit status. */
-int cli_help(cli_common *c, const char *usage);
 /* Opens the source with the -o options; prints the one-line error and returns CLI_SOURCE. */
 int cli_open(const cli_common *c, const char *source, ckpt_catalog **cat);
 
@@ -45,6 +44,26 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 enum { CLI_LONG = 256 };
 /* For getopt's '?' / ':' answers: names the option and points at --help. Returns CLI_USAGE. */
 int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool missing_arg);
+/* A subcommand's command line: its getopt_long options (shortopts starts with ':' and holds
+ * "ho:"; long options are CLI_LONG + a letter, or a letter), its --help text and how many
+ * operands it takes (max_operands -1: no limit; `operands` names them in the message). */
+typedef struct cli_args {
+    const char *shortopts;
+    const struct option *longopts;
+    const char *usage;
+    int min_operands, max_operands;
+    const char *operands; /* "SOURCE", "one SOURCE", "SOURCE and NAME" */
+    /* Each of the subcommand's own options, by letter: 0, or CLI_USAGE after a message. */
+    int (*on_option)(void *ctx, const char *cmd, int letter, const char *value);
+    void *ctx;
+} cli_args;
+/* Parses argv: -o goes to cli_parse_o, --help prints the usage (*help_shown: the caller stops
+ * and returns the result), any other option to on_option; then checks the operand count. Returns
+ * 0 with optind at the first operand, CLI_USAGE after a one-line message, or CLI_OUTPUT when the
+ * usage could not be written. */
+int cli_parse_args(cli_common *c, const cli_args *a, int argc, char **argv, bool *help_shown);
+/* --threads N: 1 to 256. 0, or CLI_USAGE after a message. */
+int cli_parse_threads(const char *cmd, const char *value, uint64_t *threads);
 /* Strict decimal u64 (no sign, no spaces); false on anything else or overflow. */
 bool cli_parse_u64(const char *s, uint64_t *out);
 

@@ -2,7 +2,6 @@
 #include "cli_internal.h"
 
 #include <fnmatch.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +143,23 @@ static int run(const listing *l, const ckpt_catalog *cat, const char *cmd) {
     return rc;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    (void)cmd, (void)value;
+    listing *l = ctx;
+    switch (letter) {
+    case 'l':
+        l->long_form = true;
+        break;
+    case 'j':
+        l->json = true;
+        break;
+    case 'a':
+        l->all = true;
+        break;
+    }
+    return 0;
+}
+
 int cli_ls(int argc, char **argv) {
     static const struct option longopts[] = {
         {"long", no_argument, NULL, CLI_LONG + 'l'},
@@ -154,34 +170,10 @@ int cli_ls(int argc, char **argv) {
     };
     cli_common c = {.cmd = "ls"};
     listing l = {0};
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":laho:", longopts, NULL)) != -1) {
-        int key = opt >= CLI_LONG ? opt - CLI_LONG : opt; /* a long option as its letter */
-        switch (key) {
-        case 'l':
-            l.long_form = true;
-            break;
-        case 'j':
-            l.json = true;
-            break;
-        case 'a':
-            l.all = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
-    }
-    if (rc == 0 && optind >= argc) {
-        cli_error(c.cmd, "expected SOURCE (see: ckptfs ls --help)");
-        rc = CLI_USAGE;
-    }
+    const cli_args args = {":laho:", longopts, usage, 1, -1, "SOURCE", on_option, &l};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) goto done;
     if (rc == 0 && l.json && l.long_form) {
         cli_error(c.cmd, "--json and --long do not go together (JSON has every field)");
         rc = CLI_USAGE;
@@ -194,6 +186,7 @@ int cli_ls(int argc, char **argv) {
         rc = run(&l, cat, c.cmd);
     }
     ckpt_close(cat);
+done:
     cli_common_free(&c);
     return rc;
 }

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <fnmatch.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +280,33 @@ static int run(const opts *o, const ckpt_catalog *cat, const char *cmd, const ch
     return rc;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    opts *o = ctx;
+    switch (letter) {
+    case 'J':
+        o->json = true;
+        break;
+    case 'p':
+        o->plot = value;
+        break;
+    case 'H':
+        o->hist = value;
+        break;
+    case 'b':
+        if (!cli_parse_u64(value, &o->bins) || o->bins == 0 || o->bins > 100000) {
+            cli_error(cmd, "--bins: expected a number from 1 to 100000, not %.40s", value);
+            return CLI_USAGE;
+        }
+        break;
+    case 'j':
+        return cli_parse_threads(cmd, value, &o->threads);
+    case 'a':
+        o->all = true;
+        break;
+    }
+    return 0;
+}
+
 int cli_stats(int argc, char **argv) {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, CLI_LONG + 'J'},
@@ -294,47 +320,12 @@ int cli_stats(int argc, char **argv) {
     };
     cli_common c = {.cmd = "stats"};
     opts o = {.bins = 100};
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":j:aho:", longopts, NULL)) != -1) {
-        switch (opt) {
-        case CLI_LONG + 'J':
-            o.json = true;
-            break;
-        case CLI_LONG + 'p':
-            o.plot = optarg;
-            break;
-        case CLI_LONG + 'H':
-            o.hist = optarg;
-            break;
-        case CLI_LONG + 'b':
-            if (!cli_parse_u64(optarg, &o.bins) || o.bins == 0 || o.bins > 100000) {
-                cli_error(c.cmd, "--bins: expected a number from 1 to 100000, not %.40s", optarg);
-                rc = CLI_USAGE;
-            }
-            break;
-        case 'j':
-            if (!cli_parse_u64(optarg, &o.threads) || o.threads == 0 || o.threads > 256) {
-                cli_error(c.cmd, "--threads: expected a number from 1 to 256, not %.40s", optarg);
-                rc = CLI_USAGE;
-            }
-            break;
-        case 'a':
-            o.all = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
-    }
-    if (rc == 0 && optind >= argc) {
-        cli_error(c.cmd, "expected SOURCE (see: ckptfs stats --help)");
-        rc = CLI_USAGE;
+    const cli_args args = {":j:aho:", longopts, usage, 1, -1, "SOURCE", on_option, &o};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) {
+        cli_common_free(&c);
+        return rc;
     }
     if (rc == 0 && o.hist && (!o.plot || optind + 1 < argc)) {
         cli_error(c.cmd, "--hist TENSOR needs --plot SVG and takes no GLOB");

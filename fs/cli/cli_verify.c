@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -494,6 +493,29 @@ static int run(verify *v) {
     return CLI_OK;
 }
 
+static int on_option(void *ctx, const char *cmd, int letter, const char *value) {
+    (void)cmd;
+    verify *v = ctx;
+    switch (letter) {
+    case 'm':
+        v->manifest_path = value;
+        break;
+    case 'w':
+        v->write_path = value;
+        break;
+    case 'j':
+        v->json = true;
+        break;
+    case 'q':
+        v->quiet = true;
+        break;
+    case 'a':
+        v->all = true;
+        break;
+    }
+    return 0;
+}
+
 int cli_verify(int argc, char **argv) {
     static const struct option longopts[] = {
         {"manifest", required_argument, NULL, CLI_LONG + 'm'},
@@ -506,39 +528,12 @@ int cli_verify(int argc, char **argv) {
     };
     cli_common c = {.cmd = "verify"};
     verify v = {.cmd = c.cmd};
-    int rc = 0, opt;
-    opterr = 0;
-    optind = 0;
-    while (rc == 0 && (opt = getopt_long(argc, argv, ":qaho:", longopts, NULL)) != -1) {
-        int key = opt >= CLI_LONG ? opt - CLI_LONG : opt; /* a long option as its letter */
-        switch (key) {
-        case 'm':
-            v.manifest_path = optarg;
-            break;
-        case 'w':
-            v.write_path = optarg;
-            break;
-        case 'j':
-            v.json = true;
-            break;
-        case 'q':
-            v.quiet = true;
-            break;
-        case 'a':
-            v.all = true;
-            break;
-        case 'o':
-            rc = cli_parse_o(&c, optarg);
-            break;
-        case 'h':
-            return cli_help(&c, usage);
-        default:
-            rc = cli_bad_option(c.cmd, optopt, argv[optind - 1], opt == ':');
-        }
-    }
-    if (rc == 0 && argc - optind != 1) {
-        cli_error(c.cmd, "expected one SOURCE (see: ckptfs verify --help)");
-        rc = CLI_USAGE;
+    const cli_args args = {":qaho:", longopts, usage, 1, 1, "one SOURCE", on_option, &v};
+    bool help_shown;
+    int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
+    if (help_shown) {
+        cli_common_free(&c);
+        return rc;
     }
     ckpt_catalog *cat = NULL;
     if (rc == 0) {
