@@ -66,6 +66,22 @@ def committed_out(argv, committed, doc):
     return None
 
 
+def committed_torch_main(argv, what, committed, doc, build):
+    """main() of a generator whose fixtures need python3-torch and are committed: the
+    Makefile's call (one output directory) only says so; `--out OUT` or no argument builds."""
+    if len(argv) == 2 and argv[1] != "--out":
+        print("%s fixtures are committed in %s (regenerate them with %s, which needs "
+              "python3-torch); nothing to write into %s" % (what, committed, argv[0], argv[1]))
+        return 0
+    out = committed_out(argv, committed, doc)
+    if out is None:
+        return 2
+    import torch  # only now: the Makefile's call above must work without torch
+    fresh_dir(out)
+    build(torch, out)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Bytes
 

@@ -42,7 +42,7 @@ import tempfile
 HERE = os.path.dirname(os.path.realpath(__file__))
 COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "torch"))
 sys.path.insert(0, HERE)
-from fixture_lib import committed_out, fresh_dir  # noqa: E402
+from fixture_lib import committed_torch_main  # noqa: E402
 
 
 def dtype_name(torch, dt):
@@ -295,16 +295,9 @@ def build(torch, out):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] != "--out":
-        print("torch fixtures are committed in %s (regenerate them with %s, which needs "
-              "python3-torch); nothing to write into %s" % (COMMITTED, argv[0], argv[1]))
-        return 0
-    out = committed_out(argv, COMMITTED, __doc__)
-    if out is None:
-        return 2
-    import torch  # only now: the Makefile's call above must work without torch
-    fresh_dir(out)
-    build(torch, out)
+    out = committed_torch_main(argv, "torch", COMMITTED, __doc__, build)
+    if not isinstance(out, str):
+        return out
     total = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
     print("wrote %s (%d bytes)" % (out, total))
     return 0

@@ -29,7 +29,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-from fixture_lib import committed_out, fresh_dir  # noqa: E402
+from fixture_lib import committed_torch_main  # noqa: E402
 
 COMMITTED = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "fixtures",
                          "torch_layouts")
@@ -200,16 +200,9 @@ def build(torch, out):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] != "--out":
-        print("torch layout fixtures are committed in %s (regenerate them with %s, which needs "
-              "python3-torch); nothing to write into %s" % (COMMITTED, argv[0], argv[1]))
-        return 0
-    out = committed_out(argv, COMMITTED, __doc__)
-    if out is None:
-        return 2
-    import torch  # only now: the Makefile's call above must work without torch
-    fresh_dir(out)
-    build(torch, out)
+    out = committed_torch_main(argv, "torch layout", COMMITTED, __doc__, build)
+    if not isinstance(out, str):
+        return out
     print("wrote %s" % out)
     return 0
 
