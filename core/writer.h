@@ -6,6 +6,8 @@
 
 #include "ckpt.h"
 
+#include <sys/types.h>
+
 /* The output format follows OUT's name (the table in writer.c): .safetensors, a directory (HF
  * shards + index), .gguf, .bpk, .lwt, .gptrs (GPTRSCHK) / .gptrsten (GPTRSTEN). NAME.EXT.zst is
  * the file NAME.EXT would be, in the zstd seekable format: frames of at most 1 MiB, ended
@@ -19,5 +21,8 @@ typedef struct ckpt_writer ckpt_writer;
 const ckpt_writer *ckpt_writer_for(const char *out);
 /* The suffixes of the table, ".safetensors, .gguf, ...", for messages and usage texts. */
 const char *ckpt_writer_suffixes(void);
+/* The process's umask, read without changing it (so it is safe while other threads create
+ * files), for outputs that start as private temporary files and get the usual mode at the end. */
+mode_t ckpt_umask(void);
 
 #endif

@@ -1,5 +1,6 @@
 /* The output-file helpers every writer in this folder writes through. */
 #include "writers.h"
+#include "../writer.h"
 
 #include "../catalog.h"
 #include "../hashmap.h"
@@ -67,23 +68,39 @@ int out_open(out_file *f, const char *path, bool compress, ckpt_err *err) {
                          strerror(e));
     }
     /* mkstemp makes 0600; the result should have the usual mode, from the umask. */
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(f->fd, 0666 & ~mask);
+    fchmod(f->fd, 0666 & ~ckpt_umask());
     return 0;
 }
 
 /* An output never lets group or others do what its sources deny them: a 0600 shard converts to
  * 0600, whatever the umask allows. The owner's bits come from the umask alone, so the user can
  * still replace what they wrote. */
-mode_t out_umask(void) {
-    mode_t mask = umask(0);
+mode_t ckpt_umask(void) {
+    /* umask() can only be read by setting it, and the process's other threads (a staging
+     * mount's workers creating files) would see the interim 0 and create world-writable files.
+     * Linux (4.7+) shows it in /proc/self/status; the set-and-restore is the fallback. */
+    mode_t mask = 0;
+    FILE *f = fopen("/proc/self/status", "re");
+    if (f) {
+        char line[128];
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f)) {
+            unsigned int v;
+            if (sscanf(line, "Umask: %o", &v) == 1) {
+                mask = (mode_t)(v & 0777);
+                found = true;
+            }
+        }
+        fclose(f);
+        if (found) return mask;
+    }
+    mask = umask(0);
     umask(mask);
     return mask;
 }
 
 void out_limit_mode(out_file *f, mode_t sources) {
-    if (f->fd >= 0) fchmod(f->fd, (0666 & ~out_umask()) & (0600 | (sources & 0066)));
+    if (f->fd >= 0) fchmod(f->fd, (0666 & ~ckpt_umask()) & (0600 | (sources & 0066)));
 }
 
 mode_t out_data_sources_mode(const ckpt_catalog *cat) {

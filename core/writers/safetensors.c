@@ -1,6 +1,7 @@
 /* The safetensors writer: the HF view's files (hfview.c), written out — one file, compressed or
  * not, or a Hugging Face directory of shards + index + the config and tokenizer files. */
 #include "writers.h"
+#include "../writer.h"
 
 #include "../catalog.h"
 #include "../hfview.h"
@@ -124,7 +125,7 @@ static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_
     /* mkdtemp makes 0700; the directory lists what every source holds */
     mode_t readable = cat->nsources ? out_data_sources_mode(cat) & 0044 : 0044;
     for (size_t i = 0; i < cat->naux; i++) readable &= cat->sources[cat->aux[i].source].mode;
-    chmod(tmp, (0777 & ~out_umask()) & (0700 | readable | readable >> 2));
+    chmod(tmp, (0777 & ~ckpt_umask()) & (0700 | readable | readable >> 2));
     int rename_errno = !rc && rename(tmp, out) != 0 ? errno : 0;
     bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
     if (exists && opts->replace_dir)

@@ -45,7 +45,6 @@ void out_limit_mode(out_file *f, mode_t sources);
 /* The modes of the sources tensors and headers come from, ANDed (config and tokenizer files,
  * copied as they are, keep their own). */
 mode_t out_data_sources_mode(const ckpt_catalog *cat);
-mode_t out_umask(void);
 void out_bytes(out_file *f, const void *p, size_t n);
 void out_zeros(out_file *f, size_t n);
 void out_le32(out_file *f, uint32_t v);

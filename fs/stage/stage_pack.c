@@ -20,6 +20,7 @@
 
 #include "core/hfview.h"
 #include "core/text.h"
+#include "core/writer.h"
 #include "core/utf8.h"
 
 #include <errno.h>
@@ -354,9 +355,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
     if (!rc && ftruncate(st->pack_fd, (off_t)at) != 0)
         rc = ckpt_fail(err, -errno, "%s: truncating the staged file: %s", st->out, strerror(errno));
     if (!rc) { /* spool files are 0600; OUT gets the usual mode, from the umask */
-        mode_t mask = umask(0);
-        umask(mask);
-        fchmod(st->pack_fd, 0666 & ~mask);
+        fchmod(st->pack_fd, 0666 & ~ckpt_umask());
     }
     if (!rc && fsync(st->pack_fd) != 0)
         rc = ckpt_fail(err, -errno, "%s: fsync: %s", st->out, strerror(errno));
