@@ -113,6 +113,21 @@ def check_aux(tap, case, mnt, root):
            % (case["name"], ", ".join(sorted(case["aux"])) or "no config files"), problems)
 
 
+def case_checks(tap, case, root):
+    """The checks of one case of cases.json, as a function of the mount point (what a remote
+    test runs too, on a mount of the same case from a URL)."""
+    def checks(mnt):
+        check_tensors(tap, case, mnt, root)
+        check_tree(tap, case["name"], mnt, case["tensors"])
+        check_documents(tap, case, mnt)
+        check_aux(tap, case, mnt, root)
+        if case["hf_view"]:
+            want = {t["name"]: t for t in case["tensors"] if not t["aside"]}
+            check_hf_view(tap, case["name"], mnt, want,
+                          "HF view holds exactly the model's %d tensors" % len(want))
+    return checks
+
+
 def run(group):
     started = start("layouts", "layouts_fixtures.py")
     if not started:
@@ -121,15 +136,7 @@ def run(group):
     cases = [c for c in read_json(os.path.join(root, "cases.json")) if c["group"] == group]
     tap.ok(cases, "cases.json has %d %s cases" % (len(cases), group))
     for case in cases:
-        def checks(mnt, case=case):
-            check_tensors(tap, case, mnt, root)
-            check_tree(tap, case["name"], mnt, case["tensors"])
-            check_documents(tap, case, mnt)
-            check_aux(tap, case, mnt, root)
-            if case["hf_view"]:
-                want = {t["name"]: t for t in case["tensors"] if not t["aside"]}
-                check_hf_view(tap, case["name"], mnt, want,
-                              "HF view holds exactly the model's %d tensors" % len(want))
+        checks = case_checks(tap, case, root)
         opts = ["-o", case["options"]] if case["options"] else []
         mounted(tap, ckptfs, os.path.join(root, case["src"]), case["name"], checks, opts,
                 mount_desc="%s: mount %s%s" % (case["name"], case["src"],
