@@ -86,6 +86,18 @@ def body(tap, ckptfs, fixtures, served, server):
                "reading a tensor of a cached block makes no request", [n0, n1, stats0, stats1])
         tap.ok(stats1["bytes_fetched"] > 0 and stats1["requests"] >= 4 and len(first) > 0,
                ".ckptfs/cache.json counts requests and bytes fetched", [stats1])
+        # Its size in stat is the size of what a read gives (counters may move in between:
+        # a prefetch still landing; three tries).
+        live = os.path.join(mnt, ".ckptfs", "cache.json")
+        seen = []
+        for _ in range(3):
+            before_size = os.stat(live).st_size
+            text = read_bytes(live)
+            seen.append((before_size, len(text), os.stat(live).st_size))
+            if before_size == len(text) == seen[-1][2]:
+                break
+        tap.ok(seen[-1][0] == seen[-1][1] == seen[-1][2] > 0,
+               "stat of .ckptfs/cache.json gives the size a read gives (not 0)", seen)
 
     mounted(tap, ckptfs, src, "sharded over http", sharded_checks)
 
