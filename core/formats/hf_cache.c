@@ -29,8 +29,11 @@ bool hf_cache_probe(const char *dir) {
     char refs[PATH_MAX], snaps[PATH_MAX];
     int a = snprintf(refs, sizeof refs, "%s/refs", dir);
     int b = snprintf(snaps, sizeof snaps, "%s/snapshots", dir);
-    return a > 0 && (size_t)a < sizeof refs && b > 0 && (size_t)b < sizeof snaps && is_dir(snaps) &&
-           is_dir(refs);
+    if (a <= 0 || (size_t)a >= sizeof refs || b <= 0 || (size_t)b >= sizeof snaps || !is_dir(refs))
+        return false;
+    /* An object store holds no empty folder: a bucket copy of a cache whose snapshots were
+     * left behind has refs/ only, and is still a cache folder (refused naming the snapshot). */
+    return is_dir(snaps) || strncmp(dir, "s3://", 5) == 0;
 }
 
 /* A revision names something under refs/ or snapshots/: no empty, "." or ".." component, no

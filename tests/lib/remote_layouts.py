@@ -13,8 +13,10 @@ import os
 import tempfile
 
 import committed_checks
+import hostile
 import layout_checks
 import remote_compare
+from ckptfs_test import run_capture
 from mount_checks import read_json
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -56,7 +58,7 @@ def cases(tap, served):
 
 def upload_rels(served):
     """What an object store needs to hold for cases(): the folders and archives, by path."""
-    rels = ["committed/" + n for n in COMMITTED_LAYOUTS]
+    rels = ["committed/" + n for n in COMMITTED_LAYOUTS] + ["layouts/hostile"]
     for case in read_json(os.path.join(served, "layouts", "cases.json")):
         rels.append("layouts/" + case["src"])
     return sorted(set(rels))
@@ -82,3 +84,37 @@ def compare_layouts(tap, ckptfs, served, url_of, repo_of=None):
         remote_compare.compare(tap, "%s (%s)" % (label, rel), local, remote)
     return found
 
+
+
+def hostile_cases(served):
+    """[(label, path relative to served, mount options, needle)] of the hostile layout inputs:
+    FIXTURES/layouts/hostile/cases.tsv (hostile.py's needle syntax) and the committed
+    fixtures' hostile folders (every word of the manifest's "error")."""
+    out = []
+    hdir = os.path.join(served, "layouts", "hostile")
+    for row in hostile.read_cases(os.path.join(hdir, "cases.tsv")):
+        if row["expect"] == "refuse":
+            opts = ["-o", row["options"]] if row["options"] else []
+            out.append((row["path"], "layouts/hostile/" + row["path"], opts, row["needle"]))
+    for layout in COMMITTED_LAYOUTS:
+        manifest = read_json(os.path.join(COMMITTED, layout, "manifest.json"))
+        for name, h in sorted(manifest["hostile"].items()):
+            out.append(("%s %s" % (layout, name), "committed/%s/hostile/%s" % (layout, name), [],
+                        "&".join(h["error"])))
+    return out
+
+
+def check_hostile(tap, ckptfs, served, url_of):
+    """Each hostile layout input, opened from its URL, is refused as it is locally: exit 2 and
+    one line holding the needle."""
+    problems = []
+    found = hostile_cases(served)
+    for label, rel, opts, needle in found:
+        rc, _, err = run_capture([ckptfs, "info", url_of(rel)] + opts, 60)
+        text = err.decode("utf-8", "replace")
+        if rc != hostile.EXIT_SOURCE or text.count("\n") != 1 or not \
+                hostile.needle_matches(needle, text):
+            problems.append("%s: exit %r, stderr %r, want %r" % (label, rc, text.strip(), needle))
+    tap.ok(len(found) >= 25 and not problems,
+           "%d hostile layout inputs refused from URLs as they are locally" % len(found),
+           problems)

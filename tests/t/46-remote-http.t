@@ -37,6 +37,7 @@ def body(tap, ckptfs, fixtures, served, server):
     url = server.url
     remote_compare.compare_all(tap, ckptfs, fixtures, lambda rel: url + "/" + rel)
     remote_layouts.compare_layouts(tap, ckptfs, served, lambda rel: url + "/" + rel)
+    remote_layouts.check_hostile(tap, ckptfs, served, lambda rel: url + "/" + rel)
     # Names an index page leaves out (dot files: .metadata, .hf_metadata) are asked for once
     # each, not once per probe (the NeMo step's probes ask for some of them again and again).
     for d in ("nemo/step_dcphf/epoch_0_step_20", "dcphf/grid"):

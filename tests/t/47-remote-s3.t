@@ -46,6 +46,8 @@ def body(tap, ckptfs, fixtures, served, server):
                       AWS_ENDPOINT_URL=server.url)
     remote_compare.compare_all(tap, ckptfs, fixtures, lambda rel: "s3://%s/%s" % (BUCKET, rel))
     remote_layouts.compare_layouts(tap, ckptfs, served, lambda rel: "s3://%s/%s" % (BUCKET, rel))
+    remote_layouts.check_hostile(tap, ckptfs, served,
+                                 lambda rel: "s3://%s/%s" % (BUCKET, rel))
 
     # Endpoint from -o s3_endpoint=, credentials from a shared credentials file profile.
     work = tempfile.mkdtemp(prefix="ckptfs-t47.")

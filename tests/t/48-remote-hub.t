@@ -39,6 +39,8 @@ def body(tap, ckptfs, fixtures, served, server):
         tap, ckptfs, fixtures, lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
     remote_layouts.compare_layouts(tap, ckptfs, served,
                                    lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
+    remote_layouts.check_hostile(tap, ckptfs, served,
+                                 lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
     # By branch name: pinned to the commit; the token shows nowhere.
     src = "hf://%s/sharded" % REPO
 
