@@ -88,10 +88,6 @@ void place_list_free(place_entry *e, size_t n) {
     free(e);
 }
 
-void place_warm(const char *const *paths, size_t n) {
-    if (n && remote_is_url(paths[0])) remote_warm(paths, n);
-}
-
 /* ---- first bytes ---- */
 
 enum { HEAD_KEPT = 4096 }; /* what a probe or a small text file (a ref, a tag) needs */
@@ -182,4 +178,25 @@ int place_read_head(const char *path, void *buf, size_t cap, size_t *got, uint64
     if (got) *got = done;
     if (size) *size = (uint64_t)st.st_size;
     return 0;
+}
+
+static bool head_kept(const char *path) {
+    pthread_mutex_lock(&heads_lock);
+    kept_head *h = heads;
+    while (h && strcmp(h->path, path) != 0) h = h->next;
+    pthread_mutex_unlock(&heads_lock);
+    return h != NULL;
+}
+
+void place_warm(const char *const *paths, size_t n) {
+    if (!n || !remote_is_url(paths[0])) return;
+    /* Files whose first bytes are kept already would only be probed from those: an object
+     * opened ahead for them would never be taken. */
+    const char **todo = malloc(n * sizeof *todo);
+    if (!todo) return;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!head_kept(paths[i])) todo[k++] = paths[i];
+    remote_warm(todo, k);
+    free(todo);
 }

@@ -56,10 +56,12 @@ static bool revision_ok(const char *rev) {
 
 /* What the ref file holds: a commit hash (hex), possibly followed by a newline. */
 static int read_ref(const char *path, char *commit, size_t cap, ckpt_err *err) {
-    if (place_kind(path) != PLACE_FILE) return -ENOENT; /* remotely: no request for a 404 */
+    int kind = place_kind(path); /* remotely: no request for a name the listing lacks */
+    if (kind == PLACE_MISSING || kind == PLACE_DIR) return -ENOENT; /* not a ref */
     size_t got;
     int rc = place_read_head(path, commit, cap - 1, &got, NULL);
-    if (rc == -ENOENT || rc == -ENOTDIR || rc == -EISDIR || rc == -EINVAL) return -ENOENT;
+    if (rc == -EINVAL || kind == PLACE_OTHER)
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file (a FIFO or a device?)", path);
     if (rc) return ckpt_fail(err, rc, "%s: %s", path, strerror(-rc));
     ssize_t n = (ssize_t)got;
     while (n > 0 && (commit[n - 1] == '\n' || commit[n - 1] == '\r' || commit[n - 1] == ' ')) n--;

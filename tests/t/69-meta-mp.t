@@ -55,6 +55,12 @@ def main():
         os.unlink(os.path.join(gap, "consolidated.01.pth"))
         refused(tap, ckptfs, gap, ["consolidated.01.pth", "missing"],
                 "rank 01 of 4 missing: refused naming consolidated.01.pth")
+        fifo = os.path.join(tmp, "fifo")
+        shutil.copytree(os.path.join(COMMITTED, "llama1_mp4"), fifo)
+        os.unlink(os.path.join(fifo, "consolidated.01.pth"))
+        os.mkfifo(os.path.join(fifo, "consolidated.01.pth"))
+        refused(tap, ckptfs, fifo, ["consolidated.01.pth", "missing"],
+                "rank 01 a FIFO: not waited on, refused as missing")
         last = os.path.join(tmp, "last")
         shutil.copytree(os.path.join(COMMITTED, "llama2_mp2"), last)
         os.unlink(os.path.join(last, "consolidated.01.pth"))

@@ -82,6 +82,10 @@ def main():
             with open(os.path.join(d, "latest"), "w") as f:
                 f.write(tag)
             refused(tap, ckptfs, d, ["latest", tag], "latest = %r: refused, never followed" % tag)
+        d, _ = copy_case(tmp, "latest_fifo")
+        os.unlink(os.path.join(d, "latest"))
+        os.mkfifo(os.path.join(d, "latest"))
+        refused(tap, ckptfs, d, [d], "latest a FIFO: not waited on, refused")
         d, step = copy_case(tmp, "compressed")
         victim = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
         with zipfile.ZipFile(victim) as zin:
