@@ -84,6 +84,7 @@ static int add_remote_source(ckpt_catalog *cat, const char *path, const char *re
     s->path = arena_strdup(&cat->priv->mem, shown);
     s->relpath = arena_strdup(&cat->priv->mem, relpath);
     s->size = remote_size(o);
+    s->file_size = s->size;
     s->mtime.tv_sec = remote_mtime(o);
     s->mode = S_IFREG | 0444;
     unsigned char magic[4];
@@ -199,6 +200,18 @@ int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, ui
     if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     a = &cat->sources[archive];
+    if (a->remote) { /* the member shares the archive's pinned object and its cached blocks */
+        ckpt_source *s = &cat->sources[cat->nsources];
+        *s = *a;
+        s->relpath = arena_strdup(&pv->mem, name);
+        if (!s->relpath) return ckpt_fail(err, -ENOMEM, "out of memory");
+        s->remote = remote_hold(a->remote);
+        s->member_of = a->relpath;
+        s->base = base;
+        s->size = size;
+        *index = cat->nsources++;
+        return 0;
+    }
     int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;

@@ -41,13 +41,11 @@ const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t siz
 }
 
 const ckpt_format *probe_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
     unsigned char head[PROBE_BYTES];
-    struct stat st;
-    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, head, sizeof head, 0) : -1;
-    close(fd);
-    return n > 0 ? probe_bytes(head, (size_t)n, (uint64_t)st.st_size) : NULL;
+    size_t n;
+    uint64_t size;
+    if (place_read_head(path, head, sizeof head, &n, &size) != 0 || n == 0) return NULL;
+    return probe_bytes(head, n, size);
 }
 
 /* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
@@ -133,91 +131,83 @@ const char *ckpt_format_checks(const ckpt_catalog *cat) {
                              : "structure; the format stores no checksums of tensor data";
 }
 
-/* A URL: the same decoders over remote sources. The root is the name as shown (no secrets);
- * an hf:// name is pinned to the commit its revision points at now. */
-static int open_remote(const char *path, const ckpt_options *opts, ckpt_catalog **out,
+/* Where a URL points, as the root shows it (no secrets): an hf:// name is pinned to the commit
+ * its revision points at now. Its kind in *kind. */
+static int remote_root(const char *path, const ckpt_options *opts, char *root, int *kind,
                        ckpt_err *err) {
     ckpt_remote_options none = {0};
     int rc = remote_configure(opts ? &opts->remote : &none, err);
     if (rc) return rc;
-    char shown[PATH_MAX], root[PATH_MAX];
+    char shown[PATH_MAX];
     remote_shown(path, shown, sizeof shown);
     if (strncmp(shown, "hf://", 5) == 0) {
-        if ((rc = hf_pin(shown, root, sizeof root, err))) return rc;
-    } else if (remote_normalize(shown, root, sizeof root) != 0) {
+        if ((rc = hf_pin(shown, root, PATH_MAX, err))) return rc;
+    } else if (remote_normalize(shown, root, PATH_MAX) != 0) {
         return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown);
     }
-    int kind = place_kind(root);
-    if (kind == PLACE_MISSING) {
+    *kind = place_kind(root);
+    if (*kind == PLACE_MISSING) {
         /* Opening it says why precisely (404, 403, no Range support...). */
         remote_object *o;
         if ((rc = remote_open(root, &o, err))) return rc;
         remote_close(o);
-        kind = PLACE_FILE;
+        *kind = PLACE_FILE;
     }
-    ckpt_catalog *cat = catalog_new(root, "unknown");
-    if (!cat) return ckpt_fail(err, -ENOMEM, "out of memory");
-    if (opts) cat->opts = *opts;
-    rc = kind == PLACE_DIR ? open_dir(cat, err) : open_file(cat, root, err);
-    if (!rc) rc = catalog_finish(cat, err);
-    /* Prefetch threads started while decoding stop here: a mount forks next. */
-    bc_quiesce();
-    if (rc) {
-        ckpt_close(cat);
-        return rc;
-    }
-    *out = cat;
     return 0;
 }
 
-int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err) {
-    *out = NULL;
-    if (remote_is_url(path)) return open_remote(path, opts, out, err);
+/* A local path: its kind, and the absolute path the root shows (the daemon changes directory,
+ * and a replaced source is detected by looking its path up again). */
+static int local_root(const char *path, char *root, int *kind, ckpt_err *err) {
     struct stat st;
     if (stat(path, &st) != 0) {
         int e = errno;
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
     }
-    /* An HF cache repo folder stands for one of its snapshots. */
-    char snapshot[PATH_MAX];
+    *kind = S_ISREG(st.st_mode) ? PLACE_FILE : S_ISDIR(st.st_mode) ? PLACE_DIR : PLACE_OTHER;
+    if (*kind == PLACE_OTHER)
+        return ckpt_fail(err, -EINVAL, "%s: %s, neither a regular file nor a directory", path,
+                         file_type_name(st.st_mode));
+    if (!realpath(path, root)) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* The same decoders over local paths and URLs: only finding the root differs. */
+int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ckpt_err *err) {
+    *out = NULL;
+    bool remote = remote_is_url(path);
+    char root[PATH_MAX];
+    int kind = PLACE_MISSING;
+    int rc =
+        remote ? remote_root(path, opts, root, &kind, err) : local_root(path, root, &kind, err);
+    if (rc) return rc;
+    /* An HF cache repo folder stands for one of its snapshots (remotely: a copy of one in a
+     * bucket or on a web server, its snapshot links followed when it was uploaded). */
     strbuf cache_doc;
     sb_init(&cache_doc);
     const char *revision = opts ? opts->revision : NULL;
-    if (S_ISDIR(st.st_mode) && hf_cache_probe(path)) {
-        int rc = hf_cache_resolve(path, revision, snapshot, sizeof snapshot, &cache_doc, err);
-        if (rc) {
-            sb_free(&cache_doc);
-            return rc;
-        }
-        path = snapshot;
+    if (kind == PLACE_DIR && hf_cache_probe(root)) {
+        char snapshot[PATH_MAX];
+        rc = hf_cache_resolve(root, revision, snapshot, sizeof snapshot, &cache_doc, err);
+        if (!rc && !remote && !realpath(snapshot, root))
+            rc = ckpt_fail(err, -errno, "%s: %s", snapshot, strerror(errno));
+        else if (!rc && remote)
+            memcpy(root, snapshot, strlen(snapshot) + 1);
     } else if (revision) {
-        return ckpt_fail(err, -EINVAL,
-                         "%s: -o revision= needs a Hugging Face cache repo folder "
-                         "(models--ORG--NAME with refs/ and snapshots/)",
-                         path);
+        rc = ckpt_fail(err, -EINVAL,
+                       "%s: -o revision= needs a Hugging Face cache repo folder "
+                       "(models--ORG--NAME with refs/ and snapshots/)",
+                       path);
     }
-    /* Absolute paths: the daemon changes directory, and a replaced source is detected by
-     * looking its path up again. */
-    char abs[PATH_MAX];
-    if (!realpath(path, abs)) {
-        int e = errno;
-        sb_free(&cache_doc);
-        return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    ckpt_catalog *cat = NULL;
+    if (!rc && !(cat = catalog_new(root, "unknown"))) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!rc) {
+        if (opts) cat->opts = *opts;
+        rc = kind == PLACE_DIR ? open_dir(cat, err) : open_file(cat, root, err);
     }
-    ckpt_catalog *cat = catalog_new(abs, "unknown");
-    if (!cat) {
-        sb_free(&cache_doc);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    if (opts) cat->opts = *opts;
-    int rc;
-    if (S_ISDIR(st.st_mode))
-        rc = open_dir(cat, err);
-    else if (S_ISREG(st.st_mode))
-        rc = open_file(cat, abs, err);
-    else
-        rc = ckpt_fail(err, -EINVAL, "%s: %s, neither a regular file nor a directory", path,
-                       file_type_name(st.st_mode));
     /* Only tensor-parallel checkpoints are split: elsewhere the option would do nothing, and
      * a user who believes it did is misled. */
     if (!rc && cat->opts.tp_split && strcmp(cat->format, "mlframework-tp") != 0)
@@ -229,6 +219,8 @@ int ckpt_open(const char *path, const ckpt_options *opts, ckpt_catalog **out, ck
         rc = catalog_add_doc(cat, "hf_cache", cache_doc.data, cache_doc.len, err);
     sb_free(&cache_doc);
     if (!rc) rc = catalog_finish(cat, err);
+    /* Prefetch threads started while decoding stop here: a mount forks next. */
+    if (remote) bc_quiesce();
     if (rc) {
         ckpt_close(cat);
         return rc;

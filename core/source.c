@@ -39,12 +39,13 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
     if (s->zst) return zst_pread(s->zst, buf, len, off);
-    if (s->remote) return remote_pread(s->remote, buf, len, off);
     if (s->member_of) { /* never past the member's end into the next one */
         if (off >= s->size) return 0;
         if (len > s->size - off) len = (size_t)(s->size - off);
         off += s->base;
     }
+    /* A member of a remote archive reads its archive's object at the member's offset. */
+    if (s->remote) return remote_pread(s->remote, buf, len, off);
     int fd = s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
     if (fd < 0) return fd;
     ssize_t r;

@@ -30,6 +30,7 @@
  * The pickles hold DeepSpeed's own classes and enums (the config, the loss scaler, ZeroStageEnum
  * through builtins.getattr): any deepspeed.* global and builtins.getattr are read as inert data,
  * never imported or called. */
+#include "../place.h"
 #include "formats.h"
 
 #include "../hashmap.h"
@@ -39,14 +40,11 @@
 #include "torch_zip.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 enum { MAX_RANKS = 65536, LATEST_LIMIT = 4096 };
 
@@ -96,8 +94,7 @@ typedef struct ds {
 /* ---- files ---- */
 
 static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return place_kind(path) == PLACE_FILE; /* a local path or a URL */
 }
 
 /* Parses "<prefix>zero_pp_rank_R_mp_rank_MM_<kind>_states.pt": R, MM; false otherwise. */
@@ -199,12 +196,11 @@ static int resolve_step(ds *d) {
         snprintf(d->step_dir, sizeof d->step_dir, "%s", root);
         return 0;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(d->err, -errno, "%s: %s", path, strerror(errno));
     char buf[LATEST_LIMIT + 1];
-    ssize_t n = read(fd, buf, sizeof buf);
-    close(fd);
-    if (n < 0) return ckpt_fail(d->err, -EIO, "%s: cannot read", path);
+    size_t got;
+    int rc = place_read_head(path, buf, LATEST_LIMIT + 1, &got, NULL);
+    if (rc) return ckpt_fail(d->err, rc, "%s: %s", path, strerror(-rc));
+    ssize_t n = (ssize_t)got;
     if (n > LATEST_LIMIT)
         return ckpt_fail(d->err, -EINVAL, "%s: over %d bytes, not a checkpoint tag", path,
                          LATEST_LIMIT);
@@ -221,8 +217,7 @@ static int resolve_step(ds *d) {
     memcpy(d->tag, buf, (size_t)n + 1);
     snprintf(d->rel, sizeof d->rel, "%s/", d->tag);
     w = snprintf(d->step_dir, sizeof d->step_dir, "%s/%s", root, d->tag);
-    struct stat st;
-    if (w < 0 || (size_t)w >= sizeof d->step_dir || stat(d->step_dir, &st) || !S_ISDIR(st.st_mode))
+    if (w < 0 || (size_t)w >= sizeof d->step_dir || place_kind(d->step_dir) != PLACE_DIR)
         return ckpt_fail(d->err, -ENOENT, "%s: names \"%s\", but %s is not a directory", path,
                          d->tag, d->step_dir);
     return 0;

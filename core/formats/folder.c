@@ -12,6 +12,7 @@
  * checkpoints with their own counts. */
 #include "formats.h"
 
+#include "../place.h"
 #include "../strbuf.h"
 
 #include <errno.h>
@@ -50,6 +51,17 @@ static int find_checkpoints(ckpt_catalog *cat, candidate **out, size_t *count, c
         free_files(names, n);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
+    /* Remote files are opened in parallel first: each probe then costs no round trip. */
+    char **paths = calloc(n ? n : 1, sizeof *paths);
+    size_t np = 0;
+    for (size_t i = 0; paths && i < n; i++) {
+        if (names[i][0] == '.' || later_split_part(names[i])) continue;
+        size_t len = strlen(cat->root) + strlen(names[i]) + 2;
+        if (!(paths[np] = malloc(len))) break;
+        snprintf(paths[np++], len, "%s/%s", cat->root, names[i]);
+    }
+    if (paths) place_warm((const char *const *)paths, np);
+    free_files(paths, np);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (names[i][0] == '.' || later_split_part(names[i])) continue;

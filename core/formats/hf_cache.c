@@ -5,31 +5,35 @@
  * Mounting the repo folder mounts the snapshot refs/main names, or the one -o revision= names:
  * a ref (refs/<revision>, which may be "pr/1") or a commit hash that has a snapshot. The
  * snapshot itself is then opened as any model directory; its symlinks are the user's own and
- * are followed like any other file. */
+ * are followed like any other file.
+ *
+ * Remotely (place.h), a repo folder is a listing holding refs/ and snapshots/: a cache copied
+ * to a bucket (aws s3 sync uploads what the links point at) or served by a web server that
+ * follows links. blobs/ is not needed there: the snapshot's files are the bytes. */
 #include "formats.h"
 
+#include "../place.h"
 #include "../strbuf.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static bool is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return place_kind(path) == PLACE_DIR;
 }
 
 bool hf_cache_probe(const char *dir) {
     char refs[PATH_MAX], snaps[PATH_MAX];
     int a = snprintf(refs, sizeof refs, "%s/refs", dir);
     int b = snprintf(snaps, sizeof snaps, "%s/snapshots", dir);
-    return a > 0 && (size_t)a < sizeof refs && b > 0 && (size_t)b < sizeof snaps && is_dir(snaps) &&
-           is_dir(refs);
+    if (a <= 0 || (size_t)a >= sizeof refs || b <= 0 || (size_t)b >= sizeof snaps || !is_dir(refs))
+        return false;
+    /* An object store holds no empty folder: a bucket copy of a cache whose snapshots were
+     * left behind has refs/ only, and is still a cache folder (refused naming the snapshot). */
+    return is_dir(snaps) || strncmp(dir, "s3://", 5) == 0;
 }
 
 /* A revision names something under refs/ or snapshots/: no empty, "." or ".." component, no
@@ -52,12 +56,14 @@ static bool revision_ok(const char *rev) {
 
 /* What the ref file holds: a commit hash (hex), possibly followed by a newline. */
 static int read_ref(const char *path, char *commit, size_t cap, ckpt_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    ssize_t n = read(fd, commit, cap - 1);
-    int e = errno;
-    close(fd);
-    if (n < 0) return ckpt_fail(err, -e, "%s: %s", path, strerror(e));
+    int kind = place_kind(path); /* remotely: no request for a name the listing lacks */
+    if (kind == PLACE_MISSING || kind == PLACE_DIR) return -ENOENT; /* not a ref */
+    size_t got;
+    int rc = place_read_head(path, commit, cap - 1, &got, NULL);
+    if (rc == -EINVAL || kind == PLACE_OTHER)
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file (a FIFO or a device?)", path);
+    if (rc) return ckpt_fail(err, rc, "%s: %s", path, strerror(-rc));
+    ssize_t n = (ssize_t)got;
     while (n > 0 && (commit[n - 1] == '\n' || commit[n - 1] == '\r' || commit[n - 1] == ' ')) n--;
     commit[n] = '\0';
     bool hex = n > 0 && (size_t)n < cap - 1;
@@ -107,7 +113,7 @@ int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, siz
                          repo, rev);
     }
     char real[PATH_MAX];
-    const char *shown = realpath(repo, real) ? real : repo;
+    const char *shown = place_resolve(repo, real) == 0 ? real : repo;
     sb_puts(doc, "{\"repo\": ");
     sb_json_str(doc, shown, strlen(shown));
     sb_puts(doc, ", \"revision\": ");

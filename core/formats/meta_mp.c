@@ -14,6 +14,7 @@
  * odd ones), which is two strided pieces per head rather than a copy; config.json is made from
  * params.json. These view tensors are set aside under .ckptfs/llama/; the tree shows Meta's
  * own names. */
+#include "../place.h"
 #include "formats.h"
 #include "../text.h"
 
@@ -27,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { MAX_RANKS = 1024, PARAMS_LIMIT = 1 << 20 };
 #define VIEW_PREFIX ".ckptfs/llama/"
@@ -73,8 +73,7 @@ static long rank_of(const char *name) {
 }
 
 static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return place_kind(path) == PLACE_FILE; /* a local path or a URL */
 }
 
 bool meta_mp_probe(const char *dir) {

@@ -14,6 +14,7 @@
 typedef struct hf_file {
     char *path;
     bool dir;
+    uint64_t size; /* the tree's "size", or REMOTE_SIZE_UNKNOWN */
 } hf_file;
 
 typedef struct hf_repo {
@@ -141,14 +142,17 @@ static int add_tree_page(hf_repo *r, const char *text, size_t len, const char *s
     else
         r->files = f;
     for (const json_value *v = doc.root->head; v && !rc; v = v->next) {
-        const json_value *p = json_member(v, "path"), *t = json_member(v, "type");
+        const json_value *p = json_member(v, "path"), *t = json_member(v, "type"),
+                         *sz = json_member(v, "size");
         if (!p || p->type != JSON_STRING || !p->len || memchr(p->str, 0, p->len)) continue;
         char *s = strndup(p->str, p->len);
         if (!s) {
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             break;
         }
-        r->files[r->n++] = (hf_file){s, t && json_str_eq(t, "directory")};
+        uint64_t size = REMOTE_SIZE_UNKNOWN;
+        if (sz && !json_as_u64(sz, &size)) size = REMOTE_SIZE_UNKNOWN;
+        r->files[r->n++] = (hf_file){s, t && json_str_eq(t, "directory"), size};
     }
     json_doc_free(&doc);
     return rc;
@@ -268,10 +272,12 @@ int hf_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
         for (size_t k = n; k-- > 0 && !seen;)
             seen = strlen(e[k].name) == nl && !memcmp(e[k].name, rest, nl);
         if (seen) continue;
-        if (!(e[n].name = strndup(rest, nl)))
+        if (!(e[n].name = strndup(rest, nl))) {
             rc = -ENOMEM;
-        else
-            e[n++].dir = dir_entry;
+        } else {
+            e[n].dir = dir_entry;
+            e[n++].size = rest[nl] == '/' ? 0 : r->files[i].size;
+        }
     }
     pthread_mutex_unlock(&hf_lock);
     if (!r && !rc)

@@ -115,7 +115,7 @@ int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *e
             }
             e = ne;
         }
-        e[n++] = (remote_entry){name, is_dir};
+        e[n++] = (remote_entry){name, is_dir, REMOTE_SIZE_UNKNOWN}; /* index pages round sizes */
     }
     sb_free(&body);
     if (rc) {

@@ -143,6 +143,39 @@ static bool http_dir_known(const char *dir) {
     return remote_list(parent, &e, &n, &err) == 0 && find_entry(e, n, slash + 1) == REMOTE_DIR;
 }
 
+/* What HEADs answered, by URL: index pages leave dot files out (nginx does), and the directory
+ * probes ask for the same few names (.metadata, .hf_metadata/...) again and again. */
+typedef struct asked {
+    int kind;
+    struct asked *next;
+    char url[];
+} asked;
+
+static asked *asked_list;
+
+static int http_kind(const char *url) {
+    pthread_mutex_lock(&names_lock);
+    for (asked *a = asked_list; a; a = a->next)
+        if (strcmp(a->url, url) == 0) {
+            int k = a->kind;
+            pthread_mutex_unlock(&names_lock);
+            return k;
+        }
+    pthread_mutex_unlock(&names_lock);
+    int k = httpdir_kind(url);
+    size_t n = strlen(url);
+    asked *a = malloc(sizeof *a + n + 1);
+    if (a) {
+        a->kind = k;
+        memcpy(a->url, url, n + 1);
+        pthread_mutex_lock(&names_lock);
+        a->next = asked_list;
+        asked_list = a;
+        pthread_mutex_unlock(&names_lock);
+    }
+    return k;
+}
+
 int remote_kind(const char *path) {
     char norm[4096];
     if (remote_normalize(path, norm, sizeof norm) != 0) return REMOTE_MISSING;
@@ -155,7 +188,7 @@ int remote_kind(const char *path) {
     if (strncmp(norm, "hf://", 5) == 0 && !strchr(norm + r + 1, '/')) return REMOTE_DIR;
     if (strlen(norm) == r) {
         if (!http) return REMOTE_DIR; /* a bucket or a repo */
-        int k = httpdir_kind(norm);
+        int k = http_kind(norm);
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
         return k;
     }
@@ -166,13 +199,13 @@ int remote_kind(const char *path) {
     memcpy(parent, norm, pl);
     parent[pl] = 0;
     if (http && !http_dir_known(parent)) {
-        int k = httpdir_kind(norm);
+        int k = http_kind(norm);
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
         return k;
     }
-    if (remote_list(parent, &e, &n, &err) != 0) return http ? httpdir_kind(norm) : REMOTE_MISSING;
+    if (remote_list(parent, &e, &n, &err) != 0) return http ? http_kind(norm) : REMOTE_MISSING;
     int k = find_entry(e, n, name);
     /* Index pages often leave out dot files (nginx does): ask for those directly. */
-    if (k == REMOTE_MISSING && http && name[0] == '.') k = httpdir_kind(norm);
+    if (k == REMOTE_MISSING && http && name[0] == '.') k = http_kind(norm);
     return k;
 }

@@ -200,6 +200,11 @@ void remote_close(remote_object *o) {
     free(o);
 }
 
+remote_object *remote_hold(remote_object *o) {
+    atomic_fetch_add(&o->refs, 1);
+    return o;
+}
+
 /* ---- pinning ---- */
 
 static int pin(const char *path, remote_object **out, ckpt_err *err) {

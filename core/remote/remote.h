@@ -24,6 +24,8 @@ int remote_configure(const ckpt_remote_options *o, ckpt_err *err);
  * caches its first block. */
 int remote_open(const char *path, remote_object **out, ckpt_err *err);
 void remote_close(remote_object *o);
+/* One more owner of o (a tar member reads its archive's object): remote_close once per hold. */
+remote_object *remote_hold(remote_object *o);
 uint64_t remote_size(const remote_object *o);
 time_t remote_mtime(const remote_object *o);
 /* Up to len bytes at off: the count, 0 at the end, or a negative errno (EIO once the object is
@@ -46,7 +48,9 @@ void remote_target_free(remote_target *t);
 typedef struct remote_entry {
     char *name;
     bool dir;
+    uint64_t size; /* of a file, or REMOTE_SIZE_UNKNOWN (an http index page) */
 } remote_entry;
+#define REMOTE_SIZE_UNKNOWN UINT64_MAX
 enum { REMOTE_MISSING, REMOTE_FILE, REMOTE_DIR };
 /* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING (also when it cannot be told). */
 int remote_kind(const char *path);

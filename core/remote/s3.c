@@ -214,7 +214,8 @@ static const char *xml_text(const char *p, const char *end, const char *tag, str
     return b + strlen(close);
 }
 
-static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size_t len, bool dir) {
+static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size_t len, bool dir,
+                uint64_t size) {
     if (!len || memchr(name, '/', len)) return 0;
     if (*n == *cap) {
         size_t c = *cap ? 2 * *cap : 64;
@@ -225,7 +226,7 @@ static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size
     }
     char *s = strndup(name, len);
     if (!s) return -ENOMEM;
-    (*e)[(*n)++] = (remote_entry){s, dir};
+    (*e)[(*n)++] = (remote_entry){s, dir, dir ? 0 : size};
     return 0;
 }
 
@@ -289,6 +290,13 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
             if (!a) break;
             const char *b = memmem(a, (size_t)(end - a), "</Contents>", 11);
             if (!b) break;
+            uint64_t size = REMOTE_SIZE_UNKNOWN;
+            if (xml_text(a, b, "Size", &text) && text.data && text.data[0] >= '0' &&
+                text.data[0] <= '9') {
+                char *num_end;
+                unsigned long long v = strtoull(text.data, &num_end, 10);
+                if (*num_end == '\0') size = v;
+            }
             if (xml_text(a, b, "Key", &text) && text.len > prefix.len &&
                 (!prefix.len || !memcmp(text.data, prefix.data, prefix.len))) {
                 const char *name = text.data + prefix.len;
@@ -296,7 +304,7 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
                 const char *slash = memchr(name, '/', len);
                 size_t nl = slash ? (size_t)(slash - name) : len;
                 bool seen = n && strlen(e[n - 1].name) == nl && !memcmp(e[n - 1].name, name, nl);
-                if (!seen) rc = push(&e, &n, &cap, name, nl, slash != NULL);
+                if (!seen) rc = push(&e, &n, &cap, name, nl, slash != NULL, size);
             }
             c = b + 11;
         }

@@ -121,8 +121,13 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         return fs->tr.view->files[n->ref].vf.size;
     case NODE_DOC: {
         size_t len;
-        if (n->ref == DOC_CACHE) return 0; /* live: read with direct I/O up to its end */
-        if (n->ref == DOC_STATS) {         /* never computed to be sized */
+        if (n->ref == DOC_CACHE) { /* live: the size of the counters now (read with direct
+                                      I/O up to its end whatever size the kernel holds) */
+            char *now = ckpt_remote_stats_json(&len);
+            free(now);
+            return now ? len : 0;
+        }
+        if (n->ref == DOC_STATS) { /* never computed to be sized */
             pthread_mutex_lock(&fs->doc_lock);
             len = fs->doc_len[DOC_STATS];
             pthread_mutex_unlock(&fs->doc_lock);
@@ -235,6 +240,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 }
 
+/* How long the kernel may keep a node's attributes: not at all for the live counters, whose
+ * size changes with every request. */
+static double attr_timeout(const ckptfs *fs, uint32_t idx) {
+    const node *n = &fs->tr.nodes[idx];
+    return n->kind == NODE_DOC && n->ref == DOC_CACHE ? 0.0 : fs->timeout;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     ckptfs *fs = fs_of(req);
     struct fuse_entry_param e;
@@ -250,6 +262,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         return;
     }
     e.ino = idx + 1;
+    e.attr_timeout = attr_timeout(fs, idx);
     fill_attr(fs, idx, &e.attr);
     fuse_reply_entry(req, &e);
 }
@@ -263,7 +276,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     struct stat st;
     fill_attr(fs, node_of(ino), &st);
-    fuse_reply_attr(req, &st, fs->timeout);
+    fuse_reply_attr(req, &st, attr_timeout(fs, node_of(ino)));
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -323,7 +336,8 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             struct fuse_entry_param e;
             memset(&e, 0, sizeof e);
             e.ino = idx + 1;
-            e.attr_timeout = e.entry_timeout = fs->timeout;
+            e.entry_timeout = fs->timeout;
+            e.attr_timeout = attr_timeout(fs, idx);
             fill_attr(fs, idx, &e.attr);
             n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, k + 1);
         } else {

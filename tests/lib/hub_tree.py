@@ -11,7 +11,7 @@ def build_site(site, files_root, repo, sha, page_size=100, require_token=None):
     """Writes the api/ documents under `site` for every file under files_root; returns the
     nginx `extra` (locations) that serves them.  Files are served from files_root via /cdn/."""
     entries = []
-    for dirpath, dirnames, filenames in os.walk(files_root):
+    for dirpath, dirnames, filenames in os.walk(files_root, followlinks=True):
         dirnames.sort()
         for d in dirnames:
             rel = os.path.relpath(os.path.join(dirpath, d), files_root)

@@ -13,11 +13,14 @@ archive file, the tensor's bytes are, inside the member Python's tarfile says ho
 
 import hashlib
 import os
+import shutil
 import sys
 import tarfile
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import hostile  # noqa: E402
+from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import (bytes_problems, check_hf_view, check_tree, field_problems,  # noqa: E402
                           mounted, read_bytes, read_json, sidecar_path, start, finish,
                           warning_problems)
@@ -113,7 +116,23 @@ def check_aux(tap, case, mnt, root):
            % (case["name"], ", ".join(sorted(case["aux"])) or "no config files"), problems)
 
 
-def run(group):
+def case_checks(tap, case, root):
+    """The checks of one case of cases.json, as a function of the mount point (what a remote
+    test runs too, on a mount of the same case from a URL)."""
+    def checks(mnt):
+        check_tensors(tap, case, mnt, root)
+        check_tree(tap, case["name"], mnt, case["tensors"])
+        check_documents(tap, case, mnt)
+        check_aux(tap, case, mnt, root)
+        if case["hf_view"]:
+            want = {t["name"]: t for t in case["tensors"] if not t["aside"]}
+            check_hf_view(tap, case["name"], mnt, want,
+                          "HF view holds exactly the model's %d tensors" % len(want))
+    return checks
+
+
+def run(group, extra=None):
+    """extra(tap, ckptfs, root), when given, runs after the cases and the hostile rows."""
     started = start("layouts", "layouts_fixtures.py")
     if not started:
         return 0
@@ -121,15 +140,7 @@ def run(group):
     cases = [c for c in read_json(os.path.join(root, "cases.json")) if c["group"] == group]
     tap.ok(cases, "cases.json has %d %s cases" % (len(cases), group))
     for case in cases:
-        def checks(mnt, case=case):
-            check_tensors(tap, case, mnt, root)
-            check_tree(tap, case["name"], mnt, case["tensors"])
-            check_documents(tap, case, mnt)
-            check_aux(tap, case, mnt, root)
-            if case["hf_view"]:
-                want = {t["name"]: t for t in case["tensors"] if not t["aside"]}
-                check_hf_view(tap, case["name"], mnt, want,
-                              "HF view holds exactly the model's %d tensors" % len(want))
+        checks = case_checks(tap, case, root)
         opts = ["-o", case["options"]] if case["options"] else []
         mounted(tap, ckptfs, os.path.join(root, case["src"]), case["name"], checks, opts,
                 mount_desc="%s: mount %s%s" % (case["name"], case["src"],
@@ -142,4 +153,45 @@ def run(group):
     tap.ok(len(rows) >= 3, "%d hostile %s cases" % (len(rows), group))
     for row in rows:
         hostile.check_refuse(tap, ckptfs, hdir, row)
+    if extra:
+        extra(tap, ckptfs, root)
     return finish(tap)
+
+
+# ---------------------------------------------------------------------------
+# FIFOs where a layout's files are: refused naming them, or skipped, never waited on
+
+FIFO_TIMEOUT = 10
+
+
+def fifo_refused(tap, ckptfs, src, must_name, desc):
+    """`ckptfs info src` ends within FIFO_TIMEOUT, exit 2, its one line naming must_name."""
+    rc, _, err = run_capture([ckptfs, "info", src], FIFO_TIMEOUT)
+    text = err.decode("utf-8", "replace")
+    tap.ok(rc == 2 and all(w in text for w in must_name), desc,
+           ["exit %s" % ("timed out (hung)" if rc is None else rc), "stderr: " + text.strip(),
+            "must name: %r" % (must_name,)])
+
+
+def fifo_hfcache(tap, ckptfs, root):
+    with tempfile.TemporaryDirectory(prefix="ckptfs-fifo.") as scratch:
+        repo = os.path.join(scratch, "models--org--tiny")
+        shutil.copytree(os.path.join(root, "hfcache", "models--org--tiny"), repo, symlinks=True)
+        ref = os.path.join(repo, "refs", "main")
+        os.unlink(ref)
+        os.mkfifo(ref)
+        fifo_refused(tap, ckptfs, repo, [ref, "not a regular file"],
+                     "fifo: refs/main a FIFO: refused naming it, not waited on")
+
+
+def fifo_folders(tap, ckptfs, root):
+    with tempfile.TemporaryDirectory(prefix="ckptfs-fifo.") as scratch:
+        folder = os.path.join(scratch, "quants")
+        shutil.copytree(os.path.join(root, "folders", "quants"), folder)
+        os.mkfifo(os.path.join(folder, "tiny-Z.gguf"))
+        rc1, want, _ = run_capture([ckptfs, "ls", os.path.join(root, "folders", "quants")],
+                                   FIFO_TIMEOUT)
+        rc2, got, err = run_capture([ckptfs, "ls", folder], FIFO_TIMEOUT)
+        tap.ok(rc1 == 0 and rc2 == 0 and got == want,
+               "fifo: a FIFO named like a GGUF in a folder is skipped, not waited on",
+               ["exit %s" % ("timed out (hung)" if rc2 is None else rc2), err])

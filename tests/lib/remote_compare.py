@@ -26,11 +26,14 @@ class Quiet:
         pass
 
 
-def snapshot(ckptfs, src, rename=(), options=()):
-    """({relative path: bytes or "errno N"}, [failures]) of a mount of src."""
+def snapshot(ckptfs, src, rename=(), options=(), also=None):
+    """({relative path: bytes or "errno N"}, [failures]) of a mount of src; also(mnt), when
+    given, runs first on the same mount (its TAP lines are its own)."""
     got, q = {}, Quiet()
 
     def take(mnt):
+        if also:
+            also(mnt)
         for dirpath, _, files in os.walk(mnt):
             for name in files:
                 full = os.path.join(dirpath, name)

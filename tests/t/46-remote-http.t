@@ -12,10 +12,14 @@ URL where the local mount names the path. Then: `ckptfs cat/verify/info` read UR
 read of a tensor costs no request (block cache); .ckptfs/cache.json counts what was fetched; a
 URL with user:password@ and ?query never shows them (summary, sidecars, errors); the access log
 shows that a mount of a sharded directory fetched only the first block of each shard.
+The layouts (tar/.nemo, HF cache folders, .bin repos, folders, split GGUF, Meta MP, DeepSpeed:
+tests/lib/remote_layouts.py) mount from URLs too: their own checks pass on the remote mount and
+it equals the local one. A directory probe HEADs each name missing from an index page once.
 """
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -23,14 +27,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..
 from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import mounted, read_bytes, read_json, start, finish, tree_bytes  # noqa: E402
 import remote_compare  # noqa: E402
+import remote_layouts  # noqa: E402
 import remote_servers  # noqa: E402
 
 CLI_TIMEOUT = 60
 
 
-def body(tap, ckptfs, fixtures, server):
+def body(tap, ckptfs, fixtures, served, server):
     url = server.url
     remote_compare.compare_all(tap, ckptfs, fixtures, lambda rel: url + "/" + rel)
+    remote_layouts.compare_layouts(tap, ckptfs, served, lambda rel: url + "/" + rel)
+    remote_layouts.check_hostile(tap, ckptfs, served, lambda rel: url + "/" + rel)
+    # Names an index page leaves out (dot files: .metadata, .hf_metadata) are asked for once
+    # each, not once per probe (the NeMo step's probes ask for some of them again and again).
+    for d in ("nemo/step_dcphf/epoch_0_step_20", "dcphf/grid"):
+        before = len(server.requests())
+        rc, out, err = run_capture([ckptfs, "ls", url + "/" + d], CLI_TIMEOUT)
+        heads = [l.split('"')[1] for l in server.requests()[before:] if '"HEAD ' in l]
+        tap.ok(rc == 0 and heads and len(heads) == len(set(heads)),
+               "%s: the probes HEAD each name missing from index pages once (%d HEADs)"
+               % (d, len(heads)), [rc, err] + heads)
 
     # The CLI takes URLs as it takes paths.
     src = url + "/sharded"
@@ -71,6 +87,18 @@ def body(tap, ckptfs, fixtures, server):
                "reading a tensor of a cached block makes no request", [n0, n1, stats0, stats1])
         tap.ok(stats1["bytes_fetched"] > 0 and stats1["requests"] >= 4 and len(first) > 0,
                ".ckptfs/cache.json counts requests and bytes fetched", [stats1])
+        # Its size in stat is the size of what a read gives (counters may move in between:
+        # a prefetch still landing; three tries).
+        live = os.path.join(mnt, ".ckptfs", "cache.json")
+        seen = []
+        for _ in range(3):
+            before_size = os.stat(live).st_size
+            text = read_bytes(live)
+            seen.append((before_size, len(text), os.stat(live).st_size))
+            if before_size == len(text) == seen[-1][2]:
+                break
+        tap.ok(seen[-1][0] == seen[-1][1] == seen[-1][2] > 0,
+               "stat of .ckptfs/cache.json gives the size a read gives (not 0)", seen)
 
     mounted(tap, ckptfs, src, "sharded over http", sharded_checks)
 
@@ -107,8 +135,12 @@ def main():
     if reason:
         tap.skip("remote http tests", reason)
         return finish(tap)
-    with remote_servers.Nginx(fixtures) as server:
-        body(tap, ckptfs, fixtures, server)
+    served = remote_layouts.served_root(fixtures)
+    try:
+        with remote_servers.Nginx(served) as server:
+            body(tap, ckptfs, fixtures, served, server)
+    finally:
+        shutil.rmtree(served)
     return finish(tap)
 
 

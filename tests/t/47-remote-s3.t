@@ -13,9 +13,13 @@ directory is a prefix listed with ListObjectsV2 (a prefix holding only deeper ke
 s3rver leaves out of its parent's listing, still opens). A missing key: exit 2 naming the URL.
 Not covered here: s3rver 3.7 accepts any signature and answers 500 to listings of more than
 1000 keys, so wrong credentials and multi-page listings are not tested against it.
+The layouts (tests/lib/remote_layouts.py: tar/.nemo, HF cache folders uploaded with their
+snapshot links followed, .bin repos, folders, split GGUF, Meta MP, DeepSpeed) mount from s3://
+prefixes too, pass their own checks and equal their local mounts.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -24,15 +28,16 @@ from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import finish, start  # noqa: E402
 import remote_compare  # noqa: E402
 import remote_fixtures  # noqa: E402
+import remote_layouts  # noqa: E402
 import remote_servers as rs  # noqa: E402
 
 BUCKET = "ckpt"
 CLI_TIMEOUT = 60
 
 
-def body(tap, ckptfs, fixtures, server):
-    rels = remote_fixtures.fixture_sources(fixtures)
-    n = rs.s3_upload_tree(server.url, BUCKET, fixtures, rels)
+def body(tap, ckptfs, fixtures, served, server):
+    rels = remote_fixtures.fixture_sources(fixtures) + remote_layouts.upload_rels(served)
+    n = rs.s3_upload_tree(server.url, BUCKET, served, rels)
     tap.ok(n > 100, "uploaded %d fixture files with SigV4 PUTs" % n)
     for k in ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
               "AWS_DEFAULT_REGION", "AWS_SESSION_TOKEN"):
@@ -40,6 +45,9 @@ def body(tap, ckptfs, fixtures, server):
     os.environ.update(AWS_ACCESS_KEY_ID=rs.S3_KEY, AWS_SECRET_ACCESS_KEY=rs.S3_SECRET,
                       AWS_ENDPOINT_URL=server.url)
     remote_compare.compare_all(tap, ckptfs, fixtures, lambda rel: "s3://%s/%s" % (BUCKET, rel))
+    remote_layouts.compare_layouts(tap, ckptfs, served, lambda rel: "s3://%s/%s" % (BUCKET, rel))
+    remote_layouts.check_hostile(tap, ckptfs, served,
+                                 lambda rel: "s3://%s/%s" % (BUCKET, rel))
 
     # Endpoint from -o s3_endpoint=, credentials from a shared credentials file profile.
     work = tempfile.mkdtemp(prefix="ckptfs-t47.")
@@ -86,8 +94,12 @@ def main():
     if not cli:
         tap.skip("s3 tests", why)
         return finish(tap)
-    with rs.S3rver(cli, BUCKET) as server:
-        body(tap, ckptfs, fixtures, server)
+    served = remote_layouts.served_root(fixtures)
+    try:
+        with rs.S3rver(cli, BUCKET) as server:
+            body(tap, ckptfs, fixtures, served, server)
+    finally:
+        shutil.rmtree(served)
     return finish(tap)
 
 

@@ -10,10 +10,13 @@ resolve URLs answer 302 to the bytes elsewhere, and every API and resolve reques
 token (401 without). With HF_ENDPOINT and HF_TOKEN set, hf://test/fixtures@main/PATH of every
 fixture source mounts equal to the local mount, naming hf://test/fixtures@SHA/PATH (the revision
 pinned to its commit at mount). The token appears in no file of a mount; without it the mount
-exits 2 with one line naming the repo.
+exits 2 with one line naming the repo. The layouts (tests/lib/remote_layouts.py: tar/.nemo, HF
+cache folders, .bin repos, folders, split GGUF, Meta MP, DeepSpeed) mount from hf:// paths too,
+pass their own checks and equal their local mounts.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -22,6 +25,7 @@ from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import finish, mounted, start  # noqa: E402
 import hub_tree  # noqa: E402
 import remote_compare  # noqa: E402
+import remote_layouts  # noqa: E402
 import remote_servers  # noqa: E402
 
 REPO = "test/fixtures"
@@ -29,10 +33,14 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_t0k3nSECRET"
 
 
-def body(tap, ckptfs, fixtures, server):
+def body(tap, ckptfs, fixtures, served, server):
     os.environ.update(HF_ENDPOINT=server.url, HF_TOKEN=TOKEN)
     sources = remote_compare.compare_all(
         tap, ckptfs, fixtures, lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
+    remote_layouts.compare_layouts(tap, ckptfs, served,
+                                   lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
+    remote_layouts.check_hostile(tap, ckptfs, served,
+                                 lambda rel: "hf://%s@%s/%s" % (REPO, SHA, rel))
     # By branch name: pinned to the commit; the token shows nowhere.
     src = "hf://%s/sharded" % REPO
 
@@ -71,9 +79,14 @@ def main():
         tap.skip("hub tests", reason)
         return finish(tap)
     site = tempfile.mkdtemp(prefix="ckptfs-hub.")
-    extra = hub_tree.build_site(site, fixtures, REPO, SHA, page_size=500, require_token=TOKEN)
-    with remote_servers.Nginx(site, extra=extra) as server:
-        body(tap, ckptfs, fixtures, server)
+    served = remote_layouts.served_root(fixtures)
+    try:
+        extra = hub_tree.build_site(site, served, REPO, SHA, page_size=500, require_token=TOKEN)
+        with remote_servers.Nginx(site, extra=extra) as server:
+            body(tap, ckptfs, fixtures, served, server)
+    finally:
+        shutil.rmtree(served)
+        shutil.rmtree(site)
     return finish(tap)
 
 

@@ -10,4 +10,4 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 import layout_checks  # noqa: E402
 
-sys.exit(layout_checks.run("folders"))
+sys.exit(layout_checks.run("folders", layout_checks.fifo_folders))

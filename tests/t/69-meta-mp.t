@@ -18,8 +18,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import run_capture  # noqa: E402
-from mount_checks import (bytes_problems, check_hf_view, mounted, read_json,  # noqa: E402
-                          sidecar_path, start, finish)
+from mount_checks import mounted, read_json, start, finish  # noqa: E402
+import committed_checks  # noqa: E402
 
 COMMITTED = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "fixtures",
                          "meta_mp")
@@ -27,42 +27,7 @@ COMMITTED = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "fix
 
 def check_case(tap, ckptfs, name, case):
     src = os.path.join(COMMITTED, name)
-
-    def checks(mnt):
-        problems = []
-        for tname, t in sorted(case["meta"].items()):
-            raw = os.path.join(mnt, tname.replace(".", "/"))
-            p, _ = bytes_problems(raw, t["nbytes"], t["sha256"])
-            problems += ["%s: %s" % (tname, x) for x in p]
-            try:
-                sc = read_json(sidecar_path(raw))
-                if sc["name"] != tname or sc["dtype"] != t["dtype"] or sc["shape"] != t["shape"]:
-                    problems.append("%s: sidecar says %s %s %r" % (tname, sc["name"], sc["dtype"],
-                                                                   sc["shape"]))
-                if case["mp"] > 1 and "model_parallel" not in sc:
-                    problems.append("%s: sidecar has no model_parallel" % tname)
-            except (OSError, ValueError, KeyError) as e:
-                problems.append("%s: sidecar: %s" % (tname, e))
-        tap.ok(not problems, "%s: %d Meta tensors consolidated over %d rank(s): bytes, sidecars"
-               % (name, len(case["meta"]), case["mp"]), problems)
-        summary = read_json(os.path.join(mnt, ".ckptfs", "summary.json"))
-        tap.ok(summary.get("format") == "meta-mp" and summary.get("tensor_count") == len(case["meta"]),
-               "%s: summary.json: format meta-mp, %d tensors" % (name, len(case["meta"])),
-               ["summary: %r" % {k: summary.get(k) for k in ("format", "tensor_count")}])
-        check_hf_view(tap, name, mnt, case["hf"],
-                      "HF view = convert_llama_weights_to_hf.py's tensors (q/k permuted), bytes")
-        problems = []
-        try:
-            cfg = read_json(os.path.join(mnt, ".ckptfs", "hf", "config.json"))
-            for k, v in case["config"].items():
-                if cfg.get(k) != v:
-                    problems.append("%s: %r, want %r" % (k, cfg.get(k), v))
-        except (OSError, ValueError) as e:
-            problems.append(str(e))
-        tap.ok(not problems, "%s: HF view config.json from params.json and the tensors" % name,
-               problems)
-
-    mounted(tap, ckptfs, src, name, checks)
+    mounted(tap, ckptfs, src, name, committed_checks.meta_mp_checks(tap, name, case))
 
 
 def refused(tap, ckptfs, src, words, desc):
@@ -90,6 +55,12 @@ def main():
         os.unlink(os.path.join(gap, "consolidated.01.pth"))
         refused(tap, ckptfs, gap, ["consolidated.01.pth", "missing"],
                 "rank 01 of 4 missing: refused naming consolidated.01.pth")
+        fifo = os.path.join(tmp, "fifo")
+        shutil.copytree(os.path.join(COMMITTED, "llama1_mp4"), fifo)
+        os.unlink(os.path.join(fifo, "consolidated.01.pth"))
+        os.mkfifo(os.path.join(fifo, "consolidated.01.pth"))
+        refused(tap, ckptfs, fifo, ["consolidated.01.pth", "missing"],
+                "rank 01 a FIFO: not waited on, refused as missing")
         last = os.path.join(tmp, "last")
         shutil.copytree(os.path.join(COMMITTED, "llama2_mp2"), last)
         os.unlink(os.path.join(last, "consolidated.01.pth"))

@@ -24,70 +24,15 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib", "readers"))
 import zero_reader  # noqa: E402
 from ckptfs_test import run_capture  # noqa: E402
-from mount_checks import (bytes_problems, check_hf_view, mounted, read_bytes,  # noqa: E402
-                          read_json, sidecar_path, start, finish)
+from mount_checks import mounted, read_json, start, finish  # noqa: E402
+import committed_checks  # noqa: E402
 
 COMMITTED = os.path.join(HERE, "..", "fixtures", "deepspeed")
 
 
-def tensor_problems(mnt, prefix, want):
-    problems = []
-    for name, t in sorted(want.items()):
-        raw = os.path.join(mnt, prefix, name.replace(".", "/"))
-        p, _ = bytes_problems(raw, t["nbytes"], t["sha256"])
-        problems += ["%s%s: %s" % (prefix, name, x) for x in p]
-        try:
-            sc = read_json(sidecar_path(raw))
-            if sc["dtype"] != t["dtype"] or sc["shape"] != t["shape"]:
-                problems.append("%s%s: sidecar %s %r, want %s %r" % (
-                    prefix, name, sc["dtype"], sc["shape"], t["dtype"], t["shape"]))
-        except (OSError, ValueError, KeyError) as e:
-            problems.append("%s%s: sidecar: %s" % (prefix, name, e))
-    return problems
-
-
 def check_case(tap, ckptfs, name, case):
     src = os.path.join(COMMITTED, name)
-    ref = zero_reader.consolidate(zero_reader.step_dir(src))
-
-    def checks(mnt):
-        p = tensor_problems(mnt, "", case["fp32"])
-        tap.ok(not p, "%s: %d fp32 tensors = the master weights (generator's sha256)"
-               % (name, len(case["fp32"])), p)
-        p = []
-        if sorted(ref) != sorted(case["fp32"]):
-            p.append("reader has %s, manifest %s" % (sorted(ref), sorted(case["fp32"])))
-        for tname, arr in ref.items():
-            raw = os.path.join(mnt, tname.replace(".", "/"))
-            try:
-                if read_bytes(raw) != arr.tobytes():
-                    p.append("%s: bytes differ from zero_reader's" % tname)
-            except OSError as e:
-                p.append("%s: %s" % (tname, e))
-        tap.ok(not p, "%s: the same bytes as the independent zero_to_fp32 reader" % name, p)
-        p = tensor_problems(mnt, "module", case["module"])
-        tap.ok(not p, "%s: module/: %d 16-bit weights of the module" % (name, len(case["module"])),
-               p)
-        p = tensor_problems(mnt, "optim", case["optim"])
-        tap.ok(not p, "%s: optim/: %d Adam moments assembled like the weights"
-               % (name, len(case["optim"])), p)
-        summary = read_json(os.path.join(mnt, ".ckptfs", "summary.json"))
-        meta = read_json(os.path.join(mnt, ".ckptfs", "metadata.json"))
-        ds = meta.get("deepspeed", {})
-        tap.ok(summary.get("format") == "deepspeed-zero" and
-               summary.get("tensor_count") == len(case["fp32"]) and
-               ds.get("zero_stage") == case["stage"] and ds.get("world_size") == case["world"] and
-               ds.get("tag") == case["tag"],
-               "%s: summary (format, %d model tensors) and metadata (stage %d, %d ranks, tag)"
-               % (name, len(case["fp32"]), case["stage"], case["world"]),
-               ["summary %r" % {k: summary.get(k) for k in ("format", "tensor_count")},
-                "deepspeed %r" % ds])
-        stage = str(meta.get("optim_states", {}).get("optimizer_state_dict.zero_stage"))
-        tap.ok("ZeroStageEnum" in stage,
-               "%s: ZeroStageEnum carried as inert data in metadata.json" % name, [stage])
-        check_hf_view(tap, name, mnt, case["fp32"], "HF view holds the fp32 state dict")
-
-    mounted(tap, ckptfs, src, name, checks)
+    mounted(tap, ckptfs, src, name, committed_checks.deepspeed_checks(tap, name, case, src))
 
 
 def refused(tap, ckptfs, src, words, desc):
@@ -137,6 +82,10 @@ def main():
             with open(os.path.join(d, "latest"), "w") as f:
                 f.write(tag)
             refused(tap, ckptfs, d, ["latest", tag], "latest = %r: refused, never followed" % tag)
+        d, _ = copy_case(tmp, "latest_fifo")
+        os.unlink(os.path.join(d, "latest"))
+        os.mkfifo(os.path.join(d, "latest"))
+        refused(tap, ckptfs, d, [d], "latest a FIFO: not waited on, refused")
         d, step = copy_case(tmp, "compressed")
         victim = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
         with zipfile.ZipFile(victim) as zin:
