@@ -418,8 +418,10 @@ bool remote_changed(const remote_object *o) {
 
 /* The stream a read at off continues (its previous read ended within a block of off: FUSE
  * threads answer readahead slightly out of order), or a fresh one in the least recently used
- * slot. Returns the bytes read in a row, this read included. */
-static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len) {
+ * slot. Returns the bytes read in a row, this read included; *ahead is where the nearest other
+ * stream after this one began: bytes from there on were read already, so prefetching them
+ * again (they may have left the cache since) would be waste. */
+static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
     struct stream *hit = NULL, *old = &o->streams[0];
@@ -440,6 +442,12 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len) {
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
     uint64_t run = hit->run;
+    *ahead = UINT64_MAX;
+    for (size_t i = 0; i < STREAMS; i++) {
+        const struct stream *s = &o->streams[i];
+        uint64_t began = s->next - (s->run < s->next ? s->run : s->next);
+        if (s != hit && s->seen && began > off + len && began < *ahead) *ahead = began;
+    }
     pthread_mutex_unlock(&o->streams_lock);
     return run;
 }
@@ -483,15 +491,17 @@ static uint64_t next_boundary(remote_object *o, uint64_t at) {
 
 /* A stream that has read a block's worth in a row gets the blocks after this read fetched
  * ahead, `prefetch` of them in flight. The window grows with the run (never more ahead than
- * was read in a row), so a short sequential read wastes little past its end. */
+ * was read in a row), and stops at the next tensor's start and where another stream began. */
 static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
     if (!conf.prefetch) return;
-    uint64_t run = stream_advance(o, off, len);
+    uint64_t ahead;
+    uint64_t run = stream_advance(o, off, len, &ahead);
     if (run < o->block_len) return;
     uint64_t last = block_of(o, off + len - 1);
     uint64_t window = run / o->block_len;
     if (window > conf.prefetch) window = conf.prefetch;
     uint64_t stop = next_boundary(o, off + len - 1);
+    if (ahead < stop) stop = ahead;
     for (uint64_t i = 1; i <= window; i++) {
         uint64_t k = last + i;
         size_t bl = block_size_of(o, k);
