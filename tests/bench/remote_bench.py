@@ -224,7 +224,7 @@ def median(xs):
 
 def main():
     if len(sys.argv) not in (3, 4):
-        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        print(__doc__.split("\n\n")[-1], file=sys.stderr)
         return 2
     ckptfs, out = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     proxy_bin = os.path.abspath(sys.argv[3]) if len(sys.argv) == 4 else \
