@@ -438,17 +438,19 @@ static void *build_indexes(void *arg) {
 }
 
 typedef struct part_start {
-    uint32_t source;
+    remote_object *object;
     uint64_t offset;
 } part_start;
 
-static int by_source(const void *a, const void *b) {
-    const part_start *x = a, *y = b;
-    return (x->source > y->source) - (x->source < y->source);
+static int by_object(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const part_start *)a)->object;
+    uintptr_t y = (uintptr_t)((const part_start *)b)->object;
+    return (x > y) - (x < y);
 }
 
-/* Tells each remote object where its tensors' bytes start, so prefetch stays inside the tensor
- * a reader reads. Only a hint: without memory for it, prefetch just runs further. */
+/* Tells each remote object where its tensors' bytes start (the members of a remote tar share
+ * their archive's object, at their offsets in it), so prefetch stays inside the tensor a reader
+ * reads. Only a hint: without memory for it, prefetch just runs further. */
 static void tell_remote_boundaries(ckpt_catalog *cat) {
     size_t n = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
@@ -464,12 +466,14 @@ static void tell_remote_boundaries(ckpt_catalog *cat) {
             for (uint32_t j = 0; j < cat->tensors[i].npieces; j++) {
                 const ckpt_piece *pc = &cat->tensors[i].pieces[j];
                 const ckpt_source *s = &cat->sources[pc->source];
-                if (s->remote && !s->zst) p[k++] = (part_start){pc->source, pc->file_offset};
+                if (s->remote && !s->zst)
+                    p[k++] =
+                        (part_start){s->remote, pc->file_offset + (s->member_of ? s->base : 0)};
             }
-        qsort(p, n, sizeof *p, by_source);
+        qsort(p, n, sizeof *p, by_object);
         for (size_t a = 0, b; a < n; a = b) {
-            for (b = a; b < n && p[b].source == p[a].source; b++) offs[b - a] = p[b].offset;
-            remote_set_boundaries(cat->sources[p[a].source].remote, offs, b - a);
+            for (b = a; b < n && p[b].object == p[a].object; b++) offs[b - a] = p[b].offset;
+            remote_set_boundaries(p[a].object, offs, b - a);
         }
     }
     free(p);
