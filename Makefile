@@ -75,6 +75,10 @@ $(B)/bench/passthrough: tests/bench/passthrough.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -o $@ $< $(FUSE_LIBS) -lpthread
 
+$(B)/bench/delayproxy: tests/bench/delayproxy.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -lpthread
+
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
             python3 python3-numpy perl attr mandoc procps bash-completion libcurl4-openssl-dev \
@@ -121,7 +125,7 @@ check: deps
 demo: deps $(B)/ckptfs
 	@tests/demo.sh $(B)/ckptfs
 
-bench: deps $(B)/ckptfs $(B)/bench/passthrough
+bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/delayproxy
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/mount_bench.py $(B)/ckptfs $(B)/bench-out
@@ -130,7 +134,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
-	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):

@@ -437,6 +437,49 @@ static void *build_indexes(void *arg) {
     return NULL;
 }
 
+typedef struct part_start {
+    remote_object *object;
+    uint64_t offset;
+} part_start;
+
+static int by_object(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const part_start *)a)->object;
+    uintptr_t y = (uintptr_t)((const part_start *)b)->object;
+    return (x > y) - (x < y);
+}
+
+/* Tells each remote object where its tensors' bytes start (the members of a remote tar share
+ * their archive's object, at their offsets in it), so prefetch stays inside the tensor a reader
+ * reads. Only a hint: without memory for it, prefetch just runs further. */
+static void tell_remote_boundaries(ckpt_catalog *cat) {
+    size_t n = 0;
+    for (size_t i = 0; i < cat->ntensors; i++)
+        for (uint32_t j = 0; j < cat->tensors[i].npieces; j++) {
+            const ckpt_source *s = &cat->sources[cat->tensors[i].pieces[j].source];
+            n += s->remote && !s->zst;
+        }
+    part_start *p = n ? malloc(n * sizeof *p) : NULL;
+    uint64_t *offs = n ? malloc(n * sizeof *offs) : NULL;
+    if (p && offs) {
+        size_t k = 0;
+        for (size_t i = 0; i < cat->ntensors; i++)
+            for (uint32_t j = 0; j < cat->tensors[i].npieces; j++) {
+                const ckpt_piece *pc = &cat->tensors[i].pieces[j];
+                const ckpt_source *s = &cat->sources[pc->source];
+                if (s->remote && !s->zst)
+                    p[k++] =
+                        (part_start){s->remote, pc->file_offset + (s->member_of ? s->base : 0)};
+            }
+        qsort(p, n, sizeof *p, by_object);
+        for (size_t a = 0, b; a < n; a = b) {
+            for (b = a; b < n && p[b].object == p[a].object; b++) offs[b - a] = p[b].offset;
+            remote_set_boundaries(p[a].object, offs, b - a);
+        }
+    }
+    free(p);
+    free(offs);
+}
+
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     int rc = attach_pieces(cat, err);
     if (rc) return rc;
@@ -470,5 +513,6 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
                          SHOWN_NAME(t->name, t->name_len));
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
+    tell_remote_boundaries(cat);
     return 0;
 }

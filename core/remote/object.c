@@ -10,6 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A reader moving forward through an object: where its next read should start, how many bytes
+ * it has read in a row, and when it was last seen (the least recently seen slot is reused).
+ * Several per object: two processes reading two tensors of one shard, or one reading a tensor
+ * while another reads the header, each keep their own run. */
+enum { STREAMS = 8 };
+struct stream {
+    uint64_t next, run, seen;
+};
+
 struct remote_object {
     char *shown; /* the name messages use */
     remote_target target;
@@ -22,7 +31,11 @@ struct remote_object {
     _Atomic int refs;
     _Atomic bool changed;
     _Atomic bool logged;
-    _Atomic uint64_t last_end, run;
+    pthread_mutex_t streams_lock;
+    struct stream streams[STREAMS];
+    uint64_t stream_clock;
+    uint64_t *bounds; /* sorted part starts (remote_set_boundaries), under streams_lock */
+    size_t nbounds;
 };
 
 enum { HEAD_DEFAULT = 256 << 10, BLOCK_DEFAULT = 4 << 20 };
@@ -196,6 +209,8 @@ void remote_close(remote_object *o) {
     if (!o || atomic_fetch_sub(&o->refs, 1) != 1) return;
     bc_forget(o->bc.id);
     remote_target_free(&o->target);
+    pthread_mutex_destroy(&o->streams_lock);
+    free(o->bounds);
     free(o->shown);
     free(o);
 }
@@ -212,6 +227,7 @@ static int pin(const char *path, remote_object **out, ckpt_err *err) {
     remote_object *o = calloc(1, sizeof *o);
     if (!o) return ckpt_fail(err, -ENOMEM, "out of memory");
     atomic_init(&o->refs, 1);
+    pthread_mutex_init(&o->streams_lock, NULL);
     char shown[2048];
     remote_shown(path, shown, sizeof shown);
     o->shown = strdup(shown);
@@ -375,7 +391,7 @@ static void *warm_worker(void *arg) {
 }
 
 void remote_warm(const char *const *paths, size_t n) {
-    enum { WARM_THREADS = 16 };
+    enum { WARM_THREADS = 64 }; /* one round trip for a 64-shard checkpoint */
     if (n < 2) return;
     warm_run w = {paths, n, 0};
     pthread_t t[WARM_THREADS];
@@ -400,21 +416,105 @@ bool remote_changed(const remote_object *o) {
     return atomic_load(&o->changed);
 }
 
-/* A reader moving forward through the object (one block read in a row) gets the next blocks
- * fetched ahead, `prefetch` of them in flight. */
+/* The stream a read at off continues (its previous read ended within a block of off: FUSE
+ * threads answer readahead slightly out of order), or a fresh one in the least recently used
+ * slot. Returns the bytes read in a row, this read included; *ahead is where the nearest other
+ * stream after this one began: bytes from there on were read already, so prefetching them
+ * again (they may have left the cache since) would be waste. */
+static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
+    pthread_mutex_lock(&o->streams_lock);
+    uint64_t now = ++o->stream_clock;
+    struct stream *hit = NULL, *old = &o->streams[0];
+    for (size_t i = 0; i < STREAMS; i++) {
+        struct stream *s = &o->streams[i];
+        if (s->seen && off + o->block_len >= s->next && off <= s->next + o->block_len) {
+            hit = s;
+            break;
+        }
+        if (s->seen < old->seen) old = s;
+    }
+    if (!hit) {
+        hit = old;
+        hit->run = 0;
+        hit->next = off;
+    }
+    hit->run += len;
+    if (off + len > hit->next) hit->next = off + len;
+    hit->seen = now;
+    uint64_t run = hit->run;
+    *ahead = UINT64_MAX;
+    for (size_t i = 0; i < STREAMS; i++) {
+        const struct stream *s = &o->streams[i];
+        uint64_t began = s->next - (s->run < s->next ? s->run : s->next);
+        if (s != hit && s->seen && began > off + len && began < *ahead) *ahead = began;
+    }
+    pthread_mutex_unlock(&o->streams_lock);
+    return run;
+}
+
+static int by_offset(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n) {
+    uint64_t *b = n ? malloc(n * sizeof *b) : NULL;
+    size_t k = 0;
+    if (b) {
+        memcpy(b, offsets, n * sizeof *b);
+        qsort(b, n, sizeof *b, by_offset);
+        for (size_t i = 0; i < n; i++)
+            if (b[i] > 0 && b[i] < o->size && (k == 0 || b[k - 1] != b[i])) b[k++] = b[i];
+    }
+    pthread_mutex_lock(&o->streams_lock);
+    free(o->bounds);
+    o->bounds = b;
+    o->nbounds = k;
+    pthread_mutex_unlock(&o->streams_lock);
+}
+
+/* The first part start after `at`, or the object's size. */
+static uint64_t next_boundary(remote_object *o, uint64_t at) {
+    pthread_mutex_lock(&o->streams_lock);
+    size_t lo = 0, hi = o->nbounds;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (o->bounds[mid] <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t r = lo < o->nbounds ? o->bounds[lo] : o->size;
+    pthread_mutex_unlock(&o->streams_lock);
+    return r;
+}
+
+/* A stream that has read a block's worth in a row gets the blocks after this read fetched
+ * ahead, `prefetch` of them in flight. The window grows with the run (never more ahead than
+ * was read in a row), and stops at the next tensor's start and where another stream began. */
 static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
     if (!conf.prefetch) return;
-    uint64_t prev = atomic_exchange(&o->last_end, off + len);
-    bool near = prev && off <= prev + o->block_len && off + o->block_len >= prev;
-    uint64_t run = near ? atomic_fetch_add(&o->run, len) + len : (atomic_store(&o->run, len), len);
+    uint64_t ahead;
+    uint64_t run = stream_advance(o, off, len, &ahead);
     if (run < o->block_len) return;
     uint64_t last = block_of(o, off + len - 1);
-    for (unsigned i = 1; i <= conf.prefetch; i++) {
+    uint64_t window = run / o->block_len;
+    if (window > conf.prefetch) window = conf.prefetch;
+    uint64_t stop = next_boundary(o, off + len - 1);
+    if (ahead < stop) stop = ahead;
+    for (uint64_t i = 1; i <= window; i++) {
         uint64_t k = last + i;
         size_t bl = block_size_of(o, k);
-        if (!bl) break;
+        if (!bl || block_start(o, k) >= stop) break;
         bc_prefetch(&o->bc, k, bl);
     }
+}
+
+/* A read spanning several blocks (an index file read whole) fetches them at once, not one
+ * after the other. */
+static void fetch_span(remote_object *o, uint64_t off, size_t len) {
+    uint64_t first = block_of(o, off), last = block_of(o, off + len - 1);
+    for (uint64_t k = first + 1; k <= last; k++) bc_prefetch(&o->bc, k, block_size_of(o, k));
 }
 
 ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
@@ -426,6 +526,7 @@ ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
     if (off >= o->size) return 0;
     if (len > o->size - off) len = (size_t)(o->size - off);
     maybe_prefetch(o, off, len);
+    if (len) fetch_span(o, off, len);
     size_t done = 0;
     while (done < len) {
         uint64_t at = off + done;

@@ -33,6 +33,9 @@ time_t remote_mtime(const remote_object *o);
 ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off);
 bool remote_changed(const remote_object *o);
 const char *remote_last_error(void);
+/* Where the object's parts start (tensor data offsets, any order): a reader's prefetch stops at
+ * the next one after it, so reading one tensor to its end fetches (almost) nothing of the next. */
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n);
 /* Opens these objects in parallel (a mount's shards); remote_open then finds them ready. */
 void remote_warm(const char *const *paths, size_t n);
 

@@ -1,23 +1,32 @@
 #!/usr/bin/python3
-"""Bench of remote sources on loopback, with latency added by a delaying TCP proxy of our own
-(these kernels have no sch_netem): nginx serves the files, the proxy sits between ckptfs (or
-curl) and nginx and holds every chunk for DELAY ms in each direction, so RTT = 2 * DELAY.
+"""Bench of remote sources on loopback, with latency added by tests/bench/delayproxy.c (these
+kernels have no sch_netem): nginx serves the files, the proxy sits between ckptfs (or curl)
+and nginx and holds every chunk ONE_WAY ms in each direction, so RTT = 2 * ONE_WAY, and lets
+a connection have at most a TCP window (the kernel's autotuning maximum) in flight per round
+trip, as a real path of that RTT would (see delayproxy.c). Every
+figure is a ratio of runs side by side in this one script, the median of RUNS rounds.
 
-  rtt         measured round trip of a small GET through the proxy (keep-alive)
-  mount       `ckptfs URL MNT` of a 64-shard HF index directory with 100,000 tensors
-  sequential  cat of one SIZE_MIB tensor through the mount vs `curl -r` of the same byte range
-  random      4 KiB preads at random offsets of that tensor with a warm block cache, vs the
-              same preads on a local mount of the same file
-  waste       bytes fetched (cache.json) vs bytes read by the sequential cat
+  rtt         the proxy's own measurement (1-byte echo) and a keep-alive HTTP HEAD through it
+  mount       `ckptfs URL MNT` of a 64-shard HF index directory with 100,000 tensors, vs the
+              same mount of the local folder (the CPU part both pay); requests it took
+  sequential  a reader of one SIZE_MIB tensor through the mount vs `curl -r` of the same byte
+              range into a reader alike; both readers compare every chunk they get with the
+              local file (the bytes are checked, not just counted)
+  two streams two readers of the two halves of that tensor at once, through one mount
+  random      4 KiB preads at random offsets of that tensor with a warm block cache vs the
+              same preads on a local mount of the same file, each checked against the file
+  waste       bytes fetched (cache.json) minus bytes read, per read stream: the sequential
+              read, the two streams, and a 64 MiB tensor read whole out of a file of four
+              (prefetch must stop at its end)
 
-usage: remote_bench.py CKPTFS OUTDIR   (env DELAYS_MS="0 10" one-way, SIZE_MIB=1024, RUNS=3)
-Writes OUTDIR/bench-remote.json and prints a table.
+usage: remote_bench.py CKPTFS OUTDIR [DELAYPROXY]
+env:   DELAYS_MS="0 10" (one way), SIZE_MIB=1024, RUNS=3
+Writes OUTDIR/bench-remote.json, OUTDIR/bench-remote.png and prints a table.
 """
+import datetime
 import json
 import os
-import queue
 import random
-import socket
 import statistics
 import struct
 import subprocess
@@ -36,65 +45,30 @@ from shard_bench import make_hf_index  # noqa: E402
 RUNS = int(os.environ.get("RUNS", "3"))
 SIZE_MIB = int(os.environ.get("SIZE_MIB", "1024"))
 DELAYS = [float(x) for x in os.environ.get("DELAYS_MS", "0 10").split()]
+CHUNK = 1 << 20
+PART_MIB = 64  # each tensor of the four-tensor file
+
+
+def log(*a):
+    print("remote bench:", *a, file=sys.stderr, flush=True)
 
 
 class DelayProxy:
-    """Listens on a free port; every connection is relayed to upstream, each chunk delivered
-    `delay` seconds after it was read (latency added, throughput kept)."""
+    """tests/bench/delayproxy in front of upstream_port, `one_way_ms` each direction."""
 
-    def __init__(self, upstream_port, delay):
-        self.up, self.delay = upstream_port, delay
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            u = socket.create_connection(("127.0.0.1", self.up))
-            for a, b in ((c, u), (u, c)):
-                q = queue.Queue()
-                threading.Thread(target=self.reader, args=(a, q), daemon=True).start()
-                threading.Thread(target=self.writer, args=(b, q), daemon=True).start()
-
-    def reader(self, s, q):
-        while True:
-            try:
-                d = s.recv(1 << 20)
-            except OSError:
-                d = b""
-            q.put((time.monotonic() + self.delay, d))
-            if not d:
-                return
-
-    def writer(self, s, q):
-        while True:
-            t, d = q.get()
-            wait = t - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            if not d:
-                try:
-                    s.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-                return
-            try:
-                s.sendall(d)
-            except OSError:
-                return
+    def __init__(self, binary, upstream_port, one_way_ms):
+        self.proc = subprocess.Popen([binary, str(upstream_port), "%g" % one_way_ms],
+                                     stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline().split()[1])
+        self.window = int(self.proc.stdout.readline().split()[1])
+        self.rtt_ms = float(self.proc.stdout.readline().split()[1])
 
     def close(self):
-        self.sock.close()
+        self.proc.kill()
+        self.proc.wait()
 
 
-def rtt_ms(port):
+def http_rtt_ms(port):
     c = http.client.HTTPConnection("127.0.0.1", port)
     xs = []
     for _ in range(6):
@@ -112,101 +86,320 @@ def mount(ckptfs, src, opts=()):
     r = subprocess.run([ckptfs, src, mnt] + list(opts), capture_output=True)
     took = time.monotonic() - t
     if r.returncode != 0:
+        os.rmdir(mnt)
         raise RuntimeError("mount %s: %s" % (src, r.stderr.decode()))
     return mnt, took
 
 
 def umount(mnt):
-    subprocess.run(["fusermount3", "-u", mnt])
+    subprocess.run(["fusermount3", "-u", mnt], check=True)
     os.rmdir(mnt)
 
 
-def cat_time(path):
+def cache_stats(mnt):
+    with open(os.path.join(mnt, ".ckptfs", "cache.json")) as f:
+        return json.load(f)
+
+
+class Checker:
+    """Compares what a reader got with the local file, chunk by chunk (same cost for every
+    reader measured)."""
+
+    def __init__(self, path, base):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.base = base
+
+    def check(self, off, data):
+        if os.pread(self.fd, len(data), self.base + off) != data:
+            raise RuntimeError("bytes differ at tensor offset %d" % off)
+
+
+def read_checked(f, checker, start, nbytes):
+    """Reads nbytes from file object f (positioned at tensor offset start), checking them."""
+    got = 0
+    while got < nbytes:
+        b = f.read(min(CHUNK, nbytes - got))
+        if not b:
+            raise RuntimeError("short read: %d of %d bytes" % (got, nbytes))
+        checker.check(start + got, b)
+        got += len(b)
+    return got
+
+
+def seq_mount(path, checker, nbytes):
     t = time.monotonic()
-    with open(path, "rb") as f:
-        while f.read(1 << 20):
-            pass
+    with open(path, "rb", buffering=0) as f:
+        read_checked(f, checker, 0, nbytes)
     return time.monotonic() - t
 
 
-def main():
-    ckptfs, out = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    os.makedirs(out, exist_ok=True)
-    data = os.path.join(out, "remote-data")
+def seq_curl(url, first, checker, nbytes):
+    t = time.monotonic()
+    p = subprocess.Popen(["curl", "-s", "-f", "-r", "%d-%d" % (first, first + nbytes - 1), url],
+                         stdout=subprocess.PIPE, bufsize=0)
+    read_checked(p.stdout, checker, 0, nbytes)
+    if p.stdout.read(1) or p.wait() != 0:
+        raise RuntimeError("curl: more bytes than asked or exit %s" % p.returncode)
+    return time.monotonic() - t
+
+
+def two_streams(path, checker, nbytes):
+    """Two readers of the two halves at once; seconds until both are done."""
+    half = nbytes // 2
+    errors = []
+
+    def one(start, n):
+        try:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(start)
+                read_checked(f, checker, start, n)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    t = time.monotonic()
+    ts = [threading.Thread(target=one, args=a) for a in ((0, half), (half, nbytes - half))]
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    if errors:
+        raise errors[0]
+    return time.monotonic() - t
+
+
+def random_reads(path, checker, offs, warm):
+    """Microseconds per 4 KiB pread at offs (page cache of the mount dropped first), after
+    preads at `warm` (the first reads after a mount and a 1 GiB read run slower, whoever makes
+    them)."""
+    fd = os.open(path, os.O_RDONLY)
+    for o in warm:
+        os.pread(fd, 4096, o)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    got = []
+    t = time.monotonic()
+    for o in offs:
+        got.append(os.pread(fd, 4096, o))
+    took = time.monotonic() - t
+    os.close(fd)
+    for o, b in zip(offs, got):
+        checker.check(o, b)
+    return took / len(offs) * 1e6
+
+
+def write_safetensors(path, tensors, chunk_src):
+    """tensors: [(name, nbytes)]; data from chunk_src (random bytes), tensor after tensor."""
+    header, off = {}, 0
+    for name, n in tensors:
+        header[name] = {"dtype": "U8", "shape": [n], "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header)
+    h += " " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h.encode())
+        for _, n in tensors:
+            for _ in range(n // len(chunk_src)):
+                f.write(chunk_src)
+    os.rename(path + ".tmp", path)
+    return 8 + len(h)
+
+
+def make_data(data):
     shards = os.path.join(data, "sharded64")
     if not os.path.exists(os.path.join(shards, "model.safetensors.index.json")):
         make_hf_index(shards, 64, 100000)
-    big = os.path.join(data, "big.safetensors")
     nbytes = SIZE_MIB << 20
+    big = os.path.join(data, "big.safetensors")
+    chunk = os.urandom(CHUNK)
     if not os.path.exists(big) or os.path.getsize(big) < nbytes:
-        header = json.dumps({"w": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}})
-        header += " " * (-len(header) % 8)
-        with open(big, "wb") as f:
-            f.write(struct.pack("<Q", len(header)) + header.encode())
-            chunk = os.urandom(1 << 20)
-            for _ in range(SIZE_MIB):
-                f.write(chunk)
+        write_safetensors(big, [("w", nbytes)], chunk)
+    four = os.path.join(data, "four.safetensors")
+    if not os.path.exists(four):
+        write_safetensors(four, [("t%d" % i, PART_MIB << 20) for i in range(4)], os.urandom(CHUNK))
+    return shards, big, four
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        print(__doc__.split("\n\n")[-1], file=sys.stderr)
+        return 2
+    ckptfs, out = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    proxy_bin = os.path.abspath(sys.argv[3]) if len(sys.argv) == 4 else \
+        os.path.join(os.path.dirname(ckptfs), "bench", "delayproxy")
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, "remote-data")
+    shards, big, four = make_data(data)
+    nbytes = SIZE_MIB << 20
     base = 8 + struct.unpack("<Q", open(big, "rb").read(8))[0]
-    results = {"size_mib": SIZE_MIB, "runs": RUNS, "delays": []}
-    local_mnt, _ = mount(ckptfs, big)
-    with remote_servers.Nginx(data) as server:
+    base4 = 8 + struct.unpack("<Q", open(four, "rb").read(8))[0]
+    part = PART_MIB << 20
+    t_start = time.monotonic()
+    results = {"benchmark": "remote", "size_mib": SIZE_MIB, "runs": RUNS,
+               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0], "delays": []}
+    checker = Checker(big, base)
+    checker4 = Checker(four, base4 + part)  # tensor t1
+    rnd = random.Random(1)
+    offs = [rnd.randrange(0, nbytes - 4096) for _ in range(5000)]
+    warm = [rnd.randrange(0, nbytes - 4096) for _ in range(1000)]
+    # nginx's own redirects (a directory without its slash) name a relative Location, so they
+    # come back through the proxy too.
+    with remote_servers.Nginx(data, extra="absolute_redirect off;") as server:
         for d in DELAYS:
-            proxy = DelayProxy(server.port, d / 1000.0)
+            proxy = DelayProxy(proxy_bin, server.port, d)
             url = "http://127.0.0.1:%d" % proxy.port
-            row = {"one_way_ms": d, "rtt_ms": rtt_ms(proxy.port)}
-            mounts = []
-            for _ in range(RUNS):
+            row = {"one_way_ms": d, "rtt_ms": proxy.rtt_ms, "http_rtt_ms": http_rtt_ms(proxy.port),
+                   "proxy_window_bytes": proxy.window}
+            log("one way %g ms: proxy rtt %.2f ms, HTTP HEAD %.2f ms"
+                % (d, row["rtt_ms"], row["http_rtt_ms"]))
+            v = {k: [] for k in ("mount", "mount_local", "mount_requests", "seq", "curl",
+                                 "waste_seq", "two", "waste_two", "waste_part", "rnd_remote",
+                                 "rnd_local")}
+            for r in range(RUNS):
+                # Mount: remote and local side by side.
+                n0 = len(server.requests())
                 mnt, took = mount(ckptfs, url + "/sharded64")
-                mounts.append(took)
+                v["mount"].append(took)
+                v["mount_requests"].append(len(server.requests()) - n0)
                 umount(mnt)
-            row["mount_64x100k_s"] = statistics.median(mounts)
-            seq, curl, waste = [], [], []
-            for _ in range(RUNS):
-                mnt, _ = mount(ckptfs, url + "/big.safetensors", ["-o", "cache_ram=64MiB"])
-                seq.append(cat_time(os.path.join(mnt, "w")))
-                st = json.load(open(os.path.join(mnt, ".ckptfs", "cache.json")))
-                waste.append(st["bytes_fetched"] - nbytes)
+                mnt, took = mount(ckptfs, shards)
+                v["mount_local"].append(took)
                 umount(mnt)
-                t = time.monotonic()
-                subprocess.run(["curl", "-s", "-o", "/dev/null", "-r",
-                                "%d-%d" % (base, base + nbytes - 1), url + "/big.safetensors"],
-                               check=True)
-                curl.append(time.monotonic() - t)
-            row["seq_MBps"] = nbytes / 1e6 / statistics.median(seq)
-            row["curl_MBps"] = nbytes / 1e6 / statistics.median(curl)
-            row["seq_vs_curl"] = row["seq_MBps"] / row["curl_MBps"]
-            row["fetched_minus_read_bytes"] = max(waste)
-            # Random 4 KiB reads, block cache warm (the whole tensor fits in cache_ram).
-            mnt, _ = mount(ckptfs, url + "/big.safetensors",
-                           ["-o", "cache_ram=%dMiB" % (SIZE_MIB + 64)])
-            cat_time(os.path.join(mnt, "w"))
-            rnd = random.Random(1)
-            offs = [rnd.randrange(0, nbytes - 4096) for _ in range(5000)]
-            for label, path in (("remote", os.path.join(mnt, "w")),
-                                ("local", os.path.join(local_mnt, "w"))):
-                fd = os.open(path, os.O_RDONLY)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                t = time.monotonic()
-                for o in offs:
-                    os.pread(fd, 4096, o)
-                row["random4k_%s_us" % label] = (time.monotonic() - t) / len(offs) * 1e6
-                os.close(fd)
-            umount(mnt)
+                # Sequential: the mount and curl, who goes first alternating.
+                if r % 2:
+                    v["curl"].append(seq_curl(url + "/big.safetensors", base, checker, nbytes))
+                mnt, _ = mount(ckptfs, url + "/big.safetensors")
+                v["seq"].append(seq_mount(os.path.join(mnt, "w"), checker, nbytes))
+                st = cache_stats(mnt)
+                v["waste_seq"].append(st["bytes_fetched"] - nbytes)
+                umount(mnt)
+                if r % 2 == 0:
+                    v["curl"].append(seq_curl(url + "/big.safetensors", base, checker, nbytes))
+                # Two streams in one mount.
+                mnt, _ = mount(ckptfs, url + "/big.safetensors")
+                v["two"].append(two_streams(os.path.join(mnt, "w"), checker, nbytes))
+                st = cache_stats(mnt)
+                v["waste_two"].append((st["bytes_fetched"] - nbytes) / 2)
+                umount(mnt)
+                # One tensor of four read whole: what prefetch fetched past its end.
+                mnt, _ = mount(ckptfs, url + "/four.safetensors")
+                with open(os.path.join(mnt, "t1"), "rb", buffering=0) as f:
+                    read_checked(f, checker4, 0, part)
+                st = cache_stats(mnt)
+                v["waste_part"].append(st["bytes_fetched"] - part)
+                block = st["block_size"]
+                umount(mnt)
+                log("round %d/%d: mount %.3f s (local %.3f), seq %.2f s, curl %.2f s, two "
+                    "streams %.2f s" % (r + 1, RUNS, v["mount"][-1], v["mount_local"][-1],
+                                        v["seq"][-1], v["curl"][-1], v["two"][-1]))
+            # Random 4 KiB reads with the whole tensor in a warm block cache, vs local.
+            for r in range(RUNS):
+                local_mnt, _ = mount(ckptfs, big)
+                mnt, _ = mount(ckptfs, url + "/big.safetensors",
+                               ["-o", "cache_ram=%dMiB" % (SIZE_MIB + 64)])
+                seq_mount(os.path.join(mnt, "w"), checker, nbytes)
+                pair = [("rnd_remote", mnt), ("rnd_local", local_mnt)]
+                for key, where in pair if r % 2 == 0 else pair[::-1]:  # who goes first alternates
+                    v[key].append(random_reads(os.path.join(where, "w"), checker, offs, warm))
+                umount(mnt)
+                umount(local_mnt)
+            m = {k: median(x) for k, x in v.items()}
+            row.update({
+                "raw": v,
+                "mount_64x100k_s": m["mount"], "mount_local_s": m["mount_local"],
+                "mount_requests": m["mount_requests"],
+                "mount_vs_local": m["mount"] / m["mount_local"],
+                "seq_MBps": nbytes / 1e6 / m["seq"], "curl_MBps": nbytes / 1e6 / m["curl"],
+                "seq_vs_curl": m["curl"] / m["seq"],
+                "two_streams_MBps": nbytes / 1e6 / m["two"],
+                "two_streams_vs_curl": m["curl"] / m["two"],
+                "block_size": block,
+                "waste_seq_bytes": max(v["waste_seq"]),
+                "waste_two_streams_bytes_per_stream": max(v["waste_two"]),
+                "waste_one_of_four_bytes": max(v["waste_part"]),
+                "random4k_remote_us": m["rnd_remote"], "random4k_local_us": m["rnd_local"],
+                "random4k_remote_vs_local": m["rnd_remote"] / m["rnd_local"],
+            })
             proxy.close()
             results["delays"].append(row)
-            print(json.dumps(row))
-    umount(local_mnt)
+    results["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    results["loadavg_end"] = os.getloadavg()[0]
     with open(os.path.join(out, "bench-remote.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("%-8s %-7s %-10s %-9s %-9s %-8s %-12s %-10s %-10s" % (
-        "one-way", "rtt", "mount 64", "seq MB/s", "curl MB/s", "ratio", "waste bytes",
-        "rnd4k rem", "rnd4k loc"))
+    print("remote sources (median of %d; ratios of runs side by side; every byte checked)" % RUNS)
+    print("%-6s %-6s %-18s %-9s %-22s %-17s %-22s %-20s" % (
+        "1-way", "rtt", "mount 64x100k", "requests", "seq MB/s (vs curl)", "2 streams MB/s",
+        "waste B: seq/2str/1of4", "rnd4k us rem/loc"))
     for r in results["delays"]:
-        print("%-8g %-7.1f %-10.3f %-9.0f %-9.0f %-8.2f %-12d %-10.1f %-10.1f" % (
-            r["one_way_ms"], r["rtt_ms"], r["mount_64x100k_s"], r["seq_MBps"], r["curl_MBps"],
-            r["seq_vs_curl"], r["fetched_minus_read_bytes"], r["random4k_remote_us"],
-            r["random4k_local_us"]))
+        print("%-6g %-6.1f %-18s %-9d %-22s %-17s %-22s %-20s" % (
+            r["one_way_ms"], r["rtt_ms"],
+            "%.3f s (%.2fx loc)" % (r["mount_64x100k_s"], r["mount_vs_local"]),
+            r["mount_requests"], "%.0f (%.2fx, curl %.0f)" % (r["seq_MBps"], r["seq_vs_curl"],
+                                                               r["curl_MBps"]),
+            "%.0f (%.2fx)" % (r["two_streams_MBps"], r["two_streams_vs_curl"]),
+            "%d/%d/%d" % (r["waste_seq_bytes"], r["waste_two_streams_bytes_per_stream"],
+                          r["waste_one_of_four_bytes"]),
+            "%.1f/%.1f (%.2fx)" % (r["random4k_remote_us"], r["random4k_local_us"],
+                                   r["random4k_remote_vs_local"])))
+    plot(results, os.path.join(out, "bench-remote.png"))
+    return 0
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        log("warning: no matplotlib (%s); %s not written" % (e, path))
+        return
+    rows = results["delays"]
+    labels = ["RTT %.0f ms" % r["rtt_ms"] for r in rows]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.8))
+    panels = [
+        ("mount, 64 shards / 100k tensors (s)", [("remote", "mount"), ("local", "mount_local")],
+         lambda x: x, 1.0, "target < 1 s"),
+        ("sequential read of %d MiB (MB/s)" % results["size_mib"],
+         [("ckptfs", "seq"), ("ckptfs 2 streams", "two"), ("curl", "curl")],
+         lambda x: results["size_mib"] * 1.048576 / x, None, None),
+        ("random 4 KiB pread, warm cache (us)", [("remote", "rnd_remote"), ("local", "rnd_local")],
+         lambda x: x, None, None),
+        ("bytes fetched - bytes read (MiB)",
+         [("seq", "waste_seq"), ("per stream of 2", "waste_two"), ("1 of 4 tensors", "waste_part")],
+         lambda x: x / 1048576, None, None),
+    ]
+    for ax, (title, series, f, line, line_label) in zip(axes, panels):
+        width = 0.8 / len(series)
+        for si, (name, key) in enumerate(series):
+            meds, los, his = [], [], []
+            for r in rows:
+                xs = [f(x) for x in r["raw"][key]]
+                meds.append(statistics.median(xs))
+                los.append(statistics.median(xs) - min(xs))
+                his.append(max(xs) - statistics.median(xs))
+            pos = [i + (si - (len(series) - 1) / 2) * width for i in range(len(rows))]
+            ax.bar(pos, meds, width, yerr=[los, his], capsize=2, label=name)
+        if line:
+            ax.axhline(line, color="red", linestyle="--", linewidth=1, label=line_label)
+        if "waste" in title or "bytes fetched" in title:
+            ax.axhline(rows[0]["block_size"] / 1048576, color="red", linestyle="--", linewidth=1,
+                       label="one block")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("ckptfs remote sources over a delaying proxy on loopback: median of %d runs, "
+                 "whiskers min-max (%s, %d CPUs, load %.1f -> %.1f)"
+                 % (results["runs"], results["date"], results["cpus"], results["loadavg_start"],
+                    results["loadavg_end"]))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
