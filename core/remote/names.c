@@ -125,9 +125,9 @@ static int find_entry(const remote_entry *e, size_t n, const char *name) {
     return REMOTE_MISSING;
 }
 
-/* An http directory is listed once known to be one: listed already, or a directory entry of a
- * listed parent. A single file's parent may not be listable at all. */
-static bool http_dir_known(const char *dir) {
+/* A directory is listed once known to be one: listed already, or a directory entry of a listed
+ * parent. A single file's parent may not be listable at all (http), or be a whole bucket (s3). */
+static bool dir_known(const char *dir) {
     if (listed(dir)) return true;
     const char *slash = strrchr(dir, '/');
     if (!slash || (size_t)(slash - dir) < root_len(dir)) return false;
@@ -198,7 +198,12 @@ int remote_kind(const char *path) {
     size_t pl = (size_t)(slash - norm);
     memcpy(parent, norm, pl);
     parent[pl] = 0;
-    if (http && !http_dir_known(parent)) {
+    if (!http && strncmp(norm, "s3://", 5) == 0 && !dir_known(parent)) {
+        int k = s3_kind(norm);
+        if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err); /* its children are asked next */
+        return k;
+    }
+    if (http && !dir_known(parent)) {
         int k = http_kind(norm);
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
         return k;

@@ -230,6 +230,83 @@ static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size
     return 0;
 }
 
+/* One ListObjectsV2 page of the keys that start with `prefix` into body (max_keys 0: the
+ * store's page size). 0, or a negative errno with the one-line reason. */
+static int list_page(const char *shown, const char *bucket, const strbuf *prefix,
+                     const strbuf *token, int max_keys, strbuf *url, strbuf *body, ckpt_err *err) {
+    sb_clear(url);
+    pthread_mutex_lock(&s3_lock);
+    setup();
+    bucket_url(url, bucket);
+    const http_auth *auth = s3.signed_requests ? &s3.auth : NULL;
+    pthread_mutex_unlock(&s3_lock);
+    /* Parameters in sorted order and fully escaped: the canonical query SigV4 signs. */
+    sb_puts(url, "/?");
+    if (token->len) {
+        sb_puts(url, "continuation-token=");
+        http_escape(url, token->data, token->len, false);
+        sb_putc(url, '&');
+    }
+    sb_puts(url, "list-type=2&");
+    if (max_keys) sb_printf(url, "max-keys=%d&", max_keys);
+    sb_puts(url, "prefix=");
+    http_escape(url, prefix->data, prefix->len, false);
+    char msg[512];
+    http_req rq = {
+        .url = url->data, .shown = shown, .auth = auth, .body = body, .body_cap = 64u << 20};
+    http_resp rs;
+    int rc = http_perform(&rq, &rs, msg, sizeof msg);
+    if (rc) {
+        rc = ckpt_fail(err, rc, "%s", msg);
+    } else if (rs.status != 200) {
+        rc = ckpt_fail(err,
+                       rs.status == 404   ? -ENOENT
+                       : rs.status == 403 ? -EACCES
+                                          : -EIO,
+                       "%s: HTTP %ld listing the prefix%s", shown, rs.status,
+                       rs.status == 403 ? " (access denied: check credentials)" : "");
+    }
+    http_resp_free(&rs);
+    return rc;
+}
+
+int s3_kind(const char *path) {
+    char bucket[256];
+    const char *key;
+    ckpt_err err;
+    if (split(path, bucket, sizeof bucket, &key, &err)) return REMOTE_MISSING;
+    if (!*key) return REMOTE_DIR;
+    /* Two one-key pages instead of a listing of the parent, which for s3://BUCKET/NAME would be
+     * every key of the bucket: a key below KEY/ makes a directory; KEY itself, which sorts
+     * before every longer key that starts with it, a file. */
+    strbuf prefix, url, body, token, text;
+    sb_init(&prefix);
+    sb_init(&url);
+    sb_init(&body);
+    sb_init(&token);
+    sb_init(&text);
+    int kind = REMOTE_MISSING;
+    sb_puts(&prefix, key);
+    sb_putc(&prefix, '/');
+    if (list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) == 0 && body.data &&
+        memmem(body.data, body.len, "<Contents>", 10))
+        kind = REMOTE_DIR;
+    sb_clear(&prefix);
+    sb_puts(&prefix, key);
+    sb_clear(&body);
+    if (kind == REMOTE_MISSING &&
+        list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) == 0 && body.data &&
+        xml_text(body.data, body.data + body.len, "Key", &text) && text.data &&
+        strcmp(text.data, key) == 0)
+        kind = REMOTE_FILE;
+    sb_free(&prefix);
+    sb_free(&url);
+    sb_free(&body);
+    sb_free(&token);
+    sb_free(&text);
+    return kind;
+}
+
 int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
     *out = NULL;
     *count = 0;
@@ -249,38 +326,7 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
     remote_entry *e = NULL;
     size_t n = 0, cap = 0;
     for (int page = 0; !rc; page++) {
-        sb_clear(&url);
-        pthread_mutex_lock(&s3_lock);
-        setup();
-        bucket_url(&url, bucket);
-        const http_auth *auth = s3.signed_requests ? &s3.auth : NULL;
-        pthread_mutex_unlock(&s3_lock);
-        /* Parameters in sorted order and fully escaped: the canonical query SigV4 signs. */
-        sb_puts(&url, "/?");
-        if (token.len) {
-            sb_puts(&url, "continuation-token=");
-            http_escape(&url, token.data, token.len, false);
-            sb_putc(&url, '&');
-        }
-        sb_puts(&url, "list-type=2&prefix=");
-        http_escape(&url, prefix.data, prefix.len, false);
-        char msg[512];
-        http_req rq = {
-            .url = url.data, .shown = dir, .auth = auth, .body = &body, .body_cap = 64u << 20};
-        http_resp rs;
-        rc = http_perform(&rq, &rs, msg, sizeof msg);
-        if (rc) {
-            rc = ckpt_fail(err, rc, "%s", msg);
-        } else if (rs.status != 200) {
-            rc = ckpt_fail(err,
-                           rs.status == 404   ? -ENOENT
-                           : rs.status == 403 ? -EACCES
-                                              : -EIO,
-                           "%s: HTTP %ld listing the prefix%s", dir, rs.status,
-                           rs.status == 403 ? " (access denied: check credentials)" : "");
-        }
-        http_resp_free(&rs);
-        if (rc) break;
+        if ((rc = list_page(dir, bucket, &prefix, &token, 0, &url, &body, err))) break;
         const char *p = body.data ? body.data : "", *end = p + body.len;
         /* Every key below the prefix, without a delimiter: directories are the first names of
          * deeper keys (some stores leave a prefix holding only deeper keys out of a delimited
