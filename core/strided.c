@@ -303,7 +303,7 @@ static void take_chunks(fill_job *j, unsigned char *buf) {
         uint64_t k = j->next++;
         if (j->err) continue; /* a chunk failed: the rest are passed over */
         pthread_mutex_unlock(&pool.lock);
-        int e = buf ? fill_chunk(j, k, buf) : -ENOMEM;
+        int e = fill_chunk(j, k, buf);
         pthread_mutex_lock(&pool.lock);
         if (e && !j->err) j->err = e;
     }
@@ -323,6 +323,10 @@ static void *fill_worker(void *arg) {
         if (cap < j->cap) { /* a worker's scratch, kept: allocated under the lock, rarely */
             free(buf);
             cap = (buf = malloc(j->cap)) ? j->cap : 0;
+            if (!buf) { /* no memory: the band's own thread does the chunks */
+                pthread_cond_wait(&pool.work, &pool.lock);
+                continue;
+            }
         }
         j->active++;
         take_chunks(j, buf);
