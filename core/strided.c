@@ -369,12 +369,20 @@ static void pool_start(void) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static bool workers_allowed; /* strided_workers_allow was called */
+
+void strided_workers_allow(void) {
+    pthread_mutex_lock(&pool.lock);
+    workers_allowed = true;
+    pthread_mutex_unlock(&pool.lock);
+}
+
 /* Every chunk of j filled, by this thread (into buf) and whatever workers are free. */
 static int fill_shared(fill_job *j, unsigned char *buf) {
     uint64_t chunks = (j->steps + j->per - 1) / j->per;
     if (chunks < 2) return fill_chunk(j, 0, buf);
     pthread_mutex_lock(&pool.lock);
-    bool shared = !pool.job;
+    bool shared = !pool.job && workers_allowed;
     if (shared) {
         pool_start();
         pool.job = j;

@@ -578,8 +578,16 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* Workers are started on the first sequential stream, never before: a daemon forks after
- * opening its catalog, and threads do not survive a fork. Under cache.lock. */
+static bool ahead_allowed; /* zst_read_ahead_allow was called: workers may be started */
+
+void zst_read_ahead_allow(void) {
+    pthread_mutex_lock(&cache.lock);
+    ahead_allowed = true;
+    pthread_mutex_unlock(&cache.lock);
+}
+
+/* Workers are started on the first sequential stream once allowed, never before: a daemon
+ * forks after opening its catalog, and threads do not survive a fork. Under cache.lock. */
 static void workers_start(void) {
     if (cache.workers) return;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -640,7 +648,7 @@ static void read_ahead(const zst_table *t, uint64_t off, uint64_t end) {
     }
     q->used = ++cache.clock;
     if (end > q->end) q->end = end;
-    if (q->streak < SEQ_READS) {
+    if (q->streak < SEQ_READS || !ahead_allowed) {
         pthread_mutex_unlock(&cache.lock);
         return;
     }

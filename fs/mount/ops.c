@@ -225,6 +225,8 @@ static void *thread_buffer(pthread_key_t key, size_t size) {
 static void op_init(void *userdata, struct fuse_conn_info *conn) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, make_keys);
+    /* INIT comes to the daemon, after it forked: reads may start worker threads now. */
+    ckpt_read_workers_allow();
     ckptfs *fs = userdata;
     /* Answering OPENDIR with ENOSYS makes the kernel stop sending OPENDIR and RELEASEDIR: a
      * first `find` over a tree then costs 2 requests per directory instead of 4 (measured:

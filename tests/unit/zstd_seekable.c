@@ -236,6 +236,7 @@ static void *stream_reader(void *arg) {
 /* Sequential readers make the workers decode ahead; random readers share the cache with them.
  * Every byte is compared; then a table is freed while its frames are being decoded ahead. */
 static void test_read_ahead(void) {
+    zst_read_ahead_allow();
     size_t n = 24 << 20; /* more than the cache holds */
     unsigned char *data = content(n, 5);
     buf b = write_small_frames(data, n);
