@@ -4,7 +4,8 @@
 #   make check SANITIZE=1   the same suite built with ASan + UBSan (in build-san/)
 #   make demo       mount a generated sample checkpoint and show it
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
-#                   mounts, staging, .zst, stats/diff, ZeRO/Meta MP layouts, remote sources
+#                   mounts, staging, .zst vs zstd -dc and squashfuse, strided views, the
+#                   first walk of a 100k-tensor tree, stats/diff, ZeRO/Meta MP layouts, remote sources
 #                   behind a delaying proxy, serve vs nginx (tests/bench/, results in
 #                   $(B)/bench-out/)
 
@@ -132,6 +133,8 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/peers.py $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/strided_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/tree_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy

@@ -1,6 +1,7 @@
 #include "segread.h"
 
 #include "strided.h"
+#include "zstd_seekable.h"
 
 _Static_assert((size_t)SEGREAD_SCRATCH >= (size_t)STRIDED_SCRATCH,
                "strided reads use the gather scratch");
@@ -122,4 +123,9 @@ int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t 
         dst += at;
     }
     return all_unchanged(cat, &rs) ? 0 : -EIO;
+}
+
+void ckpt_read_workers_allow(void) {
+    zst_read_ahead_allow();
+    strided_workers_allow();
 }

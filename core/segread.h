@@ -21,4 +21,9 @@ enum {
 int ckpt_read_segments(const ckpt_catalog *cat, const ckpt_segment *seg, size_t n, char *dst,
                        char *scratch);
 
+/* Lets reads use worker threads: .zst frames decompressed ahead of sequential readers, strided
+ * bands filled by several threads. Off until called, so that a daemon calls it after it has
+ * forked (threads do not survive a fork, and forking while they run is not safe everywhere). */
+void ckpt_read_workers_allow(void);
+
 #endif

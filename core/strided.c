@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -16,11 +18,15 @@ enum {
     BANDS = 2,             /* bands kept, for the whole process */
     /* Bytes between two wanted runs of the file that are cheaper to read and drop than to
      * skip with another pread (a call costs about as much as copying this much). */
-    GAP_READ = 16 << 10,
+    GAP_READ = 4 << 10,
     /* One step of the file's outermost dimension spanning more than this (a permutation that
      * leaves two dimensions far apart): read element by element rather than buffer it. */
     FOOTPRINT_MAX = 64 << 20,
     TILE = 16, /* elements on a side of the blocks copied */
+    /* A band is filled in chunks of this many file bytes, shared among the calling thread and
+     * up to FILL_WORKERS_MAX workers (one per other core). */
+    FILL_CHUNK = 1 << 20,
+    FILL_WORKERS_MAX = 3,
 };
 
 /* Everything the bytes of a band depend on: the same key is the same bytes, whichever catalog
@@ -241,6 +247,156 @@ static int fill_elementwise(const ckpt_source *s, uint32_t nd, const uint64_t *n
     }
 }
 
+/* A band's fill cut into chunks of steps of its outermost file dimension D: each chunk is read
+ * into a scratch buffer and gathered into the band on its own, so the chunks of one band are
+ * shared out among the calling thread and the fill workers. */
+typedef struct fill_job {
+    const ckpt_source *s;
+    uint32_t nd, D;
+    uint64_t c[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS]; /* the band's box, its file strides */
+    const uint64_t *inner;
+    unsigned char *out; /* where step 0 of D lands */
+    uint64_t fbase, step, rest, per, steps;
+    size_t cap;
+    bool dense;
+    uint64_t next;   /* the next chunk to take (under pool.lock) */
+    unsigned active; /* workers inside the job */
+    int err;         /* the first failure */
+} fill_job;
+
+/* Chunk k of the job, with buf (job->cap bytes) to read into. */
+static int fill_chunk(const fill_job *j, uint64_t k, unsigned char *buf) {
+    uint64_t a = k * j->per, mc = j->steps - a < j->per ? j->steps - a : j->per;
+    uint64_t c[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS];
+    memcpy(c, j->c, j->nd * sizeof *c);
+    memcpy(ss, j->ss, j->nd * sizeof *ss);
+    int e = 0;
+    if (j->dense) {
+        e = read_exact(j->s, buf, j->fbase + a * j->step,
+                       j->step ? (mc - 1) * j->step + j->rest : j->rest);
+    } else {
+        for (uint64_t i = 0; i < mc && !e; i++)
+            e = read_exact(j->s, buf + i * j->rest, j->fbase + (a + i) * j->step, j->rest);
+        ss[j->D] = j->rest;
+    }
+    if (e) return e;
+    c[j->D] = mc;
+    gather(j->out + a * j->inner[j->D], buf, j->nd, c, j->inner, ss);
+    return 0;
+}
+
+/* ---- fill workers: one per other core, started on the first band that has chunks to share
+ * (never before: a daemon forks after opening its catalog, and threads do not survive it) ---- */
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t work, done;
+    fill_job *job; /* the band being shared out; one at a time, others fill alone */
+    unsigned workers;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
+          .work = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER};
+
+/* Takes and fills chunks of j until none is left; under pool.lock, which it drops meanwhile. */
+static void take_chunks(fill_job *j, unsigned char *buf) {
+    while (j->next * j->per < j->steps) {
+        uint64_t k = j->next++;
+        if (j->err) continue; /* a chunk failed: the rest are passed over */
+        pthread_mutex_unlock(&pool.lock);
+        int e = fill_chunk(j, k, buf);
+        pthread_mutex_lock(&pool.lock);
+        if (e && !j->err) j->err = e;
+    }
+}
+
+static void *fill_worker(void *arg) {
+    (void)arg;
+    unsigned char *buf = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        fill_job *j = pool.job;
+        if (!j || j->next * j->per >= j->steps) {
+            pthread_cond_wait(&pool.work, &pool.lock);
+            continue;
+        }
+        if (cap < j->cap) { /* a worker's scratch, kept: allocated under the lock, rarely */
+            free(buf);
+            cap = (buf = malloc(j->cap)) ? j->cap : 0;
+            if (!buf) { /* no memory: the band's own thread does the chunks */
+                pthread_cond_wait(&pool.work, &pool.lock);
+                continue;
+            }
+        }
+        j->active++;
+        take_chunks(j, buf);
+        if (--j->active == 0) pthread_cond_broadcast(&pool.done);
+    }
+    return NULL;
+}
+
+static void pool_after_fork_child(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.job = NULL;
+    pool.workers = 0;
+}
+
+/* Under pool.lock. */
+static void pool_start(void) {
+    static bool hooked;
+    if (!hooked) {
+        hooked = true;
+        pthread_atfork(NULL, NULL, pool_after_fork_child);
+    }
+    if (pool.workers) return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus <= 1                     ? 0
+                    : cpus - 1 > FILL_WORKERS_MAX ? FILL_WORKERS_MAX
+                                                  : (unsigned)cpus - 1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the FUSE loop's threads */
+    for (unsigned i = 0; i < want; i++) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &at, fill_worker, NULL) == 0) pool.workers++;
+        pthread_attr_destroy(&at);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static bool workers_allowed; /* strided_workers_allow was called */
+
+void strided_workers_allow(void) {
+    pthread_mutex_lock(&pool.lock);
+    workers_allowed = true;
+    pthread_mutex_unlock(&pool.lock);
+}
+
+/* Every chunk of j filled, by this thread (into buf) and whatever workers are free. */
+static int fill_shared(fill_job *j, unsigned char *buf) {
+    uint64_t chunks = (j->steps + j->per - 1) / j->per;
+    if (chunks < 2) return fill_chunk(j, 0, buf);
+    pthread_mutex_lock(&pool.lock);
+    bool shared = !pool.job && workers_allowed;
+    if (shared) {
+        pool_start();
+        pool.job = j;
+        pthread_cond_broadcast(&pool.work);
+    }
+    take_chunks(j, buf);
+    if (shared) {
+        while (j->active) pthread_cond_wait(&pool.done, &pool.lock);
+        pool.job = NULL;
+    }
+    pthread_mutex_unlock(&pool.lock);
+    return j->err;
+}
+
 /* The piece's elements of band b into out (b->len bytes, indexed by logical offset). The
  * footprint is walked along the dimension with the largest file stride, a chunk of its steps at
  * a time: one read for the chunk when the steps lie densely, else one per step. */
@@ -267,36 +423,27 @@ static int fill_band(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt_p
     if (rest > FOOTPRINT_MAX)
         return fill_elementwise(s, nd, b->n, fbase, st, out + dbase, inner, esz);
 
-    size_t cap = STRIDED_SCRATCH;
+    fill_job j = {.s = s,
+                  .nd = nd,
+                  .D = D,
+                  .inner = inner,
+                  .out = out + dbase,
+                  .fbase = fbase,
+                  .step = st[D],
+                  .rest = rest,
+                  .steps = b->n[D],
+                  .cap = FILL_CHUNK};
+    memcpy(j.c, b->n, nd * sizeof *j.c);
+    memcpy(j.ss, st, nd * sizeof *j.ss);
+    if (rest > j.cap) j.cap = (size_t)rest;
+    j.dense = j.step <= rest + GAP_READ;
+    /* stride 0 (broadcast): every step reads the same bytes, one chunk does */
+    j.per = j.dense ? (j.step ? 1 + (j.cap - rest) / j.step : j.steps) : j.cap / rest;
     unsigned char *buf = (unsigned char *)scratch, *own = NULL;
-    if (!buf || rest > cap) {
-        cap = rest > cap ? (size_t)rest : cap;
-        if (!(buf = own = malloc(cap))) return -ENOMEM;
+    if (!buf || j.cap > STRIDED_SCRATCH) {
+        if (!(buf = own = malloc(j.cap))) return -ENOMEM;
     }
-    uint64_t step = st[D];
-    bool dense = step <= rest + GAP_READ;
-    uint64_t c[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS];
-    memcpy(c, b->n, nd * sizeof *c);
-    memcpy(ss, st, nd * sizeof *ss);
-    int e = 0;
-    for (uint64_t a = 0; a < b->n[D] && !e;) {
-        uint64_t left = b->n[D] - a, mc;
-        if (dense) {
-            mc = step ? 1 + (cap - rest) / step : left; /* stride 0 (broadcast): one read */
-            if (mc > left) mc = left;
-            e = read_exact(s, buf, fbase + a * step, step ? (mc - 1) * step + rest : rest);
-        } else {
-            mc = cap / rest;
-            if (mc > left) mc = left;
-            for (uint64_t j = 0; j < mc && !e; j++)
-                e = read_exact(s, buf + j * rest, fbase + (a + j) * step, rest);
-            ss[D] = rest;
-        }
-        if (e) break;
-        c[D] = mc;
-        gather(out + dbase + a * inner[D], buf, nd, c, inner, ss);
-        a += mc;
-    }
+    int e = fill_shared(&j, buf);
     free(own);
     return e;
 }
@@ -353,13 +500,18 @@ static slot *slot_find(const band_key *k) {
     return NULL;
 }
 
-/* An empty slot, else the least recently used one no one reads; NULL when all are busy. */
+/* The least recently used slot no one reads, one that holds memory before an empty one: a
+ * sequential reader then fills one band's memory again and again, and a fresh band's first
+ * touch (zeroed pages: a third of a first read's time) is paid once, not once per slot. NULL
+ * when all are busy. */
 static slot *slot_claim(void) {
     slot *v = NULL;
     for (int i = 0; i < BANDS; i++) {
         slot *s = &cache.slots[i];
-        if (s->state == SLOT_EMPTY) return s;
-        if (s->state == SLOT_READY && !s->refs && (!v || s->used < v->used)) v = s;
+        bool idle = s->state == SLOT_EMPTY || (s->state == SLOT_READY && !s->refs);
+        if (idle && (!v || (s->cap != 0) > (v->cap != 0) ||
+                     ((s->cap != 0) == (v->cap != 0) && s->used < v->used)))
+            v = s;
     }
     return v;
 }
@@ -383,39 +535,37 @@ static int read_band(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt_p
     key_of(cat, t, p, inner[t->ndim - 1], b, &key);
     pthread_mutex_lock(&cache.lock);
     slot *s;
-    while ((s = slot_find(&key)) && s->state == SLOT_LOADING)
+    for (;;) {
+        while ((s = slot_find(&key)) && s->state == SLOT_LOADING)
+            pthread_cond_wait(&cache.loaded, &cache.lock);
+        if (s) {
+            s->refs++;
+            s->used = ++cache.clock;
+            pthread_mutex_unlock(&cache.lock);
+            memcpy(dst, s->data + from, len);
+            pthread_mutex_lock(&cache.lock);
+            if (--s->refs == 0) pthread_cond_broadcast(&cache.loaded);
+            pthread_mutex_unlock(&cache.lock);
+            return 0;
+        }
+        if ((s = slot_claim())) break;
+        /* Every band is being filled or copied from, for a moment: wait for one rather than
+         * fill a private band (16 MiB allocated and touched per READ). */
         pthread_cond_wait(&cache.loaded, &cache.lock);
-    if (s) {
-        s->refs++;
-        s->used = ++cache.clock;
-        pthread_mutex_unlock(&cache.lock);
-        memcpy(dst, s->data + from, len);
-        pthread_mutex_lock(&cache.lock);
-        s->refs--;
-        pthread_mutex_unlock(&cache.lock);
-        return 0;
     }
-    if ((s = slot_claim())) {
-        s->key = key;
-        s->state = SLOT_LOADING;
-        s->refs = 1;
-        s->used = ++cache.clock;
-    }
+    s->key = key;
+    s->state = SLOT_LOADING;
+    s->refs = 1;
+    s->used = ++cache.clock;
     pthread_mutex_unlock(&cache.lock);
-    unsigned char *data = NULL;
-    if (s && s->cap < b->len) {
+    if (s->cap < b->len) {
         free(s->data);
         s->data = NULL;
         s->cap = 0;
         if ((s->data = band_alloc(b->len))) s->cap = b->len;
     }
-    data = s ? s->data : band_alloc(b->len); /* every band being read: fill a private one */
-    int e = data ? fill_band(cat, t, p, inner, b, data, scratch) : -ENOMEM;
-    if (!e) memcpy(dst, data + from, len);
-    if (!s) {
-        free(data);
-        return e;
-    }
+    int e = s->data ? fill_band(cat, t, p, inner, b, s->data, scratch) : -ENOMEM;
+    if (!e) memcpy(dst, s->data + from, len);
     pthread_mutex_lock(&cache.lock);
     s->refs--;
     s->state = e ? SLOT_EMPTY : SLOT_READY;

@@ -18,5 +18,8 @@
  * gather window is checked to be as large). */
 enum { STRIDED_SCRATCH = 1 << 20 };
 int strided_read(const ckpt_catalog *cat, const ckpt_segment *seg, char *dst, char *scratch);
+/* Lets the process share the filling of a band with worker threads (one per other CPU). Off
+ * until called: a daemon calls it once it has forked, since threads do not survive a fork. */
+void strided_workers_allow(void);
 
 #endif

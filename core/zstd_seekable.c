@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,15 @@ enum {
     IN_MAX = 2 << 20,     /* compressed frames up to this size are decompressed in one call */
     IN_CHUNK = 128 << 10, /* larger ones are read this much at a time */
     SCRATCH = 128 << 10,  /* where bytes before the wanted range are decompressed and dropped */
+
+    /* Decoding ahead: a table read SEQ_READS times in a row within SEQ_SLACK of where its last
+     * read ended is a sequential stream; the frames up to AHEAD_BYTES past its end are queued
+     * for up to WORKERS_MAX threads (one per core), in the cache and within its byte cap. */
+    SEQS = 8,
+    SEQ_READS = 2,
+    SEQ_SLACK = 4 << 20,
+    AHEAD_BYTES = 4 << 20,
+    WORKERS_MAX = 4,
 };
 
 bool zst_magic(const unsigned char *head, size_t n) {
@@ -406,6 +416,20 @@ static int decompress_whole(const zst_table *t, uint32_t k, unsigned char *dst) 
     return 0;
 }
 
+/* The entry holding content byte pos (< the content size): the last whose start is <= pos, so
+ * empty entries are passed over. */
+static uint32_t frame_of(const zst_table *t, uint64_t pos) {
+    uint32_t lo = 0, hi = t->nframes; /* doff[lo] <= pos < doff[hi] */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->doff[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* ---- the cache of decompressed frames, shared by every table and thread ---- */
 
 typedef enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY } slot_state;
@@ -414,6 +438,9 @@ typedef struct slot {
     const zst_table *t;
     uint32_t frame;
     slot_state state;
+    /* LOADING and not taken yet: decoded ahead of a sequential reader by the next free worker,
+     * or by the first reader that needs it sooner (who then takes it over). */
+    bool queued;
     unsigned refs; /* readers copying out of it (and its loader): not to be evicted */
     uint64_t used; /* cache clock at the last use: the least recent unpinned slot goes first */
     unsigned char *data;
@@ -430,14 +457,29 @@ typedef struct cursor {
     stream s;
 } cursor;
 
+/* Where a table is being read: reads that keep starting near where the last one ended make it
+ * a sequential stream, whose next frames the workers decode ahead. */
+typedef struct seq {
+    const zst_table *t; /* NULL: free */
+    uint64_t end;       /* content offset where the furthest read ended */
+    uint32_t ahead_to;  /* frames below this were queued already */
+    unsigned streak;    /* reads in a row near `end` */
+    uint64_t used;
+} seq;
+
 static struct {
     pthread_mutex_t lock;
-    pthread_cond_t loaded;
+    pthread_cond_t loaded; /* a slot left LOADING */
+    pthread_cond_t work;   /* a slot was queued */
     slot slots[SLOTS];
     cursor cursors[CURSORS];
+    seq seqs[SEQS];
     size_t bytes;
     uint64_t clock;
-} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .loaded = PTHREAD_COND_INITIALIZER};
+    unsigned workers; /* decode-ahead threads running in this process */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER,
+           .loaded = PTHREAD_COND_INITIALIZER,
+           .work = PTHREAD_COND_INITIALIZER};
 
 static void slot_clear(slot *s) {
     free(s->data);
@@ -487,21 +529,161 @@ static slot *slot_claim(const zst_table *t, uint32_t k, size_t need) {
     v->t = t;
     v->frame = k;
     v->state = SLOT_LOADING;
+    v->queued = false;
     v->refs = 1;
     v->used = ++cache.clock;
     return v;
 }
 
-/* Bytes [from, from+len) of entry k (at most SLOT_MAX bytes) through the cache. */
+/* Decompresses the frame of slot s (LOADING, pinned, taken by the caller) into it; then it is
+ * READY, or cleared on failure. Called without cache.lock; returns with it held. */
+static int slot_load(slot *s) {
+    if (!s->data) s->data = malloc(s->cap);
+    int rc = s->data ? decompress_whole(s->t, s->frame, s->data) : out_of_memory();
+    pthread_mutex_lock(&cache.lock);
+    s->refs--;
+    if (rc)
+        slot_clear(s);
+    else
+        s->state = SLOT_READY;
+    pthread_cond_broadcast(&cache.loaded);
+    return rc;
+}
+
+/* ---- decoding ahead of sequential readers ---- */
+
+/* The queued slot that waited longest; under cache.lock. */
+static slot *next_queued(void) {
+    slot *v = NULL;
+    for (int i = 0; i < SLOTS; i++) {
+        slot *s = &cache.slots[i];
+        if (s->queued && (!v || s->used < v->used)) v = s;
+    }
+    return v;
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&cache.lock);
+    for (;;) {
+        slot *s = next_queued();
+        if (!s) {
+            pthread_cond_wait(&cache.work, &cache.lock);
+            continue;
+        }
+        s->queued = false;
+        pthread_mutex_unlock(&cache.lock);
+        slot_load(s); /* a failure is met again, and reported, by the reader who needs it */
+    }
+    return NULL;
+}
+
+static bool ahead_allowed; /* zst_read_ahead_allow was called: workers may be started */
+
+void zst_read_ahead_allow(void) {
+    pthread_mutex_lock(&cache.lock);
+    ahead_allowed = true;
+    pthread_mutex_unlock(&cache.lock);
+}
+
+/* Workers are started on the first sequential stream once allowed, never before: a daemon
+ * forks after opening its catalog, and threads do not survive a fork. Under cache.lock. */
+static void workers_start(void) {
+    if (cache.workers) return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus < 1 ? 1 : cpus > WORKERS_MAX ? WORKERS_MAX : (unsigned)cpus;
+    sigset_t all, old;
+    sigfillset(&all);
+    /* Signals stay with the threads that expect them (the FUSE loop's exit handlers). */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (unsigned i = 0; i < want; i++) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &at, worker_main, NULL) == 0) cache.workers++;
+        pthread_attr_destroy(&at);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* In a child of fork only the forking thread lives on: no worker, no loader, no reader. */
+static void after_fork_child(void) {
+    pthread_mutex_init(&cache.lock, NULL);
+    pthread_cond_init(&cache.loaded, NULL);
+    pthread_cond_init(&cache.work, NULL);
+    cache.workers = 0;
+    for (int i = 0; i < SLOTS; i++) {
+        slot *s = &cache.slots[i];
+        if (s->state == SLOT_LOADING) slot_clear(s);
+        s->refs = 0;
+    }
+    for (int i = 0; i < CURSORS; i++)
+        if (cache.cursors[i].busy) cache.cursors[i] = (cursor){0};
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_handler_add(void) {
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+/* Notes a read of content [off, end) of t; when it continues a sequential stream, queues the
+ * frames that follow it, up to AHEAD_BYTES past end and within the cache's byte cap. */
+static void read_ahead(const zst_table *t, uint64_t off, uint64_t end) {
+    pthread_once(&fork_once, fork_handler_add);
+    pthread_mutex_lock(&cache.lock);
+    seq *q = NULL;
+    for (int i = 0; i < SEQS && !q; i++)
+        if (cache.seqs[i].t == t) q = &cache.seqs[i];
+    if (!q) {
+        for (int i = 0; i < SEQS; i++)
+            if (!q || cache.seqs[i].used < q->used) q = &cache.seqs[i];
+        *q = (seq){.t = t, .end = end};
+    } else if (off + SEQ_SLACK >= q->end && off <= q->end + SEQ_SLACK) {
+        q->streak++; /* concurrent readahead READs may come a little out of order */
+    } else {
+        q->streak = 0;
+        q->ahead_to = 0;
+    }
+    q->used = ++cache.clock;
+    if (end > q->end) q->end = end;
+    if (q->streak < SEQ_READS || !ahead_allowed) {
+        pthread_mutex_unlock(&cache.lock);
+        return;
+    }
+    uint32_t k = frame_of(t, q->end - 1) + 1;
+    if (k < q->ahead_to) k = q->ahead_to;
+    bool queued = false;
+    for (; k < t->nframes && t->doff[k] < q->end + AHEAD_BYTES; k++) {
+        uint64_t dsize = frame_dsize(t, k);
+        if (!dsize || dsize > SLOT_MAX || slot_find(t, k)) continue;
+        slot *s = slot_claim(t, k, (size_t)dsize);
+        if (!s) break; /* the cache is full of frames being read: no room ahead */
+        s->queued = queued = true;
+    }
+    q->ahead_to = k;
+    if (queued) {
+        workers_start();
+        pthread_cond_broadcast(&cache.work);
+    }
+    pthread_mutex_unlock(&cache.lock);
+}
+
+/* Bytes [from, from+len) of entry k (at most SLOT_MAX bytes), through the cache. A read of a
+ * whole frame that is not there decompresses it straight into the caller's buffer: a
+ * sequential reader gains nothing from the cache, and the copy out of it would cost as much
+ * as a tenth of the decompression. */
 static int read_cached(const zst_table *t, uint32_t k, uint64_t from, unsigned char *dst,
                        size_t len) {
     size_t dsize = (size_t)frame_dsize(t, k);
     pthread_mutex_lock(&cache.lock);
     slot *s;
-    /* Another thread decompressing this frame: wait for it rather than do it twice. */
-    while ((s = slot_find(t, k)) && s->state == SLOT_LOADING)
+    /* Another thread decompressing this frame: wait for it rather than do it twice. One only
+     * queued is taken over instead: no worker has started on it. */
+    while ((s = slot_find(t, k)) && s->state == SLOT_LOADING && !s->queued)
         pthread_cond_wait(&cache.loaded, &cache.lock);
-    if (s) {
+    if (s && s->state == SLOT_READY) {
         s->refs++;
         s->used = ++cache.clock;
         pthread_mutex_unlock(&cache.lock);
@@ -511,7 +693,18 @@ static int read_cached(const zst_table *t, uint32_t k, uint64_t from, unsigned c
         pthread_mutex_unlock(&cache.lock);
         return 0;
     }
-    s = slot_claim(t, k, dsize);
+    if (s && len == dsize) { /* queued, and wanted whole: into the reply, as below */
+        slot_clear(s);
+        s = NULL;
+    }
+    if (s) {
+        s->queued = false; /* this thread decodes it; its pin is now this thread's */
+    } else if (len == dsize) {
+        pthread_mutex_unlock(&cache.lock);
+        return decompress_whole(t, k, dst);
+    } else {
+        s = slot_claim(t, k, dsize);
+    }
     pthread_mutex_unlock(&cache.lock);
     if (!s) { /* every slot is being read: decompress privately */
         unsigned char *tmp = malloc(dsize);
@@ -521,28 +714,14 @@ static int read_cached(const zst_table *t, uint32_t k, uint64_t from, unsigned c
         free(tmp);
         return rc;
     }
-    if (!s->data) s->data = malloc(s->cap);
-    int rc = s->data ? decompress_whole(t, k, s->data) : out_of_memory();
+    s->refs++; /* still pinned for the copy below once slot_load dropped the loader's pin */
+    int rc = slot_load(s);
+    pthread_mutex_unlock(&cache.lock);
     if (!rc) memcpy(dst, s->data + from, len);
     pthread_mutex_lock(&cache.lock);
-    s->refs--;
-    if (rc)
-        slot_clear(s);
-    else
-        s->state = SLOT_READY;
-    pthread_cond_broadcast(&cache.loaded);
+    if (!rc) s->refs--;
     pthread_mutex_unlock(&cache.lock);
     return rc;
-}
-
-/* Whether frame k is in the cache or being put there. A read of a whole frame that is not
- * decompresses it straight into the caller's buffer: a sequential reader gains nothing from
- * the cache, and the copy out of it would cost as much as a tenth of the decompression. */
-static bool cached(const zst_table *t, uint32_t k) {
-    pthread_mutex_lock(&cache.lock);
-    bool in = slot_find(t, k) != NULL;
-    pthread_mutex_unlock(&cache.lock);
-    return in;
 }
 
 /* Bytes [from, from+len) of a frame too large to cache, with a parked cursor that ends at or
@@ -589,25 +768,12 @@ static int read_streamed(const zst_table *t, uint32_t k, uint64_t from, unsigned
     return rc;
 }
 
-/* The entry holding content byte pos (< the content size): the last whose start is <= pos, so
- * empty entries are passed over. */
-static uint32_t frame_of(const zst_table *t, uint64_t pos) {
-    uint32_t lo = 0, hi = t->nframes; /* doff[lo] <= pos < doff[hi] */
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->doff[mid] <= pos)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 ssize_t zst_pread(const zst_table *t, void *buf, size_t len, uint64_t off) {
     uint64_t size = zst_content_size(t);
     if (off >= size) return 0;
     if (len > size - off) len = (size_t)(size - off);
     if (len > SSIZE_MAX) len = SSIZE_MAX;
+    read_ahead(t, off, off + len);
     size_t got = 0;
     while (got < len) {
         uint64_t pos = off + got;
@@ -615,9 +781,8 @@ ssize_t zst_pread(const zst_table *t, void *buf, size_t len, uint64_t off) {
         uint64_t from = pos - t->doff[k], dsize = frame_dsize(t, k);
         size_t take = len - got < dsize - from ? len - got : (size_t)(dsize - from);
         unsigned char *dst = (unsigned char *)buf + got;
-        int rc = dsize > SLOT_MAX                 ? read_streamed(t, k, from, dst, take)
-                 : take == dsize && !cached(t, k) ? decompress_whole(t, k, dst)
-                                                  : read_cached(t, k, from, dst, take);
+        int rc = dsize > SLOT_MAX ? read_streamed(t, k, from, dst, take)
+                                  : read_cached(t, k, from, dst, take);
         if (rc) return rc;
         got += take;
     }
@@ -627,6 +792,19 @@ ssize_t zst_pread(const zst_table *t, void *buf, size_t len, uint64_t off) {
 void zst_table_free(zst_table *t) {
     if (!t) return;
     pthread_mutex_lock(&cache.lock);
+    /* No reader runs on t, but workers may: drop what they have not started, wait for the
+     * rest (they read t's file). */
+    for (int i = 0; i < SLOTS; i++)
+        if (cache.slots[i].queued && cache.slots[i].t == t) slot_clear(&cache.slots[i]);
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < SLOTS && !busy; i++)
+            busy = cache.slots[i].state == SLOT_LOADING && cache.slots[i].t == t;
+        if (!busy) break;
+        pthread_cond_wait(&cache.loaded, &cache.lock);
+    }
+    for (int i = 0; i < SEQS; i++)
+        if (cache.seqs[i].t == t) cache.seqs[i] = (seq){0};
     for (int i = 0; i < SLOTS; i++)
         if (cache.slots[i].state != SLOT_EMPTY && cache.slots[i].t == t)
             slot_clear(&cache.slots[i]);

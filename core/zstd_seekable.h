@@ -45,6 +45,10 @@ uint32_t zst_frame_count(const zst_table *t);
 ssize_t zst_pread(const zst_table *t, void *buf, size_t len, uint64_t off);
 /* Why the calling thread's last failed zst_pread failed: the file, the frame, its offset. */
 const char *zst_last_error(void);
+/* Lets the process decode the frames ahead of sequential readers on worker threads (one per
+ * CPU). Off until called: a daemon calls it once it has forked, since threads do not survive
+ * a fork (and a fork while they run is unsafe under some allocators). */
+void zst_read_ahead_allow(void);
 
 /* ---- writing ---- */
 

@@ -225,6 +225,8 @@ static void *thread_buffer(pthread_key_t key, size_t size) {
 static void op_init(void *userdata, struct fuse_conn_info *conn) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, make_keys);
+    /* INIT comes to the daemon, after it forked: reads may start worker threads now. */
+    ckpt_read_workers_allow();
     ckptfs *fs = userdata;
     /* Answering OPENDIR with ENOSYS makes the kernel stop sending OPENDIR and RELEASEDIR: a
      * first `find` over a tree then costs 2 requests per directory instead of 4 (measured:
@@ -235,6 +237,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     conn->max_readahead = MAX_READ;
     if (fs->splice && (conn->capable & FUSE_CAP_SPLICE_WRITE))
         conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+    /* READDIRPLUS for every chunk of a listing, not only its first (the kernel's "auto"): the
+     * entries of a large directory after its first reply then come with their attributes, and
+     * a walk does not LOOKUP them one by one (measured: 4.8k of 225k requests of a first find
+     * over 100k tensors in 64 shards). */
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
     /* Immutable content: mtime changes never mean the cache is stale. */
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;

@@ -12,7 +12,8 @@ mount (sidecars and documents with the source's name changed); `ckptfs cat` and 
 verify` read it too. Ordinary zstd files are refused with the way to a seekable one. Hostile
 seek tables and frames are refused (exit 2, one line naming the field) or mount safely; damage
 found only when a frame is read gives EIO for the tensors in it, the right bytes for the
-others, and the daemon lives on.
+others, and the daemon lives on. A tensor larger than the frame cache, converted here, is read
+by sequential streams (decoded ahead by the daemon's workers) beside random readers.
 """
 
 import errno
@@ -348,6 +349,76 @@ def run_late(tap, ckptfs, root):
                ["exit %r" % rc, text])
 
 
+def run_streams(tap, ckptfs):
+    """A .zst written by `ckptfs convert` (64 KiB frames) of a tensor larger than the reader's
+    frame cache (16 MiB), read by two sequential streams (which the daemon decodes ahead on its
+    worker threads) while two threads do random preads, the page cache dropped between passes:
+    every byte equals numpy's."""
+    import numpy as np
+    with tempfile.TemporaryDirectory() as work:
+        rng = np.random.default_rng(45)
+        data = (rng.standard_normal(6 << 20) * 0.02).astype("<f4").tobytes()  # 24 MiB
+        header = json.dumps({"w": {"dtype": "F32", "shape": [len(data) // 4],
+                                   "data_offsets": [0, len(data)]}}).encode()
+        header += b" " * (-len(header) % 8)
+        plain = os.path.join(work, "s.safetensors")
+        with open(plain, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + data)
+        rc, _, err = run_capture([ckptfs, "convert", plain, plain + ".zst"], CLI_TIMEOUT)
+        tap.ok(rc == 0, "convert a 24 MiB tensor to .zst", [err.decode(errors="replace")])
+
+        def checks(mnt):
+            path = os.path.join(mnt, "w")
+            problems = []
+
+            def stream(k):
+                rng2 = random.Random(k)
+                try:
+                    for _ in range(2):
+                        drop_cache(path)
+                        with open(path, "rb", buffering=0) as f:
+                            at = 0
+                            while at < len(data):
+                                n = rng2.choice((4096, 131072, 1 << 20))
+                                got = f.read(n)
+                                if got != data[at:at + n]:
+                                    problems.append("stream %d: %d bytes at %d differ" % (k, n, at))
+                                    return
+                                at += len(got)
+                except OSError as e:
+                    problems.append("stream %d: %s" % (k, e))
+
+            def scatter(k):
+                rng2 = random.Random(100 + k)
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                    try:
+                        for i in range(RANDOM_READS):
+                            if i % 50 == 0:
+                                drop_cache(path)
+                            off = rng2.randrange(len(data))
+                            n = rng2.choice((1, 4096, 65536, 262144))
+                            if os.pread(fd, n, off) != data[off:off + n]:
+                                problems.append("random %d: %d bytes at %d differ" % (k, n, off))
+                                return
+                    finally:
+                        os.close(fd)
+                except OSError as e:
+                    problems.append("random %d: %s" % (k, e))
+
+            threads = [threading.Thread(target=stream, args=(k,)) for k in range(2)]
+            threads += [threading.Thread(target=scatter, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            tap.ok(not problems, "2 sequential streams (decoded ahead) and 2 random readers "
+                   "of a 24 MiB .zst tensor equal numpy's bytes", problems[:5])
+
+        mounted(tap, ckptfs, plain + ".zst", "streams", checks)
+
+
 def body(tap, ckptfs, root):
     cases = case_dirs(root)
     tap.ok(len(cases) >= 6, "found %d good cases in %s" % (len(cases), root))
@@ -356,6 +427,7 @@ def body(tap, ckptfs, root):
         run_good(tap, ckptfs, root, case, plain_cache, reader_cache)
     run_options(tap, ckptfs, root, reader_cache)
     run_changed(tap, ckptfs, root)
+    run_streams(tap, ckptfs)
     run_nonseekable(tap, ckptfs, root)
     hostile.run_cases(tap, ckptfs, os.path.join(root, "hostile"), min_cases=35, named=True)
     run_late(tap, ckptfs, root)

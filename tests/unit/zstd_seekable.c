@@ -1,7 +1,8 @@
 /* The seekable zstd reader and writer (core/zstd_seekable.c): seek tables written by the writer
  * and by hand, every read checked against the bytes that were compressed, the frame cache
  * under threads and past its budget, frames too large for it (streamed), entries holding
- * several frames, and seek tables and frames that lie. */
+ * several frames, decoding ahead of sequential readers (with random readers beside them, a
+ * table freed while frames are decoded ahead, a fork), and seek tables and frames that lie. */
 #include "tap.h"
 #include "zstd_seekable.h"
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -190,6 +192,105 @@ static void test_threads(void) {
     ok(bad == 0, "4 threads x 400 random reads over 40 frames (cache of 16): %d bad", bad);
     zst_table_free(t);
     close(fd);
+    free(b.p);
+    free(data);
+}
+
+/* ---- decoding ahead of sequential readers ---- */
+
+/* A seekable file of n bytes in 64 KiB frames, as the writer's callers cut them. */
+static buf write_small_frames(const unsigned char *data, size_t n) {
+    size_t ncuts = n / ZST_FRAME_TARGET;
+    size_t *cuts = malloc((ncuts + 1) * sizeof *cuts);
+    for (size_t i = 0; i < ncuts; i++) cuts[i] = (i + 1) * ZST_FRAME_TARGET;
+    if (ncuts && cuts[ncuts - 1] == n) ncuts--;
+    buf b = write_seekable(data, n, cuts, ncuts);
+    free(cuts);
+    return b;
+}
+
+typedef struct stream_job {
+    const zst_table *t;
+    const unsigned char *data;
+    size_t n, stop; /* read [0, stop) front to back */
+    unsigned seed;
+    int bad;
+} stream_job;
+
+static void *stream_reader(void *arg) {
+    stream_job *j = arg;
+    unsigned x = j->seed;
+    unsigned char *got = malloc(1 << 20);
+    for (size_t off = 0; off < j->stop;) {
+        x = x * 1103515245u + 12345u;
+        size_t len = (x >> 8) % 3 == 0 ? 4096 : (x >> 8) % 3 == 1 ? 128 << 10 : 1 << 20;
+        if (len > j->stop - off) len = j->stop - off;
+        if (zst_pread(j->t, got, len, off) != (ssize_t)len || memcmp(got, j->data + off, len))
+            j->bad++;
+        off += len;
+    }
+    free(got);
+    return NULL;
+}
+
+/* Sequential readers make the workers decode ahead; random readers share the cache with them.
+ * Every byte is compared; then a table is freed while its frames are being decoded ahead. */
+static void test_read_ahead(void) {
+    zst_read_ahead_allow();
+    size_t n = 24 << 20; /* more than the cache holds */
+    unsigned char *data = content(n, 5);
+    buf b = write_small_frames(data, n);
+    int fd[2];
+    zst_table *t[2];
+    ckpt_err err;
+    if (open_table(&b, &fd[0], &t[0], &err) || open_table(&b, &fd[1], &t[1], &err)) {
+        ok(0, "24 MiB file of 64 KiB frames opens: %s", err.msg);
+        return;
+    }
+    ok(zst_frame_count(t[0]) == n / ZST_FRAME_TARGET, "%u frames of 64 KiB", zst_frame_count(t[0]));
+    pthread_t th[5];
+    stream_job sj[3];
+    job rj[2];
+    for (int i = 0; i < 3; i++) {
+        sj[i] = (stream_job){t[i % 2], data, n, n, (unsigned)i + 3, 0};
+        pthread_create(&th[i], NULL, stream_reader, &sj[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        rj[i] = (job){t[i], data, n, (unsigned)i + 21, 0};
+        pthread_create(&th[3 + i], NULL, reader, &rj[i]);
+    }
+    for (int i = 0; i < 5; i++) pthread_join(th[i], NULL);
+    ok(sj[0].bad + sj[1].bad + sj[2].bad == 0,
+       "3 sequential readers over 2 tables (reads of 4 KiB to 1 MiB): %d bad",
+       sj[0].bad + sj[1].bad + sj[2].bad);
+    ok(rj[0].bad + rj[1].bad == 0, "2 random readers beside them: %d bad", rj[0].bad + rj[1].bad);
+
+    /* A stream stopped a quarter in leaves frames queued and being decoded: freeing the table
+     * drops those and waits for these (ASan and valgrind see any use after the free). */
+    stream_job half = {t[0], data, n, n / 4, 9, 0};
+    stream_reader(&half);
+    zst_table_free(t[0]);
+    close(fd[0]);
+    ok(half.bad == 0, "a stream a quarter in, then its table freed while decoding ahead");
+
+    /* A child of fork has none of the parent's workers: its own sequential read must neither
+     * hang waiting for them nor read wrong bytes. */
+    stream_job again = {t[1], data, n, n / 2, 13, 0};
+    stream_reader(&again);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        stream_job child = {t[1], data, n, n, 17, 0};
+        stream_reader(&child);
+        _exit(child.bad ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok(again.bad == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+       "a forked child reads the table sequentially, with workers of its own (status %d)", status);
+    zst_table_free(t[1]);
+    close(fd[1]);
     free(b.p);
     free(data);
 }
@@ -415,6 +516,7 @@ int main(void) {
     test_magic();
     test_written();
     test_threads();
+    test_read_ahead();
     test_big_and_odd_frames();
     test_hostile();
     return tap_done();
