@@ -70,7 +70,7 @@ char *arena_text(arena *a, const void *src, size_t len) {
     if (len == SIZE_MAX) return NULL;
     char *p = alloc_aligned(a, len + 1, 1, false);
     if (!p) return NULL;
-    if (len) memcpy(p, src, len);
+    if (src && len) memcpy(p, src, len);
     p[len] = '\0';
     return p;
 }

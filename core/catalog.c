@@ -23,6 +23,7 @@ ckpt_catalog *catalog_new(const char *root, const char *format) {
         return NULL;
     }
     arena_init(&cat->priv->mem);
+    arena_init(&cat->priv->text);
     cat->format = format;
     cat->root = arena_strdup(&cat->priv->mem, root);
     if (!cat->root) {
@@ -49,6 +50,7 @@ void ckpt_close(ckpt_catalog *cat) {
         free(cat->priv->pieces);
         free(cat->priv->tsv);
         arena_free(&cat->priv->mem);
+        arena_free(&cat->priv->text);
         free(cat->priv);
     }
     free(cat);
@@ -256,11 +258,11 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_tensor *t = &cat->tensors[cat->ntensors];
     memset(t, 0, sizeof *t);
-    t->name = arena_memdup(&pv->mem, name, name_len);
+    t->name = arena_text(&pv->text, name, name_len);
     t->name_len = name_len;
     t->dtype = dtype;
     t->ndim = ndim;
-    t->shape = arena_array(&pv->mem, ndim ? ndim : 1, sizeof *t->shape);
+    t->shape = arena_alloc_aligned(&pv->mem, (ndim ? ndim : 1) * sizeof *t->shape, 8);
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
     if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
@@ -285,17 +287,27 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
     pp->piece.source = source;
     pp->piece.file_offset = file_offset;
     uint32_t nd = t->ndim;
-    if (nd) {
-        pp->piece.offsets = arena_array(&pv->mem, nd, sizeof(uint64_t));
-        pp->piece.sizes = arena_array(&pv->mem, nd, sizeof(uint64_t));
-        if (!pp->piece.offsets || !pp->piece.sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
-        if (offsets) memcpy(pp->piece.offsets, offsets, nd * sizeof(uint64_t));
-        memcpy(pp->piece.sizes, sizes ? sizes : t->shape, nd * sizeof(uint64_t));
-        if (strides) {
-            pp->piece.strides = arena_array(&pv->mem, nd, sizeof(uint64_t));
-            if (!pp->piece.strides) return ckpt_fail(err, -ENOMEM, "out of memory");
-            memcpy(pp->piece.strides, strides, nd * sizeof(uint64_t));
-        }
+    /* A piece at the origin shares one array of zeros, and a whole one its tensor's shape (set
+     * in attach_pieces: a decoder may still grow the shape): at a million tensors of one piece
+     * each, copies of both cost 32 MB. */
+    if (nd && offsets) {
+        pp->piece.offsets = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!pp->piece.offsets) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(pp->piece.offsets, offsets, nd * sizeof(uint64_t));
+    } else if (nd) {
+        if (!pv->zeros && !(pv->zeros = arena_array(&pv->mem, CKPT_MAX_DIMS, sizeof(uint64_t))))
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        pp->piece.offsets = pv->zeros;
+    }
+    if (nd && sizes) {
+        pp->piece.sizes = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!pp->piece.sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(pp->piece.sizes, sizes, nd * sizeof(uint64_t));
+    }
+    if (nd && strides) {
+        pp->piece.strides = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!pp->piece.strides) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(pp->piece.strides, strides, nd * sizeof(uint64_t));
     }
     pv->npieces++;
     return 0;
@@ -410,13 +422,15 @@ static int attach_pieces(ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         if (!t->npieces) continue;
-        t->pieces = arena_array(&pv->mem, t->npieces, sizeof *t->pieces);
+        t->pieces = arena_alloc_aligned(&pv->mem, (size_t)t->npieces * sizeof *t->pieces, 8);
         if (!t->pieces) return ckpt_fail(err, -ENOMEM, "out of memory");
         t->npieces = 0;
     }
     for (size_t i = 0; i < pv->npieces; i++) {
         ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
-        t->pieces[t->npieces++] = pv->pieces[i].piece;
+        ckpt_piece *p = &t->pieces[t->npieces++];
+        *p = pv->pieces[i].piece;
+        if (t->ndim && !p->sizes) p->sizes = t->shape;
     }
     free(pv->pieces);
     pv->pieces = NULL;

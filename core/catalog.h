@@ -23,6 +23,8 @@ typedef struct pending_piece {
 
 struct ckpt_catalog_private {
     arena mem;
+    arena text;      /* names and tree paths, packed (no alignment): most of a catalog's bytes */
+    uint64_t *zeros; /* CKPT_MAX_DIMS zeros: the offsets of every piece at the origin */
     size_t cap_tensors, cap_sources, cap_docs, cap_aux, cap_warnings;
     size_t docs_bytes; /* sum of the documents' lengths, against CKPT_METADATA_LIMIT */
     pending_piece *pieces;
