@@ -248,6 +248,8 @@ bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t 
     return true;
 }
 
+_Static_assert(sizeof(ckpt_tensor) <= 112, "ckpt_tensor grew: a million of them are held");
+
 int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
                        uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
