@@ -172,12 +172,12 @@ typedef struct ckpt_tensor {
     const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
     const char *sidecar_path; /* where it shows the .json sidecar */
     uint32_t npieces;
-    bool incomplete;          /* some elements are covered by no piece */
-    bool aside;               /* not part of the model (per-rank copies, optimizer state):
-                                 left out of the HF view and the model's totals */
-    bool hf_view;             /* an aside tensor the HF view shows instead of the model's
-                                 own (a Meta checkpoint's Llama-named, rotary-permuted
-                                 weights): when any tensor has it, the view has only those */
+    bool incomplete; /* some elements are covered by no piece */
+    bool aside;      /* not part of the model (per-rank copies, optimizer state):
+                        left out of the HF view and the model's totals */
+    bool hf_view;    /* an aside tensor the HF view shows instead of the model's
+                        own (a Meta checkpoint's Llama-named, rotary-permuted
+                        weights): when any tensor has it, the view has only those */
 } ckpt_tensor;
 
 /* A named JSON document that goes into .ckptfs/metadata.json under `key`. */
