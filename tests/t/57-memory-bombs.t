@@ -10,7 +10,9 @@ Inputs are written here, by Python, with no code shared with ckptfs:
     metadata.json would hold 1.6 GB; it must stop at its limit, stay valid JSON, carry a
     truncation marker and say so in summary.json's warnings;
   - JSON headers and indexes dense in values ([0,0,0,...], {"a":0,...}) and a safetensors
-    header of many minimal tensor entries: the JSON reader's memory per byte of input.
+    header of many minimal tensor entries: the JSON reader's memory per byte of input;
+  - big normal headers: 100,000 real-shaped entries, 1,000,000 minimal ones, and an HF folder
+    whose index maps 300,000 tensors: what the catalog, the tree and the HF view hold a tensor.
 Peak RSS: the rusage of the finished ls/info child (ru_maxrss, which includes what this
 process holds when it forks: big inputs are dropped before), and VmHWM of the mount's daemon
 (run with -f) read from /proc after the tree was walked.
