@@ -223,7 +223,7 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
     }
     st_entry *entries = h->entries;
     size_t n = h->nentries;
-    qsort(entries, n, sizeof *entries, entry_cmp);
+    if (n > 1) qsort(entries, n, sizeof *entries, entry_cmp);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const st_entry *e = &entries[i];
