@@ -23,6 +23,7 @@ ckpt_catalog *catalog_new(const char *root, const char *format) {
         return NULL;
     }
     arena_init(&cat->priv->mem);
+    arena_init(&cat->priv->text);
     cat->format = format;
     cat->root = arena_strdup(&cat->priv->mem, root);
     if (!cat->root) {
@@ -49,6 +50,7 @@ void ckpt_close(ckpt_catalog *cat) {
         free(cat->priv->pieces);
         free(cat->priv->tsv);
         arena_free(&cat->priv->mem);
+        arena_free(&cat->priv->text);
         free(cat->priv);
     }
     free(cat);
@@ -246,6 +248,8 @@ bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t 
     return true;
 }
 
+_Static_assert(sizeof(ckpt_tensor) <= 112, "ckpt_tensor grew: a million of them are held");
+
 int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
                        uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
@@ -256,11 +260,11 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_tensor *t = &cat->tensors[cat->ntensors];
     memset(t, 0, sizeof *t);
-    t->name = arena_memdup(&pv->mem, name, name_len);
+    t->name = arena_text(&pv->text, name, name_len);
     t->name_len = name_len;
     t->dtype = dtype;
     t->ndim = ndim;
-    t->shape = arena_array(&pv->mem, ndim ? ndim : 1, sizeof *t->shape);
+    t->shape = arena_alloc_aligned(&pv->mem, (ndim ? ndim : 1) * sizeof *t->shape, 8);
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
     if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
@@ -276,29 +280,62 @@ int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t
                       const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
                       ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
+    ckpt_tensor *t = &cat->tensors[index];
+    ckpt_piece piece = {.source = source, .file_offset = file_offset};
+    uint32_t nd = t->ndim;
+    /* A piece at the origin shares one array of zeros, and a whole one its tensor's shape (set
+     * in attach_pieces: a decoder may still grow the shape): at a million tensors of one piece
+     * each, copies of both cost 32 MB. */
+    if (nd && offsets) {
+        piece.offsets = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!piece.offsets) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(piece.offsets, offsets, nd * sizeof(uint64_t));
+    } else if (nd) {
+        if (!pv->zeros && !(pv->zeros = arena_array(&pv->mem, CKPT_MAX_DIMS, sizeof(uint64_t))))
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        piece.offsets = pv->zeros;
+    }
+    if (nd && sizes) {
+        piece.sizes = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!piece.sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(piece.sizes, sizes, nd * sizeof(uint64_t));
+    }
+    if (nd && strides) {
+        piece.strides = arena_alloc_aligned(&pv->mem, nd * sizeof(uint64_t), 8);
+        if (!piece.strides) return ckpt_fail(err, -ENOMEM, "out of memory");
+        memcpy(piece.strides, strides, nd * sizeof(uint64_t));
+    }
+    /* A tensor's first piece goes straight to it, the others wait for attach_pieces: most
+     * tensors have one, and the pending list cost 48 bytes each until catalog_finish. */
+    if (!t->npieces) {
+        if (!(t->pieces = arena_alloc_aligned(&pv->mem, sizeof *t->pieces, 8)))
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        t->pieces[0] = piece;
+        t->npieces = 1;
+        return 0;
+    }
     if (GROW(pv->pieces, pv->cap_pieces, pv->npieces + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    const ckpt_tensor *t = &cat->tensors[index];
-    pending_piece *pp = &pv->pieces[pv->npieces];
-    memset(pp, 0, sizeof *pp);
-    pp->tensor = index;
-    pp->piece.source = source;
-    pp->piece.file_offset = file_offset;
-    uint32_t nd = t->ndim;
-    if (nd) {
-        pp->piece.offsets = arena_array(&pv->mem, nd, sizeof(uint64_t));
-        pp->piece.sizes = arena_array(&pv->mem, nd, sizeof(uint64_t));
-        if (!pp->piece.offsets || !pp->piece.sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
-        if (offsets) memcpy(pp->piece.offsets, offsets, nd * sizeof(uint64_t));
-        memcpy(pp->piece.sizes, sizes ? sizes : t->shape, nd * sizeof(uint64_t));
-        if (strides) {
-            pp->piece.strides = arena_array(&pv->mem, nd, sizeof(uint64_t));
-            if (!pp->piece.strides) return ckpt_fail(err, -ENOMEM, "out of memory");
-            memcpy(pp->piece.strides, strides, nd * sizeof(uint64_t));
-        }
-    }
-    pv->npieces++;
+    pv->pieces[pv->npieces++] = (pending_piece){.tensor = index, .piece = piece};
     return 0;
+}
+
+int catalog_copy_pieces(ckpt_catalog *cat, size_t from, size_t to, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    size_t pending = pv->npieces; /* the pieces added here are not copied again */
+    int rc = 0;
+    if (cat->tensors[from].npieces) {
+        ckpt_piece p = cat->tensors[from].pieces[0];
+        rc =
+            catalog_add_piece(cat, to, p.source, p.file_offset, p.offsets, p.sizes, p.strides, err);
+    }
+    for (size_t i = 0; i < pending && !rc; i++) {
+        pending_piece pp = pv->pieces[i];
+        if (pp.tensor == from)
+            rc = catalog_add_piece(cat, to, pp.piece.source, pp.piece.file_offset, pp.piece.offsets,
+                                   pp.piece.sizes, pp.piece.strides, err);
+    }
+    return rc;
 }
 
 int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,
@@ -402,21 +439,32 @@ static int name_cmp(const void *a, const void *b) {
  * several replicas is the one served). Counting sort: O(pieces + tensors). */
 static int attach_pieces(ckpt_catalog *cat, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
+    /* extra[t]: the pending pieces of tensor t, counted in npieces first. */
     for (size_t i = 0; i < pv->npieces; i++) {
         ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
         if (t->npieces == UINT32_MAX) return ckpt_fail(err, -EINVAL, "too many pieces");
         t->npieces++;
     }
+    if (pv->npieces) {
+        for (size_t i = 0; i < cat->ntensors; i++) {
+            ckpt_tensor *t = &cat->tensors[i];
+            if (t->npieces < 2) continue;
+            ckpt_piece *all =
+                arena_alloc_aligned(&pv->mem, (size_t)t->npieces * sizeof *t->pieces, 8);
+            if (!all) return ckpt_fail(err, -ENOMEM, "out of memory");
+            all[0] = t->pieces[0]; /* the one added first */
+            t->pieces = all;
+            t->npieces = 1;
+        }
+        for (size_t i = 0; i < pv->npieces; i++) {
+            ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
+            t->pieces[t->npieces++] = pv->pieces[i].piece;
+        }
+    }
     for (size_t i = 0; i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
-        if (!t->npieces) continue;
-        t->pieces = arena_array(&pv->mem, t->npieces, sizeof *t->pieces);
-        if (!t->pieces) return ckpt_fail(err, -ENOMEM, "out of memory");
-        t->npieces = 0;
-    }
-    for (size_t i = 0; i < pv->npieces; i++) {
-        ckpt_tensor *t = &cat->tensors[pv->pieces[i].tensor];
-        t->pieces[t->npieces++] = pv->pieces[i].piece;
+        for (uint32_t k = 0; t->ndim && k < t->npieces; k++)
+            if (!t->pieces[k].sizes) t->pieces[k].sizes = t->shape;
     }
     free(pv->pieces);
     pv->pieces = NULL;

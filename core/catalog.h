@@ -23,6 +23,8 @@ typedef struct pending_piece {
 
 struct ckpt_catalog_private {
     arena mem;
+    arena text;      /* names and tree paths, packed (no alignment): most of a catalog's bytes */
+    uint64_t *zeros; /* CKPT_MAX_DIMS zeros: the offsets of every piece at the origin */
     size_t cap_tensors, cap_sources, cap_docs, cap_aux, cap_warnings;
     size_t docs_bytes; /* sum of the documents' lengths, against CKPT_METADATA_LIMIT */
     pending_piece *pieces;
@@ -50,6 +52,10 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
 int catalog_add_piece(ckpt_catalog *cat, size_t index, uint32_t source, uint64_t file_offset,
                       const uint64_t *offsets, const uint64_t *sizes, const uint64_t *strides,
                       ckpt_err *err);
+/* Adds to tensor `to` the pieces tensor `from` has so far, in their order (a parameter shared
+ * by two names). Before catalog_finish, a tensor's first piece is t->pieces[0] (npieces 1)
+ * and the others wait in a pending list. */
+int catalog_copy_pieces(ckpt_catalog *cat, size_t from, size_t to, ckpt_err *err);
 /* Shows the tensor under the directory `prefix` ("optim/", ".ckptfs/ranks/0/"); `aside` keeps
  * it out of the model (HF view, totals). Names need only be unique within one prefix. */
 int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,

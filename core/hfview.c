@@ -85,6 +85,9 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     ckpt_hfview_file *f = &v->files[v->nfiles - 1];
     strbuf sb;
     sb_init(&sb);
+    /* The length goes in front once known: the header is built in place, not copied (at a
+     * million tensors it is as big as the source's header). */
+    sb_put(&sb, "\0\0\0\0\0\0\0\0", 8);
     sb_puts(&sb, "{\"__metadata__\":{\"format\":\"pt\"}");
     uint64_t at = 0;
     for (size_t i = first; i < last; i++) {
@@ -106,20 +109,12 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         at += t->nbytes;
     }
     sb_putc(&sb, '}');
-    while ((sb.len + 8) % 8) sb_putc(&sb, ' ');
-    if (sb.failed) {
-        sb_free(&sb);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    size_t hlen = sb.len;
-    char *header = malloc(8 + hlen);
-    if (!header) {
-        sb_free(&sb);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
+    while (sb.len % 8) sb_putc(&sb, ' ');
+    size_t total;
+    char *header = sb_take(&sb, &total);
+    if (!header) return ckpt_fail(err, -ENOMEM, "out of memory");
+    size_t hlen = total - 8;
     put_le64((unsigned char *)header, hlen);
-    memcpy(header + 8, sb.data, hlen);
-    sb_free(&sb);
     f->owned = header;
     int rc = ckpt_vfile_add_mem(&f->vf, header, 8 + hlen);
     for (size_t i = first; !rc && i < last; i++) {

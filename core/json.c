@@ -1,5 +1,6 @@
 #include "json.h"
 
+#include "grow.h"
 #include "hashmap.h"
 #include "utf8.h"
 
@@ -15,7 +16,8 @@ typedef struct parser {
     const char *buf;
     size_t len;
     size_t pos;
-    json_doc *doc;
+    arena *mem;    /* where values go: the document's, or a member's scratch */
+    bool own_text; /* strings and numbers are copied into mem, not pointed to in buf */
     json_error *err;
     int rc;
     size_t values_left; /* JSON_DENSITY's budget, in values */
@@ -60,7 +62,7 @@ static json_value *new_value(parser *p, json_type t) {
         return NULL;
     }
     p->values_left--;
-    json_value *v = arena_alloc(&p->doc->mem, sizeof *v);
+    json_value *v = arena_alloc(p->mem, sizeof *v);
     if (!v) {
         oom(p);
         return NULL;
@@ -166,13 +168,20 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
     }
     if (p->pos >= p->len) return fail(p, start - 1, "unterminated string");
     size_t end = p->pos++;
+    if (!escaped && p->own_text) {
+        char *o = arena_memdup(p->mem, p->buf + start, end - start);
+        if (!o) return oom(p);
+        *out = o;
+        *out_len = end - start;
+        return 0;
+    }
     if (!escaped) {
         *out = p->buf + start;
         *out_len = end - start;
         return 0;
     }
     /* Decoding never grows the text: every escape is at least as long as its UTF-8 form. */
-    char *o = arena_alloc(&p->doc->mem, end - start + 1);
+    char *o = arena_alloc(p->mem, end - start + 1);
     if (!o) return oom(p);
     size_t n = 0;
     for (size_t i = start; i < end;) {
@@ -266,6 +275,7 @@ static int parse_number(parser *p, json_value *v) {
         if (i == d) return fail(p, s, "invalid number");
     }
     v->str = b + s;
+    if (p->own_text && !(v->str = arena_memdup(p->mem, b + s, i - s))) return oom(p);
     v->len = (uint32_t)(i - s);
     p->pos = i;
     return 0;
@@ -432,7 +442,20 @@ static size_t count_values(const char *buf, size_t len) {
     return n;
 }
 
-int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
+/* The value budget of JSON_DENSITY; a large document too dense to parse is refused before
+ * anything is allocated (returns false with the error set). */
+static bool within_density(parser *p) {
+    p->values_left = (JSON_DENSITY * p->len + JSON_SLACK) / sizeof(json_value);
+    if (p->len > JSON_SLACK && count_values(p->buf, p->len) > p->values_left) {
+        p->values_left = 0;
+        new_value(p, JSON_NULL); /* fails, with the message */
+        p->err->pos = 0;
+        return false;
+    }
+    return true;
+}
+
+static int start(json_doc *doc, size_t len, json_error *err) {
     arena_init(&doc->mem);
     doc->root = NULL;
     err->pos = 0;
@@ -441,18 +464,14 @@ int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
         snprintf(err->msg, sizeof err->msg, "JSON of %zu bytes: the limit is 4 GiB", len);
         return -E2BIG;
     }
-    parser p = {.buf = buf,
-                .len = len,
-                .doc = doc,
-                .err = err,
-                .values_left = (JSON_DENSITY * len + JSON_SLACK) / sizeof(json_value)};
-    /* A large document too dense to parse is refused before anything is allocated. */
-    if (len > JSON_SLACK && count_values(buf, len) > p.values_left) {
-        p.values_left = 0;
-        new_value(&p, JSON_NULL); /* fails, with the message */
-        err->pos = 0;
-        return p.rc;
-    }
+    return 0;
+}
+
+int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
+    int rc = start(doc, len, err);
+    if (rc) return rc;
+    parser p = {.buf = buf, .len = len, .mem = &doc->mem, .err = err};
+    if (!within_density(&p)) return p.rc;
     json_value *root;
     if (parse_value(&p, &root, 0) == 0) {
         skip_ws(&p);
@@ -463,6 +482,154 @@ int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err) {
         return p.rc;
     }
     doc->root = root;
+    return 0;
+}
+
+/* A key of the root object, for the duplicate check at its end. */
+typedef struct key_ref {
+    const char *key;
+    uint32_t len;
+    uint32_t pos;
+} key_ref;
+
+static int key_cmp(const key_ref *x, const key_ref *y) {
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* By key, then by place in the document. */
+static int key_ref_order(const void *a, const void *b) {
+    const key_ref *x = a, *y = b;
+    int c = key_cmp(x, y);
+    return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The root's duplicate keys, as check_duplicates finds them in a DOM: the member reported is
+ * the earliest in the document whose key came before. Keys in increasing order (an index's
+ * weight_map, most headers) need no sort. */
+static int check_root_duplicates(parser *p, key_ref *keys, size_t n) {
+    size_t run = 1;
+    while (run < n && key_cmp(&keys[run - 1], &keys[run]) < 0) run++;
+    if (run >= n) return 0;
+    qsort(keys, n, sizeof *keys, key_ref_order);
+    const key_ref *later = NULL;
+    for (size_t i = 1; i < n; i++) {
+        if (key_cmp(&keys[i - 1], &keys[i]) != 0) continue;
+        /* The group's second is its earliest repeat. */
+        if (!later || keys[i].pos < later->pos) later = &keys[i];
+        while (i + 1 < n && key_cmp(&keys[i], &keys[i + 1]) == 0) i++;
+    }
+    if (!later) return 0;
+    json_value v = {.key = later->key, .key_len = later->len, .pos = later->pos};
+    return duplicate(p, &v);
+}
+
+static int stream_members(parser *p, json_doc *doc, const char *keep, json_member_fn each,
+                          void *ctx) {
+    json_value *root = new_value(p, JSON_OBJECT);
+    if (!root) return p->rc;
+    doc->root = root;
+    arena scratch, keys_mem;
+    arena_init(&scratch);
+    arena_init(&keys_mem);
+    key_ref *keys = NULL;
+    size_t nkeys = 0, cap = 0;
+    json_value **kept_tail = &root->head;
+    size_t keep_len = keep ? strlen(keep) : 0;
+    p->pos++;
+    skip_ws(p);
+    bool empty = p->pos < p->len && p->buf[p->pos] == '}';
+    if (empty) p->pos++;
+    while (!empty && !p->rc) {
+        skip_ws(p);
+        size_t key_pos = p->pos;
+        if (p->pos >= p->len) {
+            fail(p, p->pos, "truncated object");
+            break;
+        }
+        if (p->buf[p->pos] != '"') {
+            fail(p, p->pos, "expected a string key");
+            break;
+        }
+        const char *key;
+        size_t key_len;
+        p->mem = &keys_mem; /* a key with escapes is decoded there and outlives its member */
+        if (parse_string(p, &key, &key_len)) break;
+        skip_ws(p);
+        if (p->pos >= p->len || p->buf[p->pos] != ':') {
+            fail(p, p->pos, "expected ':' after key");
+            break;
+        }
+        p->pos++;
+        bool kept = keep && key_len == keep_len && memcmp(key, keep, keep_len) == 0;
+        arena_reset(&scratch);
+        p->mem = kept ? &doc->mem : &scratch;
+        p->own_text = kept;
+        json_value *m;
+        int value_rc = parse_value(p, &m, 1);
+        p->own_text = false;
+        if (value_rc) break;
+        if (kept && !(key = arena_memdup(&doc->mem, key, key_len))) {
+            oom(p);
+            break;
+        }
+        m->key = key;
+        m->key_len = (uint32_t)key_len;
+        m->pos = key_pos;
+        if (nkeys == UINT32_MAX) {
+            fail(p, p->pos, "too many members");
+            break;
+        }
+        if (GROW(keys, cap, nkeys + 1)) {
+            oom(p);
+            break;
+        }
+        keys[nkeys++] = (key_ref){key, (uint32_t)key_len, (uint32_t)key_pos};
+        if (kept) {
+            *kept_tail = m;
+            kept_tail = &m->next;
+            root->count++;
+        }
+        int rc = each(ctx, m);
+        if (rc) {
+            p->rc = rc; /* the reader's own error: it has said why */
+            break;
+        }
+        skip_ws(p);
+        if (p->pos >= p->len) {
+            fail(p, p->pos, "truncated object");
+            break;
+        }
+        char c = p->buf[p->pos++];
+        if (c == '}') break;
+        if (c != ',') fail(p, p->pos - 1, "expected ',' or '}'");
+    }
+    if (!p->rc) {
+        skip_ws(p);
+        if (p->pos != p->len) fail(p, p->pos, "trailing characters after JSON value");
+    }
+    if (!p->rc) check_root_duplicates(p, keys, nkeys);
+    free(keys);
+    arena_free(&scratch);
+    arena_free(&keys_mem);
+    return p->rc;
+}
+
+int json_stream_members(json_doc *doc, const char *buf, size_t len, const char *keep,
+                        json_member_fn each, void *ctx, json_error *err) {
+    int rc = start(doc, len, err);
+    if (rc) return rc;
+    size_t at = 0;
+    while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r'))
+        at++;
+    if (at >= len || buf[at] != '{') return json_parse(doc, buf, len, err);
+    parser p = {.buf = buf, .len = len, .pos = at, .mem = &doc->mem, .err = err};
+    if (!within_density(&p)) return p.rc;
+    if (stream_members(&p, doc, keep, each, ctx)) {
+        json_doc_free(doc);
+        return p.rc;
+    }
     return 0;
 }
 

@@ -67,6 +67,21 @@ enum { JSON_DENSITY = 8, JSON_SLACK = 1 << 20 };
 int json_parse(json_doc *doc, const char *buf, size_t len, json_error *err);
 void json_doc_free(json_doc *doc);
 
+/* Called with each member of the root object (m->key, m->key_len; m->pos is the key's
+ * offset). Non-zero stops the parse, and json_stream_members returns it. */
+typedef int (*json_member_fn)(void *ctx, const json_value *m);
+/* Parses like json_parse, but a root object one member at a time: each member's value is
+ * parsed into a scratch DOM, handed to `each`, and forgotten when it returns, so a header of a
+ * million tensor entries never holds more than one entry's values (besides 16 bytes a key for
+ * the duplicate check at the end). The member named `keep` (NULL: none) is kept: doc->root is
+ * then an object of the kept members only, their text copied (the input may go). A root that is not
+ * an object is parsed whole into doc->root, with no call. Errors are json_parse's, found in the
+ * same order (syntax and nested duplicates where they occur, the root's duplicates at the end): a
+ * reader that defers its own complaints to the end reports what it would have reported after
+ * json_parse. */
+int json_stream_members(json_doc *doc, const char *buf, size_t len, const char *keep,
+                        json_member_fn each, void *ctx, json_error *err);
+
 const char *json_type_name(json_type t);
 /* "an object", "a string", "null": for messages. */
 const char *json_type_desc(json_type t);

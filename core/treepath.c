@@ -89,7 +89,7 @@ static bool plain_name(const char *name, size_t len) {
 /* prefix + name with '.' -> '/', in the arena. */
 static char *plain_path(arena *mem, const char *prefix, const char *name, size_t len) {
     size_t plen = prefix ? strlen(prefix) : 0;
-    char *p = arena_alloc(mem, plen + len + 1);
+    char *p = arena_text(mem, NULL, plen + len); /* filled here */
     if (!p) return NULL;
     if (plen) memcpy(p, prefix, plen);
     for (size_t i = 0; i < len; i++) p[plen + i] = name[i] == '.' ? '/' : name[i];
@@ -98,7 +98,7 @@ static char *plain_path(arena *mem, const char *prefix, const char *name, size_t
 }
 
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
-    arena *mem = &cat->priv->mem;
+    arena *mem = &cat->priv->text;
     size_t n = cat->ntensors;
     strbuf sb;
     sb_init(&sb);
@@ -116,7 +116,7 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
         sb_clear(&sb);
         if (t->prefix) sb_puts(&sb, t->prefix);
         may_repeat |= escape_name(&sb, t->name, t->name_len) || t->prefix;
-        if (sb.failed || !(t->path = arena_memdup(mem, sb.data, sb.len))) {
+        if (sb.failed || !(t->path = arena_text(mem, sb.data, sb.len))) {
             sb_free(&sb);
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
@@ -140,7 +140,7 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
         }
         if (added) continue;
         size_t run = ++e->value;
-        char *p = arena_alloc(mem, len + 24);
+        char *p = arena_text(mem, NULL, len + 23);
         if (!p) {
             hm_free(&seen);
             return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -171,7 +171,7 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
         ckpt_tensor *t = &cat->tensors[i];
         size_t len = strlen(t->path);
         t->sidecar_path = NULL;
-        char *side = arena_alloc(mem, len + 6);
+        char *side = arena_text(mem, NULL, len + 5);
         if (!side) {
             hm_free(&dirs);
             return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -180,7 +180,7 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
         memcpy(side + len, ".json", 6);
         t->sidecar_path = side;
         if (hm_get(&dirs, t->path, len)) {
-            char *raw = arena_alloc(mem, len + 5);
+            char *raw = arena_text(mem, NULL, len + 4);
             if (!raw) {
                 hm_free(&dirs);
                 return ckpt_fail(err, -ENOMEM, "out of memory");

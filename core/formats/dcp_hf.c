@@ -68,7 +68,7 @@ static int chunk_origin(dcp_ctx *c, const ckpt_source *src, const json_value *in
         return ckpt_fail(c->err, -EINVAL,
                          "%s: tensor \"%.*s\" (header byte offset %zu) has no entry in "
                          "DCP_SHARDING_INFO",
-                         src->path, SHOWN_NAME(e->name, e->name_len), 8 + e->v->pos);
+                         src->path, SHOWN_NAME(e->name, e->name_len), 8 + (size_t)e->pos);
     const json_value *so = json_member(t, "saved_offsets");
     uint32_t k = 0;
     if (so && so->type == JSON_ARRAY && so->count == e->ndim)

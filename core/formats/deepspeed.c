@@ -771,13 +771,7 @@ static int add_shared(ds *d) {
         int rc = catalog_add_tensor(cat, m->key + kl, m->key_len - kl, s->dtype, s->ndim, shape,
                                     &index, d->err);
         /* The same pieces: read as the source's bytes. */
-        size_t n = cat->priv->npieces;
-        for (size_t i = 0; i < n && !rc; i++) {
-            pending_piece pp = cat->priv->pieces[i];
-            if (pp.tensor == src)
-                rc = catalog_add_piece(cat, index, pp.piece.source, pp.piece.file_offset,
-                                       pp.piece.offsets, pp.piece.sizes, pp.piece.strides, d->err);
-        }
+        if (!rc) rc = catalog_copy_pieces(cat, src, index, d->err);
         if (!rc) {
             strbuf sb;
             sb_init(&sb);

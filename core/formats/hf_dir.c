@@ -99,10 +99,10 @@ static int check_weight_map(ckpt_catalog *cat, const json_value *wm, size_t firs
         free(src_of);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    const struct ckpt_catalog_private *pv = cat->priv;
-    for (size_t i = 0; i < pv->npieces; i++)
-        if (pv->pieces[i].tensor >= first_tensor)
-            src_of[pv->pieces[i].tensor - first_tensor] = pv->pieces[i].piece.source;
+    for (size_t i = 0; i < n; i++) { /* a shard's tensor has one piece, added first */
+        const ckpt_tensor *t = &cat->tensors[first_tensor + i];
+        if (t->npieces) src_of[i] = t->pieces[0].source;
+    }
     bool added;
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor *t = &cat->tensors[first_tensor + i];

@@ -6,6 +6,7 @@
 #include "safetensors.h"
 #include "../le.h"
 
+#include "../grow.h"
 #include "../json.h"
 #include "../strbuf.h"
 
@@ -28,56 +29,105 @@ static bool probe(const unsigned char *head, size_t n, uint64_t size) {
     return false;
 }
 
-typedef struct ctx {
+/* Reads the root's members as they are parsed. A complaint about an entry waits for the end
+ * of the document: a JSON error anywhere comes first, as when the whole header was parsed
+ * before any entry was looked at. */
+typedef struct reader {
     const ckpt_source *src;
+    st_header *h;
+    size_t cap;
+    int rc; /* the first complaint about an entry, in err */
     ckpt_err *err;
-} ctx;
+} reader;
 
 /* Byte offset in the file of a JSON position in the header. */
 #define AT(pos) ((unsigned long long)(8 + (pos)))
 
-static int bad(ctx *c, const json_value *t, size_t pos, const char *what) {
-    return ckpt_fail(c->err, -EINVAL, "%s: tensor \"%.*s\": %s (byte offset %llu)", c->src->path,
-                     SHOWN_NAME(t->key, t->key_len), what, AT(pos));
+static int bad_at(reader *r, const char *name, size_t len, size_t pos, const char *what) {
+    return ckpt_fail(r->err, -EINVAL, "%s: tensor \"%.*s\": %s (byte offset %llu)", r->src->path,
+                     SHOWN_NAME(name, len), what, AT(pos));
 }
 
-static int parse_entry(ctx *c, const json_value *t, st_entry *e) {
-    e->v = t;
-    e->name = t->key;
-    e->name_len = t->key_len;
-    if (t->type != JSON_OBJECT) return bad(c, t, t->pos, "entry is not a JSON object");
+static int bad(reader *r, const json_value *t, size_t pos, const char *what) {
+    return bad_at(r, t->key, t->key_len, pos, what);
+}
+
+/* Checks one tensor entry and copies what the catalog needs: the entry's values go when it
+ * returns. */
+static int parse_entry(reader *r, const json_value *t, st_entry *e) {
+    if (t->type != JSON_OBJECT) return bad(r, t, t->pos, "entry is not a JSON object");
     const json_value *dt = json_member(t, "dtype");
     const json_value *shape = json_member(t, "shape");
     const json_value *offs = json_member(t, "data_offsets");
-    if (!dt || dt->type != JSON_STRING) return bad(c, t, t->pos, "missing or non-string \"dtype\"");
+    if (!dt || dt->type != JSON_STRING) return bad(r, t, t->pos, "missing or non-string \"dtype\"");
     if (!ckpt_dtype_parse(dt->str, dt->len, &e->dtype) ||
         !ckpt_dtype_info_of(e->dtype)->safetensors) {
         char msg[96];
         snprintf(msg, sizeof msg, "unknown dtype \"%.*s\"", SHOWN(dt->len > 40 ? 40 : dt->len),
                  dt->str);
-        return bad(c, t, dt->pos, msg);
+        return bad(r, t, dt->pos, msg);
     }
     if (!shape || shape->type != JSON_ARRAY)
-        return bad(c, t, shape ? shape->pos : t->pos, "missing or non-array \"shape\"");
-    if (shape->count > CKPT_MAX_DIMS) return bad(c, t, shape->pos, "shape has more than 32 dims");
+        return bad(r, t, shape ? shape->pos : t->pos, "missing or non-array \"shape\"");
+    if (shape->count > CKPT_MAX_DIMS) return bad(r, t, shape->pos, "shape has more than 32 dims");
+    uint64_t dims[CKPT_MAX_DIMS];
     e->ndim = 0;
     for (const json_value *d = shape->head; d; d = d->next)
-        if (!json_as_u64(d, &e->shape[e->ndim++]))
-            return bad(c, t, d->pos, "shape entry is not a non-negative integer below 2^64");
+        if (!json_as_u64(d, &dims[e->ndim++]))
+            return bad(r, t, d->pos, "shape entry is not a non-negative integer below 2^64");
     if (!offs || offs->type != JSON_ARRAY || offs->count != 2)
-        return bad(c, t, offs ? offs->pos : t->pos, "data_offsets must be an array of 2 integers");
+        return bad(r, t, offs ? offs->pos : t->pos, "data_offsets must be an array of 2 integers");
     if (!json_as_u64(offs->head, &e->begin) || !json_as_u64(offs->head->next, &e->end))
-        return bad(c, t, offs->pos, "data_offsets entry is not a non-negative integer below 2^64");
-    if (e->end < e->begin) return bad(c, t, offs->pos, "data_offsets end is before begin");
+        return bad(r, t, offs->pos, "data_offsets entry is not a non-negative integer below 2^64");
+    if (e->end < e->begin) return bad(r, t, offs->pos, "data_offsets end is before begin");
     uint64_t numel, nbytes;
-    if (!shape_nbytes(e->shape, e->ndim, e->dtype, &numel, &nbytes))
-        return bad(c, t, shape->pos, "shape product overflows or is not a whole number of bytes");
+    if (!shape_nbytes(dims, e->ndim, e->dtype, &numel, &nbytes))
+        return bad(r, t, shape->pos, "shape product overflows or is not a whole number of bytes");
     if (e->end - e->begin != nbytes) {
         char msg[160];
         snprintf(msg, sizeof msg, "data_offsets span %llu bytes but shape and dtype need %llu",
                  (unsigned long long)(e->end - e->begin), (unsigned long long)nbytes);
-        return bad(c, t, offs->pos, msg);
+        return bad(r, t, offs->pos, msg);
     }
+    e->pos = (uint32_t)t->pos;
+    e->offsets_pos = (uint32_t)offs->pos;
+    e->name_len = t->key_len;
+    e->name = arena_text(&r->h->names, t->key, t->key_len);
+    e->shape = arena_alloc_aligned(&r->h->dims, (e->ndim ? e->ndim : 1) * sizeof *dims, 8);
+    if (!e->name || !e->shape) return ckpt_fail(r->err, -ENOMEM, "out of memory");
+    memcpy(e->shape, dims, e->ndim * sizeof *dims);
+    return 0;
+}
+
+static int check_metadata(reader *r, const json_value *m) {
+    if (m->type == JSON_NULL) return 0;
+    if (m->type != JSON_OBJECT)
+        return ckpt_fail(r->err, -EINVAL, "%s: __metadata__ is not an object (byte offset %llu)",
+                         r->src->path, AT(m->pos));
+    for (const json_value *kv = m->head; kv; kv = kv->next)
+        if (kv->type != JSON_STRING)
+            return ckpt_fail(r->err, -EINVAL,
+                             "%s: __metadata__ value of \"%.*s\" is %s, not a string (byte "
+                             "offset %llu)",
+                             r->src->path, SHOWN_NAME(kv->key, kv->key_len),
+                             json_type_desc(kv->type), AT(kv->pos));
+    return 0;
+}
+
+static int read_member(void *ctx, const json_value *m) {
+    reader *r = ctx;
+    if (r->rc) return 0; /* one complaint is enough; the parse goes on for JSON errors */
+    st_header *h = r->h;
+    if (m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0) {
+        r->rc = check_metadata(r, m);
+        h->metadata = m;
+        return 0;
+    }
+    if (GROW(h->entries, r->cap, h->nentries + 1))
+        return ckpt_fail(r->err, -ENOMEM, "out of memory");
+    r->rc = parse_entry(r, m, &h->entries[h->nentries]);
+    if (r->rc == -ENOMEM) return r->rc;
+    if (!r->rc) h->nentries++;
     return 0;
 }
 
@@ -85,21 +135,6 @@ static int entry_cmp(const void *a, const void *b) {
     const st_entry *x = a, *y = b;
     if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
     return (x->end > y->end) - (x->end < y->end);
-}
-
-static int check_metadata(ctx *c, const json_value *m) {
-    if (m->type == JSON_NULL) return 0;
-    if (m->type != JSON_OBJECT)
-        return ckpt_fail(c->err, -EINVAL, "%s: __metadata__ is not an object (byte offset %llu)",
-                         c->src->path, AT(m->pos));
-    for (const json_value *kv = m->head; kv; kv = kv->next)
-        if (kv->type != JSON_STRING)
-            return ckpt_fail(c->err, -EINVAL,
-                             "%s: __metadata__ value of \"%.*s\" is %s, not a string (byte "
-                             "offset %llu)",
-                             c->src->path, SHOWN_NAME(kv->key, kv->key_len),
-                             json_type_desc(kv->type), AT(kv->pos));
-    return 0;
 }
 
 int safetensors_metadata_doc(ckpt_catalog *cat, uint32_t source, const st_header *h,
@@ -125,14 +160,14 @@ int safetensors_metadata_doc(ckpt_catalog *cat, uint32_t source, const st_header
 void safetensors_header_free(st_header *h) {
     free(h->entries);
     json_doc_free(&h->doc);
-    free(h->text);
+    arena_free(&h->names);
+    arena_free(&h->dims);
     memset(h, 0, sizeof *h);
 }
 
 int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header *h, ckpt_err *err) {
     memset(h, 0, sizeof *h);
     const ckpt_source *src = &cat->sources[source];
-    ctx c = {src, err};
     if (src->size < 8)
         return ckpt_fail(err, -EINVAL,
                          "%s: file is %llu bytes, too short for the 8-byte header "
@@ -159,39 +194,36 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
         free(hdr);
         return rc;
     }
+    /* The members are read as they are parsed: the header's values never exist all at once,
+     * and the text goes as soon as it is read (names and dims were copied, __metadata__ is
+     * kept with its own text). */
+    ckpt_err complaint;
+    reader r = {.src = src, .h = h, .err = &complaint};
     json_error jerr;
-    h->text = hdr;
-    json_doc *doc = &h->doc;
-    rc = json_parse(doc, hdr, hlen, &jerr);
-    if (rc) {
-        free(hdr);
-        h->text = NULL;
-        return ckpt_fail(err, rc, "%s: header JSON: %s (byte offset %llu)", src->path, jerr.msg,
-                         AT(jerr.pos));
+    rc = json_stream_members(&h->doc, hdr, hlen, "__metadata__", read_member, &r, &jerr);
+    free(hdr);
+    if (rc == -ENOMEM && r.rc == -ENOMEM) {
+        *err = complaint;
+        goto out;
     }
-    st_entry *entries = NULL;
-    const json_value *root = doc->root;
+    if (rc) {
+        rc = ckpt_fail(err, rc, "%s: header JSON: %s (byte offset %llu)", src->path, jerr.msg,
+                       AT(jerr.pos));
+        goto out;
+    }
+    const json_value *root = h->doc.root;
     if (root->type != JSON_OBJECT) {
         rc = ckpt_fail(err, -EINVAL, "%s: header JSON is %s, not an object (byte offset %llu)",
                        src->path, json_type_desc(root->type), AT(root->pos));
         goto out;
     }
-    entries = malloc((root->count ? root->count : 1) * sizeof *entries);
-    if (!entries) {
-        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if ((rc = r.rc)) {
+        *err = complaint;
         goto out;
     }
-    size_t n = 0;
-    for (const json_value *m = root->head; m; m = m->next) {
-        if (m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0) {
-            if ((rc = check_metadata(&c, m))) goto out;
-            h->metadata = m;
-            continue;
-        }
-        if ((rc = parse_entry(&c, m, &entries[n]))) goto out;
-        n++;
-    }
-    qsort(entries, n, sizeof *entries, entry_cmp);
+    st_entry *entries = h->entries;
+    size_t n = h->nentries;
+    if (n > 1) qsort(entries, n, sizeof *entries, entry_cmp);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const st_entry *e = &entries[i];
@@ -202,7 +234,8 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
                      "at %llu (%s)",
                      (unsigned long long)e->begin, (unsigned long long)at,
                      e->begin > at ? "gap" : "overlap");
-            rc = bad(&c, e->v, json_member(e->v, "data_offsets")->pos, msg);
+            r.err = err;
+            rc = bad_at(&r, e->name, e->name_len, e->offsets_pos, msg);
             goto out;
         }
         at = e->end;
@@ -218,13 +251,9 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
         goto out;
     }
     for (size_t i = 0; i < n; i++) entries[i].offset = data_start + entries[i].begin;
-    h->entries = entries;
-    h->nentries = n;
     h->data_start = data_start;
     return 0;
 out:
-    free(entries);
-    h->entries = NULL;
     safetensors_header_free(h);
     return rc;
 }

@@ -6,19 +6,22 @@
 #include "formats.h"
 
 typedef struct st_entry {
-    const json_value *v; /* the tensor's header object (for messages: v->pos) */
-    const char *name;    /* points into the header */
+    const char *name; /* in the header's names arena (NUL-terminated, may hold NUL) */
     size_t name_len;
+    uint64_t *shape;      /* ndim dims, in the header's dims arena */
+    uint64_t begin, end;  /* data_offsets */
+    uint64_t offset;      /* absolute file offset of the bytes */
+    uint32_t pos;         /* header offset of the entry's key (for messages) */
+    uint32_t offsets_pos; /* header offset of its data_offsets */
     ckpt_dtype dtype;
     uint32_t ndim;
-    uint64_t shape[CKPT_MAX_DIMS];
-    uint64_t begin, end; /* data_offsets */
-    uint64_t offset;     /* absolute file offset of the bytes */
 } st_entry;
 
+/* What a header holds once read: its text and its values are gone (the members were parsed
+ * one at a time), only these compact entries, the names and dims, and __metadata__ stay. */
 typedef struct st_header {
-    char *text;
-    json_doc doc;
+    json_doc doc;      /* holds only __metadata__ */
+    arena names, dims; /* packed names; shapes as u64 */
     st_entry *entries; /* sorted by data offset */
     size_t nentries;
     const json_value *metadata; /* __metadata__ (object of strings), or NULL */

@@ -10,10 +10,8 @@
 #include <string.h>
 
 static const char *const doc_paths[DOC_COUNT] = {
-    [DOC_SUMMARY] = ".ckptfs/summary.json",
-    [DOC_METADATA] = ".ckptfs/metadata.json",
-    [DOC_TSV] = ".ckptfs/tensors.tsv",
-    [DOC_STATS] = ".ckptfs/stats.json",
+    [DOC_SUMMARY] = ".ckptfs/summary.json", [DOC_METADATA] = ".ckptfs/metadata.json",
+    [DOC_TSV] = ".ckptfs/tensors.tsv",      [DOC_STATS] = ".ckptfs/stats.json",
     [DOC_CACHE] = ".ckptfs/cache.json",
 };
 
@@ -112,6 +110,7 @@ static int link_children(tree *tr, ckpt_err *err) {
     for (size_t i = 1; i < tr->nnodes; i++) tr->nodes[tr->nodes[i].parent].nchildren++;
     uint32_t next = 0;
     for (size_t i = 0; i < tr->nnodes; i++) {
+        if (tr->nodes[i].kind != NODE_DIR) continue;
         tr->nodes[i].first_child = next;
         next += tr->nodes[i].nchildren;
         tr->nodes[i].nchildren = 0;
@@ -122,6 +121,7 @@ static int link_children(tree *tr, ckpt_err *err) {
     }
     for (size_t i = 0; i < tr->nnodes; i++) {
         const node *d = &tr->nodes[i];
+        if (d->kind != NODE_DIR) continue;
         uint32_t *c = tr->children + d->first_child;
         bool sorted = true;
         for (uint32_t k = 1; sorted && k < d->nchildren; k++)
@@ -243,10 +243,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
         get_view(view_ctx, &view, err);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    size_t nnpy = 0;
-    for (size_t i = 0; npy && !hf_root && i < cat->ntensors; i++)
-        nnpy += shows_npy(&cat->tensors[i], as_f32);
-    b.owned = calloc(cat->naux + nnpy + 1, sizeof *b.owned);
+    b.owned = calloc(cat->naux + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
     /* Sized up front (three files and about one directory a tensor, room for a view of a few
      * hundred shards): doubling would copy and, at its peak, hold 1.5x the table; pages
@@ -259,18 +256,19 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
         if (!rc && npy && shows_npy(&cat->tensors[i], as_f32)) {
-            /* x.json -> x.npy: like sidecars, never clashes with a tensor component. */
-            const char *side = cat->tensors[i].sidecar_path;
-            size_t len = strlen(side) - 5;
-            char *p = malloc(len + 5);
-            if (!p) {
+            /* x.json -> x.npy beside it: like sidecars, never clashes with a tensor component.
+             * Only the file name is kept (packed), its directory is the sidecar's. */
+            const node *side = &tr->nodes[tr->nnodes - 1];
+            size_t len = side->name_len - 5;
+            char *name = arena_text(&tr->npy_names, NULL, len + 4);
+            if (!name) {
                 rc = -ENOMEM;
                 break;
             }
-            memcpy(p, side, len);
-            memcpy(p + len, ".npy", 5);
-            b.owned[b.nowned++] = p;
-            rc = add_path(&b, p, NODE_NPY, i);
+            memcpy(name, side->name, len);
+            memcpy(name + len, ".npy", 4);
+            uint32_t at;
+            rc = new_node(&b, name, len + 4, side->parent, NODE_NPY, i, &at);
         }
     }
     bool remote = false;
@@ -327,6 +325,7 @@ void tree_free(tree *tr) {
     free(tr->children);
     free(tr->view_src_first);
     free(tr->view_srcs);
+    arena_free(&tr->npy_names);
     memset(tr, 0, sizeof *tr);
 }
 

@@ -3,6 +3,7 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
+#include "core/arena.h"
 #include "core/ckpt.h"
 #include "core/hfview.h"
 
@@ -22,15 +23,21 @@ typedef enum {
  * (remote sources only) is live: generated at each open, never kept. */
 enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_STATS, DOC_CACHE, DOC_COUNT };
 
+/* 32 bytes: a mount of a million tensors has three million of them. Directories use
+ * first_child/nchildren, generated files size_plus1, never both. */
 typedef struct node {
     const char *name; /* not NUL-terminated: use name_len */
+    union {
+        struct {
+            uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+n] */
+            uint32_t nchildren;
+        };
+        _Atomic uint64_t size_plus1; /* NODE_SIDECAR, NODE_NPY: size + 1, 0 = not yet known */
+    };
     uint32_t name_len;
     uint32_t parent;
-    node_kind kind;
-    uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+nchildren] */
-    uint32_t nchildren;
     uint32_t ref; /* tensor, document, source or view file index (tree_build checks the range) */
-    _Atomic uint64_t size_plus1; /* cached size + 1 for generated files, 0 = not yet known */
+    node_kind kind;
 } node;
 
 typedef struct tree {
@@ -48,6 +55,7 @@ typedef struct tree {
     uint32_t *view_srcs;
     char **owned; /* paths allocated for auxiliary files */
     size_t nowned;
+    arena npy_names; /* "NAME.npy" of each .npy node, packed */
 } tree;
 
 /* Hands over the HF view, or returns a negative errno with err filled. */
