@@ -324,7 +324,7 @@ def tree_path(name):
     return "/".join(comps)
 
 
-def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note):
+def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note, warnings=()):
     d = os.path.join(outdir, "good", case)
     os.makedirs(d)
     with open(os.path.join(d, "model.bpk"), "wb") as f:
@@ -348,7 +348,9 @@ def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note)
         if quantized:
             row["burn_shape"] = t.shape
         rows.append(row)
-    manifest = {"source": "model.bpk", "note": note, "tensors": rows, "doc": doc}
+    # warnings: a needle for each warning summary.json must hold, and no other warning.
+    manifest = {"source": "model.bpk", "note": note, "tensors": rows, "doc": doc,
+                "warnings": list(warnings)}
     write_json(os.path.join(d, "manifest.json"), manifest, ensure_ascii=False)
 
 
@@ -370,7 +372,8 @@ def simple_case(outdir, case, tensors, note, metadata=None, scalars=None, aligne
     fb, ds, starts, blob = build(tensors, metadata, scalars, aligned, version, trailing=trailing)
     doc = doc_of(blob, ds, layout or ("aligned" if aligned else "unaligned"), len(tensors),
                  metadata, scalars, version=version)
-    write_case(outdir, case, tensors, fb, ds, starts, doc, note)
+    warnings = ["%d bytes after the last tensor" % len(trailing)] if trailing else []
+    write_case(outdir, case, tensors, fb, ds, starts, doc, note, warnings)
     return fb, ds, blob
 
 
