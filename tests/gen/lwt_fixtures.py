@@ -104,6 +104,8 @@ def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=Fa
         hdr["crc32"] = crc_value
     elif crc == "header-hex":
         hdr["crc32"] = "0x%08X" % crc_value
+    elif crc == "header-hex-bare":
+        hdr["crc32"] = "%08x" % crc_value
     text = json_text if json_text is not None else json.dumps(hdr, indent=2).encode("utf-8")
 
     out = Out()
@@ -147,6 +149,7 @@ def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=Fa
     if json_text is None:
         assert detected[0] == data_at, "ambiguous fixture: the reader would pick another start"
     where = {"trailer": "trailer", "header": "header", "header-hex": "header",
+             "header-hex-bare": "header",
              "both": "header+trailer"}.get(crc)
     if trail and where == "trailer":
         where = None     # the trailer is only recognised when exactly 4 bytes follow the data
@@ -381,18 +384,93 @@ def gen_hostile(out):
           "tensor_count 0 and stray bytes", [])
     h.add("padding-garbage", write_lwt(ts, pad=b"\xff\xff\xff\xff")[0], "",
           "entry padding bytes 0xff", names)
+    gen_bound_hostile(h, ts)
     h.finish()
+
+
+def index_end_at(residue, tensors):
+    """A header (a "pad" key of the right length) that makes the natural index of tensors
+    (no CRC) end at residue modulo 64."""
+    for n in range(64):
+        header = {"pad": "p" * n}
+        _, _, fields, _ = write_lwt(tensors, header=dict(header), crc=None)
+        if (sum(field_at(fields, "header JSON")) + 216 * len(tensors)) % 64 == residue % 64:
+            return header
+    raise AssertionError("no header length works")
+
+
+EMPTY = T("e", [0], b"")
+
+
+def gen_bound_good(out):
+    """The accepted side of each bound, bytes checked against the manifest (bound-*)."""
+    # Exactly tensor_count x 212 bytes after the header: one packed empty entry, no data.
+    write_case(out, "bound-index-to-eof", [EMPTY], stride=212, data="none", placement="packed",
+               crc=None)
+    # An index ending at a multiple of 64, so every data start rule gives the same offset: the
+    # last tensor ends exactly at the end of the file; one byte after it is a warning.
+    a = T("a", [16], np.arange(16, dtype="<f4").tobytes())
+    b = T("b", [0], b"")
+    hdr = index_end_at(0, [a, b])
+    write_case(out, "bound-data-to-eof", [a, b], header=dict(hdr), crc=None)
+    write_case(out, "bound-data-eof-minus-1", [a, b], header=dict(hdr), crc=None, trail=b"\0",
+               warnings=["1 bytes after the data section"])
+    # An index ending two bytes before a multiple of 64 and one byte after it: the natural
+    # data start lies one byte past the end of the file, so the data starts right after the
+    # index (with the byte as trailing).
+    write_case(out, "bound-start-past-eof", [EMPTY], header=index_end_at(62, [EMPTY]), crc=None,
+               data="none", trail=b"\0", warnings=["1 bytes after the data section"])
+    # crc32 as a hex string of exactly 8 digits.
+    write_case(out, "bound-crc-hex-8", [a], crc="header-hex-bare")
+
+
+def gen_bound_hostile(h, ts):
+    """The refused side of each bound: one byte, entry or digit over (bound-*)."""
+    h.add("bound-file-11", MAGIC + b"\0\0\0", "needs 4 bytes", "11-byte file")
+    h.add("bound-file-12", MAGIC + u32(0), "header JSON", "12-byte file, header_len 0")
+    for n, needle in ((100000000, "past the end"), (100000001, "limit")):
+        h.add("bound-header-len-%d" % n, MAGIC + u32(n) + b"{}", needle,
+              "header_len %d in a 14-byte file (limit 100000000)" % n)
+    text = b'{"tensor_count": 0}'
+    h.add("bound-header-to-eof", MAGIC + u32(len(text)) + text, "", "header JSON ends at the "
+          "end of the file, tensor_count 0", [])
+    h.add("bound-header-eof-plus-1", MAGIC + u32(len(text) + 1) + text, "past the end",
+          "header_len one byte more than the file holds")
+    h.add("bound-index-count-plus-1", write_lwt([EMPTY], stride=212, data="none",
+                                                placement="packed", crc=None,
+                                                tensor_count=2)[0],
+          "needs at least 424 bytes", "tensor_count 2, 212 bytes of index after the header")
+    for d, what in ((1, "over"), (-1, "under")):
+        size = len(ts[1].data) + d
+        h.add("bound-size-bytes-%s" % what, write_lwt(ts, entry_edit=edit(
+            1, "size_bytes", u64(size)))[0], "size_bytes %d&does not match" % size,
+            "size_bytes one byte %s 4 x numel" % what)
+    a = T("a", [16], np.arange(16, dtype="<f4").tobytes())
+    ab = [a, T("b", [0], b"")]
+    good = write_lwt(ab, header=index_end_at(0, ab), crc=None)[0]
+    h.add("bound-data-eof-plus-1", good[:-1], 'past the end of the file&tensor "a"',
+          "the last tensor (a; an empty b follows it) ends one byte past the end of the file")
+    crc = zlib.crc32(a.data) & 0xFFFFFFFF
+    for text, needle, desc in (
+            ('"0x0%08x"' % crc, "not a 32-bit integer or hex", "crc32 \"0x\" + 9 hex digits"),
+            ('"0%08x"' % crc, "not a 32-bit integer or hex", "crc32 of 9 hex digits"),
+            ("4294967296", "not a 32-bit integer", "crc32 2^32"),
+            ("4294967295", "mismatch&0xffffffff", "crc32 2^32-1 (a 32-bit value, the wrong one)")):
+        js = b'{"tensor_count": 1, "crc32": %s}' % text.encode()
+        h.add("bound-crc-" + desc.split()[-1].replace("^", "").replace('"', ""),
+              write_lwt([a], json_text=js, crc=None)[0], needle, desc)
 
 
 # ---------------------------------------------------------------------------
 
 CASES = ["natural", "no-crc", "crc-header-hex", "crc-trailer", "u64-length", "count-prefix",
          "packed-entries", "packed-data", "index-align8", "relative-data", "total-bytes-off",
-         "empty", "all-variants", "names", "hostile"]
+         "empty", "all-variants", "names", "hostile", "bound-index-to-eof", "bound-data-to-eof",
+         "bound-data-eof-minus-1", "bound-start-past-eof", "bound-crc-hex-8"]
 
 
 def main(argv):
-    return generate(argv, CASES, gen_good, gen_hostile)
+    return generate(argv, CASES, gen_good, gen_bound_good, gen_hostile)
 
 
 if __name__ == "__main__":
