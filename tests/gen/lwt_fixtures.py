@@ -62,13 +62,15 @@ def entry_bytes(t, stride, pad=b"\0\0\0\0", offset=0, size=None, ndim=None, name
 
 
 def data_start_rule(index_at, index_end, size, data_len):
-    """The reader's rule (choice 4 of lwt.c): natural start first, then the
-    others, preferring a start that leaves 0 or 4 trailing bytes."""
+    """The reader's rule (choice 4 of lwt.c): the first start that leaves 0 or 4
+    trailing bytes, else the natural one if the data fits after it."""
     starts = [(align(index_end, 64), "absolute"), (index_end, "none"),
               (index_at + align(index_end - index_at, 64), "relative")]
     fits = [(s, how) for s, how in starts if s + data_len <= size]
     good = [(s, how) for s, how in fits if size - s - data_len in (0, 4)]
-    return (good or fits)[0]
+    # Another start than the natural one only when it leaves exactly 0 or 4 bytes (with data).
+    fits = [(s, how) for s, how in fits if how == "absolute" or not data_len]
+    return (good or fits or [(None, None)])[0]
 
 
 def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=False,
@@ -450,6 +452,11 @@ def gen_bound_hostile(h, ts):
     good = write_lwt(ab, header=index_end_at(0, ab), crc=None)[0]
     h.add("bound-data-eof-plus-1", good[:-1], 'past the end of the file&tensor "a"',
           "the last tensor (a; an empty b follows it) ends one byte past the end of the file")
+    # The same with 63 bytes of padding before the data: cut by one byte, the data would fit
+    # if it started right after the index (every tensor shifted by 63 bytes).
+    padded = write_lwt(ab, header=index_end_at(1, ab), crc=None)[0]
+    h.add("bound-data-eof-plus-1-padded", padded[:-1], 'past the end of the file&tensor "a"',
+          "natural file with 63 bytes of data padding, cut by one byte")
     crc = zlib.crc32(a.data) & 0xFFFFFFFF
     for text, needle, desc in (
             ('"0x0%08x"' % crc, "not a 32-bit integer or hex", "crc32 \"0x\" + 9 hex digits"),
