@@ -22,9 +22,10 @@
  *  4. The data section starts at the next 64-byte boundary of the file after the index; a
  *     section starting right after the index, or aligned relative to the index start, is
  *     accepted when it leaves exactly 0 or 4 trailing bytes and the natural start does not (a
- *     natural file cut short must not be read from right after its index, shifted). Each tensor offset must be a multiple of 64 or
- *     follow the previous entry's tensor directly (a contiguous writer): anything else is
- *     refused as misaligned, which is how a damaged offset is caught.
+ *     natural file cut short must not be read from right after its index, shifted). Each
+ *     tensor offset must be a multiple of 64 or follow the previous entry's tensor directly (a
+ *     contiguous writer): anything else is refused as misaligned, which is how a damaged
+ *     offset is caught.
  *  5. CRC-32 is zlib's (IEEE 802.3), over the data section [start, start + max(offset +
  *     size_bytes)), padding between tensors included. It is read from a "crc32" header key
  *     (integer, or a hex string) and from a 4-byte LE trailer when exactly 4 bytes follow the
