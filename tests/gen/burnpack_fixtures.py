@@ -931,7 +931,7 @@ def bound_cases(h):
         d = {"dtype": "F32", "shape": [2], "data_offsets": [0, span]}
         name = "bound-span-%d.bpk" % span
         if needle:
-            h.refuse(name, one_tensor(d, b"\1" * span), needle + "&needs 8",
+            h.refuse(name, one_tensor(d, b"\1" * span), needle + " but shape [2] of F32 needs 8",
                      "F32 [2] needs 8 bytes, data_offsets span %d" % span)
         else:
             h.add(name, one_tensor(d, b"\1" * 8), "mount", "", "F32 [2] in 8 bytes", ["t"])
