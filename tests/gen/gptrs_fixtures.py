@@ -651,7 +651,8 @@ def gen_bound_hostile(h, rng):
     # byte_len against dims x element size.
     for d, what in ((1, "over"), (-1, "under")):
         h.add("bound-byte-len-%s" % what, p("tensor 0 byte_len", u64(16 + d)),
-              "byte_len %d&does not match" % (16 + d), "byte_len one byte %s 4 x numel" % what)
+              "byte_len %d&does not match dims [4] of F32 (16 bytes)" % (16 + d),
+              "byte_len one byte %s 4 x numel" % what)
     # name_len against ckptfs's limit of 65535: at the limit the name is read (and the entry's
     # bad dtype_tag is the complaint), one over is refused by the limit.
     for n, needle in ((65535, "dtype_tag 9"), (65536, "limit of 65535")):

@@ -404,6 +404,33 @@ def index_end_at(residue, tensors):
 EMPTY = T("e", [0], b"")
 
 
+def crc32_preimage(target):
+    """4 bytes whose zlib CRC-32 is target: over a fixed length the CRC is affine in the
+    message bits, so the 32 unknown bits solve a linear system over GF(2)."""
+    base = zlib.crc32(bytes(4))
+    cols = [zlib.crc32((1 << i).to_bytes(4, "little")) ^ base for i in range(32)]
+    rows = []  # Gaussian elimination on (column bits | message bit)
+    for i, c in enumerate(cols):
+        rows.append((c, 1 << i))
+    want, x = target ^ base, 0
+    basis = {}
+    for c, m in rows:
+        for bit in reversed(range(32)):
+            if not c >> bit & 1:
+                continue
+            if bit in basis:
+                c, m = c ^ basis[bit][0], m ^ basis[bit][1]
+            else:
+                basis[bit] = (c, m)
+                break
+    for bit in reversed(range(32)):
+        if want >> bit & 1:
+            want, x = want ^ basis[bit][0], x ^ basis[bit][1]
+    data = x.to_bytes(4, "little")
+    assert zlib.crc32(data) == target
+    return data
+
+
 def gen_bound_good(out):
     """The accepted side of each bound, bytes checked against the manifest (bound-*)."""
     # Exactly tensor_count x 212 bytes after the header: one packed empty entry, no data.
@@ -445,7 +472,8 @@ def gen_bound_hostile(h, ts):
     for d, what in ((1, "over"), (-1, "under")):
         size = len(ts[1].data) + d
         h.add("bound-size-bytes-%s" % what, write_lwt(ts, entry_edit=edit(
-            1, "size_bytes", u64(size)))[0], "size_bytes %d&does not match" % size,
+            1, "size_bytes", u64(size)))[0],
+            "size_bytes %d&does not match shape [20] of float32 (80 bytes)" % size,
             "size_bytes one byte %s 4 x numel" % what)
     a = T("a", [16], np.arange(16, dtype="<f4").tobytes())
     ab = [a, T("b", [0], b"")]
@@ -458,6 +486,11 @@ def gen_bound_hostile(h, ts):
     h.add("bound-data-eof-plus-1-padded", padded[:-1], 'past the end of the file&tensor "a"',
           "natural file with 63 bytes of data padding, cut by one byte")
     crc = zlib.crc32(a.data) & 0xFFFFFFFF
+    # The shortest hex string: one digit, for a tensor whose bytes have a CRC-32 of 0x5.
+    small = T("s", [1], crc32_preimage(5))
+    h.add("bound-crc-hex-1-digit", write_lwt([small], json_text=b'{"tensor_count": 1, '
+                                             b'"crc32": "5"}', crc=None)[0], "", "crc32 \"5\"",
+          ["s"])
     for text, needle, desc in (
             ('"0x0%08x"' % crc, "not a 32-bit integer or hex", "crc32 \"0x\" + 9 hex digits"),
             ('"0%08x"' % crc, "not a 32-bit integer or hex", "crc32 of 9 hex digits"),
