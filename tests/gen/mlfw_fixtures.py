@@ -866,6 +866,12 @@ def gen_bound_hostile(h, ok, ok1, cmeta):
           [i32(1) + entry("w", (1,) * 32, 9, data=b"\0" * 4), ok1])
     h.dir("bound_rank_33", "rank (number of dims) 33", "33 dims of 1",
           [i32(1) + entry("w", (1,) * 33, F32), ok1])
+    # rank 0 (a scalar) passes (then dtype 9), -1 does not. ("rank" alone would match the
+    # file name shard_rank0.pt.)
+    h.dir("bound_rank_0", "dtype 9&not a TensorDataType", "rank 0, dtype tag 9",
+          [i32(1) + entry("w", (), 9, data=b"\0" * 4), ok1])
+    h.dir("bound_rank_minus_1", "rank (number of dims) -1", "rank -1",
+          [i32(1) + entry("w", (), F32, ndim=-1, data=b""), ok1])
     # dtype tags 0-4: tag 4 (Float16) passes (its data_length then is wrong), 5 does not.
     h.dir("bound_dtype_4", "data_length 6&neither", "dtype tag 4, [2] with 6 bytes",
           [i32(1) + entry("w", (2,), 4, data=b"\0" * 6), ok1])
