@@ -996,6 +996,13 @@ def bound_cases(h, set_chunk):
     h.case("bound_chunk_outside_by_1_dim1", "refuse",
            "lie outside the tensor's size [8, 6] on dim 1", "chunk columns 1..7 of 6",
            spec=set_chunk(W, 1, offsets=[4, 1]))
+    # The ".." test reaches the last component (the end of the string is a separator too).
+    h.case("bound_path_last_dotdot", "refuse", "is not a file name inside",
+           "relative_path sub/.. (the checkpoint directory itself)",
+           spec=set_chunk(W, 0, file="sub/.."), mutate=lambda d: os.mkdir(os.path.join(d, "sub")))
+    # A chunk needs as many offsets and sizes as its tensor has dims: one offset too many.
+    h.case("bound_chunk_offsets_plus_1", "refuse", "has 3 offsets and 2 sizes",
+           "3 chunk offsets, 2 sizes for a 2-D tensor", spec=set_chunk(W, 1, offsets=[4, 0, 0]))
     S = "model.step_count"
     for nd, needle in ((32, "0 offsets and 0 sizes for a tensor of 32 dimensions"),
                        (33, "33 dimensions (at most 32)")):

@@ -887,6 +887,17 @@ def gen_bound_hostile(h, ok, ok1, cmeta):
     h.dir("bound_numel_int32_max_plus_1", "more than a C# array",
           "dims [2^16, 2^15] Float16 (2^31 elements), no data",
           [i32(1) + entry("w", (1 << 16, 1 << 15), 4, length=0, data=b""), ok1])
+    # A name of exactly ckptfs's limit (1 MiB) is read (then the rank is missing), one byte
+    # more is refused by the limit, both with the bytes present.
+    big = 1 << 20
+    h.dir("bound_name_1mib", "rank at offset %d&runs past the end" % (4 + 3 + big),
+          "name length 1 MiB, then nothing", [i32(1) + enc7(big) + b"n" * big, ok1])
+    h.dir("bound_name_1mib_plus_1", "tensor name %d&length runs past" % (big + 1),
+          "name length 1 MiB + 1, with the bytes", [i32(1) + enc7(big + 1) + b"n" * (big + 1)
+                                                     + b"\0" * 9, ok1])
+    # Centralized: one stray byte after the shards where a shard size would follow.
+    h.file("bound_central_stray_byte.ckpt", "shard size&runs past the end",
+           "shard_count 2, one shard, then one byte", cmeta + i32(2) + i32(len(ok)) + ok + b"\0")
     # Centralized: a shard size one byte more than the file holds; shard_count over 4096.
     h.file("bound_central_blob_past_end_1.ckpt", "shard size %d&runs past the end" % (len(ok) + 1),
            "shard size one byte more than the file holds",
