@@ -445,6 +445,9 @@ def gen_hostile(out):
     add("bound-count-room-plus-1", one_empty[:-9] + patch32(one_empty[-9:], 0, 2),
         "Number_Of_Frames 2&needs 16 bytes&than the 8 bytes",
         "Number_Of_Frames 2 where one entry fits")
+    add("bound-count-room-7", one_empty[:8] + bytes(7) + one_empty[-9:],
+        "Number_Of_Frames 1&needs 8 bytes&than the 7 bytes",
+        "Number_Of_Frames 1 with 7 bytes between the table's header and the footer")
     last = len(body) - len(frames[3])
     add("bound-csize-last-past-table", patch32(good, at("Compressed_Size 3"), len(frames[3]) + 1),
         "Compressed_Size %d of frame 3&runs past the seek table" % (len(frames[3]) + 1),
