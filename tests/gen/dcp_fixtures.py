@@ -996,6 +996,10 @@ def bound_cases(h, set_chunk):
     h.case("bound_chunk_outside_by_1_dim1", "refuse",
            "lie outside the tensor's size [8, 6] on dim 1", "chunk columns 1..7 of 6",
            spec=set_chunk(W, 1, offsets=[4, 1]))
+    # An item of 3 bytes cannot hold the 4-byte zip signature (though the file has it there).
+    h.case("bound_item_3_bytes", "refuse", "the 3 bytes at offset&do not start with a zip",
+           "an item range of 3 bytes at the start of a torch.save archive",
+           spec=set_chunk(W, 0, length=3))
     # The ".." test reaches the last component (the end of the string is a separator too).
     h.case("bound_path_last_dotdot", "refuse", "is not a file name inside",
            "relative_path sub/.. (the checkpoint directory itself)",

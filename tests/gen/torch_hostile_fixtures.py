@@ -499,6 +499,10 @@ def bound_cases(c):
     # starts "PK\\5\\6", while only files starting "PK\\3\\4" reach the zip reader: the bound
     # itself cannot be a fixture.)
     empty = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0, 0, 0, 0, 0)
+    # The zip probe needs the 4 bytes of a local header signature: exactly those are a zip
+    # (too short for its end record).
+    c.refuse("bound_zip_4_bytes.pt", b"PK\x03\x04", "fewer than the 22",
+             "4 bytes: a local header signature and nothing else")
     c.refuse("bound_zip_21_bytes.pt", b"PK\x03\x04" + empty[4:21], "fewer than the 22",
              "21 bytes: local signature, then an end record cut short")
 
@@ -632,6 +636,10 @@ def legacy_cases(c):
     c.refuse("legacy_count_lie.pt", magic + proto + info() + obj() + keys("1000")
              + struct.pack("<q", 2) + struct.pack("<3f", 1, 2, 3), "declares",
              "legacy count 2 but the persistent id says 3")
+    c.refuse("legacy_count_plus_1.pt", magic + proto + info() + obj() + keys("1000")
+             + struct.pack("<q", 4) + struct.pack("<4f", 1, 2, 3, 4),
+             "declares 3 elements of 4 bytes&holds 4 elements",
+             "legacy count 4 (with its 4 floats) but the persistent id says 3")
     c.refuse("legacy_unused_key.pt", magic + proto + info() + obj() + keys("999", "1000")
              + body + body, "used by no tensor", "legacy key list names an unused storage")
     c.refuse("legacy_missing_key.pt", magic + proto + info() + obj() + keys() + body,
