@@ -168,6 +168,19 @@ def unmount_leftovers(tmp):
                            stderr=subprocess.DEVNULL)
 
 
+def kill_leftover_daemons(binary):
+    """Kills processes still running the snapshot's ckptfs after a test (by pid, only those:
+    a mutant's daemon that loops survives its test's process group, having left its session)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink("/proc/%s/exe" % pid) == binary:
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def fast_tests(src):
     units = sorted("unit/" + f for f in os.listdir(os.path.join(src, "build", "unit"))
                    if f.endswith(".t"))
@@ -289,9 +302,11 @@ def main():
                 for t in relevant(tests, m["file"], args.tests):
                     rc, _ = run(test_cmd(src, t), src, timeout[t], env)
                     unmount_leftovers(tmp)
+                    kill_leftover_daemons(env["CKPTFS"])
                     if rc == "timeout":  # a busy machine, or a hang? Once more, 3x longer.
                         rc, _ = run(test_cmd(src, t), src, 3 * timeout[t], env)
                         unmount_leftovers(tmp)
+                        kill_leftover_daemons(env["CKPTFS"])
                     if rc != 0:
                         verdict, by = "killed", "%s%s" % (t, " (timeout)" if rc == "timeout" else "")
                         break
