@@ -499,6 +499,22 @@ def gen_tar_bounds(root, h_root, hostile, cases, base, st, st_bytes, cfg):
                 "says it has %d bytes&ends %d bytes after" % (len(st_bytes) + 1, len(st_bytes)),
                 "the last member's size field one byte more than the archive holds")
     write(os.path.join(h_root, "tar_bound_header_511.tar"), full[:padded_end] + bytes(511))
+    write(os.path.join(h_root, "tar_bound_header_1.tar"), full[:padded_end] + bytes(1))
+    hostile.row("tar_bound_header_1.tar", "refuse", "ends inside a header block",
+                "one stray byte after the last member")
+    # The last member 511 bytes long without its one byte of padding: the archive ends one
+    # byte before that member's block would.
+    cfg511 = cfg + b" " * (511 - len(cfg))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        add_bytes(tf, "model.safetensors", st_bytes)
+        add_bytes(tf, "config.json", cfg511)
+    st_blocks = 512 + -(-len(st_bytes) // 512) * 512
+    write(os.path.join(h_root, "tar_bound_last_511.tar"),
+          buf.getvalue()[:st_blocks + 512 + 511])
+    hostile.row("tar_bound_last_511.tar", "mount", "",
+                "the last member (511 bytes) ends the archive, one byte short of its block")
+    hostile.names["tar_bound_last_511.tar"] = sorted(st)
     hostile.row("tar_bound_header_511.tar", "refuse", "ends inside a header block",
                 "511 zero bytes after the last member: less than a header block")
     # A pax header with one record: "NN path=...\n" whose length NN is exactly its data
