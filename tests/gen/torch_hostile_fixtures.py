@@ -542,6 +542,42 @@ def bound_cases(c):
         c.refuse("bound_last_record_to_eof_plus_%d.pt" % extra, bytes(b), needle,
                  "the last record's sizes reach %d byte(s) past the end of the file" % extra
                  if extra else "the last record's sizes reach exactly the end of the file")
+    # The zip64 end record must end where its locator starts: one byte later it overlaps it.
+    z, zmarks = torch_zip(good_records())
+    z64 = {what: off for off, what in zmarks}["zip64 end record"]
+    c.refuse("bound_zip64_record_plus_1.pt",
+             torch_zip(good_records(), eocd_patch={"z64_offset": z64 + 1})[0],
+             "zip64 end of central directory record",
+             "zip64 locator pointing one byte after the zip64 end record")
+    # A central directory of 0 bytes may start at its end record (and holds no data.pkl).
+    empty_cd = bytearray(good[:eocd + 22])
+    struct.pack_into("<HHII", empty_cd, eocd + 8, 0, 0, 0, eocd)
+    c.refuse("bound_cd_empty_at_end.pt", bytes(empty_cd), "0 records",
+             "entries 0, directory size 0, starting at the end record")
+    # After the last entry, 45 bytes left for a 46-byte entry header.
+    b = bytearray(good[:eocd]) + b"J" * 45
+    tail = bytearray(good[eocd:])
+    struct.pack_into("<HHI", tail, 8, 5, 5, cd_size + 45)
+    c.refuse("bound_cd_entry_45_bytes.pt", bytes(b + tail),
+             "central directory entry 4 at offset %d runs past the end of the directory" % eocd,
+             "5 entries declared, the last 45 bytes long")
+    # A stored record whose compressed size is one more than its size.
+    b = bytearray(good)
+    struct.pack_into("<I", b, cd_w + 20, len(W_BYTES) + 1)
+    c.refuse("bound_stored_csize_plus_1.pt", bytes(b),
+             "compressed size %d differs from its size %d" % (len(W_BYTES) + 1, len(W_BYTES)),
+             "stored data/0 with a compressed size one more than its size")
+    # The version record is read into 64 bytes: 63 fit ("3" and a newline, then what follows
+    # the line is not read), 64 do not.
+    for n in (63, 64):
+        recs = [r if r[0] != "version" else ("version", b"3\n" + b"x" * (n - 2))
+                for r in good_records()]
+        if n == 63:
+            mount("bound_version_record_63.pt", torch_zip(recs)[0],
+                  {"w": W_BYTES, "b": B_BYTES}, "a version record of 63 bytes")
+        else:
+            c.refuse("bound_version_record_64.pt", torch_zip(recs)[0],
+                     "is 64 bytes, more than the limit of 63", "a version record of 64 bytes")
     # Storage element count against the record's bytes: equal mounts, one element more or
     # fewer is refused.
     b_ = rebuild("LongStorage", "1", 3, 0, [3], [1])
