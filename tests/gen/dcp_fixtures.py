@@ -67,7 +67,9 @@ COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "dcp"))
 sys.path.insert(0, HERE)
 from fixture_lib import (committed_out, fresh_dir, torch_save_zip, write_cases,  # noqa: E402
                          write_json)
-CANARY_DIR = "/tmp"
+# Where a payload that ran would leave its file: inside the output (set by build_hostile), so
+# that suites running at once on one machine never see each other's.
+CANARY_DIR = None
 PAGE = 4096
 
 NEW = "torch.distributed.checkpoint.metadata"
@@ -833,6 +835,9 @@ class Hostile:
 def build_hostile(out):
     h = Hostile(out)
     fresh_dir(h.root)
+    global CANARY_DIR
+    CANARY_DIR = os.path.join(os.path.abspath(h.root), ".canaries")
+    os.makedirs(CANARY_DIR)
     good = pickle.dumps(build_metadata(h.S, h.spec), protocol=4)
     W = "model.embed.weight"
 

@@ -25,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from fixture_lib import fresh_out, write_cases, write_json  # noqa: E402
 
 ARCHIVE = "archive"
-CANARY_DIR = "/tmp"
+# Where a payload that ran would leave its file: inside OUTDIR (set by main), so that suites
+# running at once on one machine (worktrees, make mutate's snapshot) never see each other's.
+CANARY_DIR = None
 
 
 # ---------------------------------------------------------------------------
@@ -691,6 +693,9 @@ def main(argv):
     out = fresh_out(argv, __doc__)
     if out is None:
         return 2
+    global CANARY_DIR
+    CANARY_DIR = os.path.join(os.path.abspath(out), ".canaries")
+    os.makedirs(CANARY_DIR)
     c = Cases(out)
     payload_cases(c)
     pickle_cases(c)
