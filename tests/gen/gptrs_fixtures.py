@@ -598,6 +598,12 @@ def gen_hostile(out):
           "stored_base_id that is not BLAKE3 of the name")
     h.add("base-id-of-other", p("tensor 0 stored_base_id", base_id("b")), "base_id",
           "stored_base_id of another tensor's name")
+    # One above and one below the right id in its last byte: both directions of the compare.
+    for d, what in ((1, "plus"), (-1, "minus")):
+        near = bytearray(base_id("b"))
+        near[15] = (near[15] + d) & 0xFF
+        h.add("bound-base-id-%s-1" % what, p("tensor 1 stored_base_id", bytes(near)),
+              "base_id mismatch", "stored_base_id of \"b\" with its last byte %+d" % d)
     h.add("ten-dtype-tag-9", patched(tdata, tfields, "tensor 1 dtype_tag", u32(9)), "dtype_tag",
           "archive dtype_tag 9")
     h.add("ten-name-bad-utf8", patched(tdata, tfields, "tensor 0 name", b"\xc0\xaf"), "UTF-8",
