@@ -652,7 +652,7 @@ def gen_bound_hostile(h, rng):
     h.add("bound-v2-offset-eof-plus-1", edata[:at] + u64(len(edata) + 1) + edata[at + 8:],
           "offset %d&past the end" % (len(edata) + 1), "v2 empty payload one byte past the end")
     v1, _, _ = write_v1(one, checkpoint=False)
-    h.add("bound-v1-payload-eof-plus-1", v1[:-1], "byte_len 16&past the end",
+    h.add("bound-v1-payload-eof-plus-1", v1[:-1], "byte_len 16 at offset&past the end",
           "v1 payload ends one byte past the end of the file")
     # byte_len against dims x element size.
     for d, what in ((1, "over"), (-1, "under")):

@@ -613,7 +613,8 @@ def bound_cases(c):
             mount("bound_dims_32.pt", torch_zip(good_records(pkl))[0],
                   {"w": W_BYTES[:4], "b": B_BYTES}, "size of 32 dims of 1")
         else:
-            c.zip_pickle("bound_dims_33.pt", pkl, "33 dimensions", "size of 33 dims of 1")
+            c.zip_pickle("bound_dims_33.pt", pkl, "size has 33 dimensions",
+                         "size of 33 dims of 1 (the tensor check, not the catalog's)")
 
 
 def _two_folder_zip():
