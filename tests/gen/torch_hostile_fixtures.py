@@ -549,7 +549,7 @@ def bound_cases(c):
     z64 = {what: off for off, what in zmarks}["zip64 end record"]
     c.refuse("bound_zip64_record_plus_1.pt",
              torch_zip(good_records(), eocd_patch={"z64_offset": z64 + 1})[0],
-             "zip64 end of central directory record",
+             "where no zip64 end of central directory record fits",
              "zip64 locator pointing one byte after the zip64 end record")
     # A central directory of 0 bytes may start at its end record (and holds no data.pkl).
     empty_cd = bytearray(good[:eocd + 22])

@@ -141,6 +141,10 @@ static void test_limits(void) {
     expect("max_values one below the count", p, n, (pk_limits){0, 0, values - 1}, "values (limit)");
     expect("max_stack 100 for 100 stacked values", p, n, (pk_limits){100, 0, 0}, NULL);
     expect("max_stack 99 for 100 stacked values", p, n, (pk_limits){99, 0, 0}, "stack would hold");
+    /* One value, made last: a limit of exactly one passes. */
+    expect("max_values 1 for a single NONE", "\x80\x02N.", 4, (pk_limits){0, 0, 1}, NULL);
+    expect("max_values 1 for NONE, NONE", "\x80\x02NN0.", 6, (pk_limits){0, 0, 1},
+           "values (limit)");
     /* Three nested MARKs. */
     static const char marks[] = "\x80\x02(((ttt.";
     expect("max_marks 3 for 3 nested MARKs", marks, sizeof marks - 1, (pk_limits){0, 3, 0}, NULL);
