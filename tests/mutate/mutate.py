@@ -54,7 +54,7 @@ FIRST = {
     "safetensors": ["30-mount-fixtures.t", "31-hostile.t", "32-hfview.t"],
     "gguf": ["unit/gguf_decode.t", "41-gguf.t", "60-convert-gguf.t"],
     "dcp": ["36-dcp.t", "33-dcphf.t"], "dcp_hf": ["33-dcphf.t"],
-    "torch_zip": ["40-torch.t"], "zip": ["40-torch.t"], "pickle": ["unit/pickle_bounds.t", "unit/pickle.t", "40-torch.t"],
+    "torch_zip": ["40-torch.t", "36-dcp.t"], "zip": ["40-torch.t", "36-dcp.t"], "pickle": ["unit/pickle_bounds.t", "unit/pickle.t", "40-torch.t"],
     "gptrs": ["42-gptrs.t", "62-convert-gptrs.t"], "lwt": ["43-lwt.t", "61-convert-lwt.t"],
     "burnpack": ["44-burnpack.t", "63-convert-burnpack.t"], "mlfw_tp": ["34-mlfw.t"],
     "nemo_step": ["37-nemo.t"], "hf_dir": ["32-hfview.t", "30-mount-fixtures.t"],
