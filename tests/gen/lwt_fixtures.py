@@ -491,14 +491,15 @@ def gen_bound_hostile(h, ts):
     h.add("bound-crc-hex-1-digit", write_lwt([small], json_text=b'{"tensor_count": 1, '
                                              b'"crc32": "5"}', crc=None)[0], "", "crc32 \"5\"",
           ["s"])
-    for text, needle, desc in (
-            ('"0x0%08x"' % crc, "not a 32-bit integer or hex", "crc32 \"0x\" + 9 hex digits"),
-            ('"0%08x"' % crc, "not a 32-bit integer or hex", "crc32 of 9 hex digits"),
-            ("4294967296", "not a 32-bit integer", "crc32 2^32"),
-            ("4294967295", "mismatch&0xffffffff", "crc32 2^32-1 (a 32-bit value, the wrong one)")):
+    for name, text, needle, desc in (
+            ("0x-9-digits", '"0x0%08x"' % crc, "not a 32-bit integer or hex",
+             "crc32 \"0x\" + 9 hex digits"),
+            ("9-digits", '"0%08x"' % crc, "not a 32-bit integer or hex", "crc32 of 9 hex digits"),
+            ("2p32", "4294967296", "not a 32-bit integer", "crc32 2^32"),
+            ("2p32-minus-1", "4294967295", "mismatch&0xffffffff",
+             "crc32 2^32-1 (a 32-bit value, the wrong one)")):
         js = b'{"tensor_count": 1, "crc32": %s}' % text.encode()
-        h.add("bound-crc-" + desc.split()[-1].replace("^", "").replace('"', ""),
-              write_lwt([a], json_text=js, crc=None)[0], needle, desc)
+        h.add("bound-crc-" + name, write_lwt([a], json_text=js, crc=None)[0], needle, desc)
 
 
 # ---------------------------------------------------------------------------
