@@ -141,9 +141,12 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
-#   make mutate MUTATE_FILES=core/planner.c,core/formats/gguf.c
+#   make mutate MUTATE_FILES=core/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]
+#   [MUTATE_TESTS=fast] [MUTATE_OUT=DIR]  (tests/README.md: "Mutation testing")
 mutate: deps
-	$(PYTHON) tests/mutate/mutate.py $(if $(MUTATE_FILES),--files $(MUTATE_FILES))
+	$(PYTHON) tests/mutate/mutate.py $(if $(MUTATE_FILES),--files $(MUTATE_FILES)) \
+	  $(if $(MUTATE_SAMPLE),--sample $(MUTATE_SAMPLE)) $(if $(MUTATE_TESTS),--tests $(MUTATE_TESTS)) \
+	  $(if $(MUTATE_OUT),--out $(MUTATE_OUT))
 
 # libFuzzer harnesses (clang): each runs FUZZ_SECONDS (default 60) from its seed corpus.
 fuzz: deps

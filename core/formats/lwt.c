@@ -21,10 +21,11 @@
  *     gets a message about the natural layout.
  *  4. The data section starts at the next 64-byte boundary of the file after the index; a
  *     section starting right after the index, or aligned relative to the index start, is
- *     accepted when the natural start does not fit the file (or leaves neither 0 nor 4
- *     trailing bytes while the other does). Each tensor offset must be a multiple of 64 or
- *     follow the previous entry's tensor directly (a contiguous writer): anything else is
- *     refused as misaligned, which is how a damaged offset is caught.
+ *     accepted when it leaves exactly 0 or 4 trailing bytes and the natural start does not (a
+ *     natural file cut short must not be read from right after its index, shifted). Each
+ *     tensor offset must be a multiple of 64 or follow the previous entry's tensor directly (a
+ *     contiguous writer): anything else is refused as misaligned, which is how a damaged
+ *     offset is caught.
  *  5. CRC-32 is zlib's (IEEE 802.3), over the data section [start, start + max(offset +
  *     size_bytes)), padding between tensors included. It is read from a "crc32" header key
  *     (integer, or a hex string) and from a 4-byte LE trailer when exactly 4 bytes follow the
@@ -225,8 +226,13 @@ static int try_layout(const lwt *f, layout *l) {
     for (int i = 0; i < 3; i++) {
         if (starts[i].at > size || end > size - starts[i].at) continue;
         uint64_t trailing = size - starts[i].at - end;
+        bool exact = trailing == 0 || trailing == 4;
+        /* Another start than the natural one must account for every byte: a natural file cut
+         * short by less than its padding fits "right after the index" too, with every tensor
+         * shifted by the padding that is read as data. */
+        if (i > 0 && end && !exact) continue;
         if (fit < 0) fit = i;
-        if (trailing == 0 || trailing == 4) {
+        if (exact) {
             fit = i;
             break;
         }

@@ -324,7 +324,7 @@ def tree_path(name):
     return "/".join(comps)
 
 
-def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note):
+def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note, warnings=()):
     d = os.path.join(outdir, "good", case)
     os.makedirs(d)
     with open(os.path.join(d, "model.bpk"), "wb") as f:
@@ -348,7 +348,9 @@ def write_case(outdir, case, tensors, file_bytes, data_start, starts, doc, note)
         if quantized:
             row["burn_shape"] = t.shape
         rows.append(row)
-    manifest = {"source": "model.bpk", "note": note, "tensors": rows, "doc": doc}
+    # warnings: a needle for each warning summary.json must hold, and no other warning.
+    manifest = {"source": "model.bpk", "note": note, "tensors": rows, "doc": doc,
+                "warnings": list(warnings)}
     write_json(os.path.join(d, "manifest.json"), manifest, ensure_ascii=False)
 
 
@@ -370,7 +372,8 @@ def simple_case(outdir, case, tensors, note, metadata=None, scalars=None, aligne
     fb, ds, starts, blob = build(tensors, metadata, scalars, aligned, version, trailing=trailing)
     doc = doc_of(blob, ds, layout or ("aligned" if aligned else "unaligned"), len(tensors),
                  metadata, scalars, version=version)
-    write_case(outdir, case, tensors, fb, ds, starts, doc, note)
+    warnings = ["%d bytes after the last tensor" % len(trailing)] if trailing else []
+    write_case(outdir, case, tensors, fb, ds, starts, doc, note, warnings)
     return fb, ds, blob
 
 
@@ -837,8 +840,126 @@ def hostile_cases(outdir, rng):
     h.add("padding-nonzero.bpk", build([T("p", "U8", [4], b"abcd")], pad_byte=0x55,
                                        trailing=b"zz")[0], "mount", "",
           "non-zero padding and trailing bytes: read as the unaligned layout", ["p"])
+    bound_cases(h)
     h.finish()
     return len(h.rows)
+
+
+def bound_cases(h):
+    """Every length/offset/count check at exactly its bound (mounts), one under and one over
+    (bound-*.bpk). Needles name the specific complaint, so that a neighbouring check cannot
+    stand in for a check that moved by one."""
+    empty = {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+    # The 10-byte header: a 9-byte file is too short for it; a 10-byte one has it, with a
+    # metadata_size of 0.
+    h.refuse("bound-file-9.bpk", header(0)[:9], "too short", "9-byte file: no whole header")
+    h.refuse("bound-file-10.bpk", header(0), "no CBOR", "10-byte file: header, metadata_size 0")
+    # metadata_size against Burn's limit (100 MiB) and against the file.
+    blob = bytes(cbor({"tensors": {"e": empty}}))
+    for m, needle in ((METADATA_LIMIT, "past the end"), (METADATA_LIMIT + 1, "limit")):
+        h.refuse("bound-msize-%d.bpk" % m, header(m) + blob, needle,
+                 "metadata_size %d in a %d-byte file (limit %d)"
+                 % (m, 10 + len(blob), METADATA_LIMIT))
+    h.add("bound-msize-to-eof.bpk", header(len(blob)) + blob, "mount", "",
+          "metadata ends at the end of the file (one empty tensor, no data section)", ["e"])
+    h.refuse("bound-msize-eof-plus-1.bpk", header(len(blob) + 1) + blob, "past the end of the file",
+             "metadata_size one byte more than the file holds after the header")
+    # The CBOR item reader: metadata ending exactly between two items, and one byte into an
+    # item's argument.
+    top = bytes(cbor({"tensors": {"t": F32_4}}))
+    key_end = len(bytes(cbor({"tensors": 0}))) - 1  # map head + "tensors"
+    h.refuse("bound-cbor-cut-between.bpk", header(key_end) + top[:key_end], "middle of a CBOR",
+             "metadata_size ends right after the \"tensors\" key, where its value belongs")
+    cut = bytes(cbor({"tensors": {"t": {"dtype": "F32", "shape": [Width(4, 4)]}}}))
+    h.refuse("bound-cbor-cut-inside.bpk", header(len(cut) - 1) + cut[:-1],
+             "runs past the end of the metadata",
+             "metadata_size ends one byte into a 4-byte integer argument")
+    # Declared counts against the bytes left: every member takes at least one byte (two for a
+    # map entry). The metadata value is the last item, with one spare byte after it.
+    for kind, k, room, ok in (("array", 6, 6, True), ("array", 7, 6, False),
+                              ("map", 3, 7, True), ("map", 4, 7, False)):
+        if kind == "array":
+            head, body = cbor_head(4, k), b"\x00" * min(k, room)
+        else:  # keys 0, 1, 2 ...: one byte each, all different
+            head = cbor_head(5, k)
+            body = b"".join(bytes([i, 0]) for i in range(min(k, room // 2)))
+        blob = bytes(cbor({"tensors": {}, "metadata": {"x": Raw(bytes(head) + body)}}))
+        blob += b"\x00" * (room - len(body))
+        name = "bound-count-%s-%d-in-%d.bpk" % (kind, k, room)
+        desc = "metadata %s declaring %d members with %d bytes left" % (kind, k, room)
+        if ok:
+            h.add(name, with_blob(blob), "mount", "", desc, [])
+        else:
+            h.refuse(name, with_blob(blob), "exceeds the", desc)
+    # The tensors map against Burn's MAX_TENSOR_COUNT (100000): a definite map declaring
+    # 100001 is refused by the limit, one declaring 100000 (in a small file) by its size.
+    for k, needle in ((100000, "bytes left"), (100001, "limit of 100000")):
+        blob = bytes(cbor({"tensors": Raw(bytes(cbor_head(5, k)))}))
+        h.refuse("bound-tensors-declared-%d.bpk" % k, with_blob(blob), needle,
+                 "tensors map declaring %d entries" % k)
+    # An indefinite map is counted as it is read: the 100000th entry is still read (its bad
+    # dtype is the complaint), the 100001st is refused by the limit.
+    for k, needle in ((100000, "dtype"), (100001, "limit of 100000")):
+        entries = b"".join(bytes(cbor("%x" % i)) + bytes(cbor(empty)) for i in range(k - 1))
+        last = bytes(cbor("last")) + bytes(cbor({"dtype": "F99", "shape": [0],
+                                                  "data_offsets": [0, 0]}))
+        blob = bytes(cbor({"tensors": Raw(b"\xbf" + entries + last + b"\xff")}))
+        h.refuse("bound-tensors-indef-%d.bpk" % k, with_blob(blob), needle,
+                 "indefinite tensors map of %d entries, the last with dtype F99" % k)
+    # Shape dims: 32 is the most (CKPT_MAX_DIMS).
+    for nd in (32, 33):
+        d = {"dtype": "U8", "shape": [1] * nd, "data_offsets": [0, 1]}
+        name = "bound-ndim-%d.bpk" % nd
+        if nd == 32:
+            h.add(name, one_tensor(d, b"\1"), "mount", "", "shape of 32 dims of 1", ["t"])
+        else:
+            h.refuse(name, one_tensor(d, b"\1"), "dims", "shape of 33 dims of 1")
+    # data_offsets: end == start is an empty tensor, end one below start is refused; exactly
+    # two entries.
+    h.add("bound-offsets-empty.bpk", one_tensor({"dtype": "F32", "shape": [0],
+                                                 "data_offsets": [4, 4]}), "mount", "",
+          "data_offsets [4, 4]: empty", ["t"])
+    h.refuse("bound-offsets-end-minus-1.bpk", one_tensor({"dtype": "F32", "shape": [0],
+                                                          "data_offsets": [4, 3]}),
+             "before|below|less", "data_offsets [4, 3]")
+    for n, needle in ((1, "1 entries"), (3, "more than 2")):
+        h.refuse("bound-offsets-%d-entries.bpk" % n,
+                 one_tensor({"dtype": "F32", "shape": [4], "data_offsets": [0, 16, 16][:n]}),
+                 needle, "data_offsets of %d entries" % n)
+    # The byte span against shape x element size: equal (mounts), one over, one under.
+    for span, needle in ((8, ""), (9, "span 9 bytes"), (7, "span 7 bytes")):
+        d = {"dtype": "F32", "shape": [2], "data_offsets": [0, span]}
+        name = "bound-span-%d.bpk" % span
+        if needle:
+            h.refuse(name, one_tensor(d, b"\1" * span), needle + " but shape [2] of F32 needs 8",
+                     "F32 [2] needs 8 bytes, data_offsets span %d" % span)
+        else:
+            h.add(name, one_tensor(d, b"\1" * 8), "mount", "", "F32 [2] in 8 bytes", ["t"])
+    # The data section against the file (unaligned, packed): the last tensor ending at the end
+    # of the file, one byte past it; tiling: adjacent, one byte of overlap, one byte apart.
+    def two(b_start, data_len):
+        tm = {"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+              "b": {"dtype": "U8", "shape": [3], "data_offsets": [b_start, b_start + 3]}}
+        return with_blob(bytes(cbor({"tensors": tm})), b"\2" * data_len, aligned=False)
+    h.add("bound-tile-adjacent.bpk", two(4, 7), "mount", "", "a [0,4) b [4,7)", ["a", "b"])
+    h.refuse("bound-tile-overlap-1.bpk", two(3, 7), "overlap", "a [0,4) b [3,6)")
+    h.add("bound-tile-gap-1.bpk", two(5, 8), "mount", "", "a [0,4) b [5,8)", ["a", "b"])
+    h.refuse("bound-data-eof-plus-1.bpk", two(4, 6), "past the end of the file",
+             "a [0,4) b [4,7) in a 6-byte data section")
+
+
+def bound_good_cases(outdir):
+    """The accepted side of the data-section bound, bytes checked against the manifest: the
+    last tensor ends exactly at the end of the file (aligned and unaligned), and one byte
+    before it."""
+    ts = [T("w", "U8", [300], bytes(range(256)) + bytes(range(44))),
+          T("b", "U8", [5], b"\1\2\3\4\5")]
+    simple_case(outdir, "bound-aligned-to-eof", ts, "the last tensor ends at the end of the file")
+    simple_case(outdir, "bound-unaligned-to-eof", ts, "unaligned: the last tensor ends at EOF",
+                aligned=False)
+    simple_case(outdir, "bound-unaligned-eof-minus-1", ts,
+                "unaligned: one trailing byte after the last tensor", aligned=False,
+                trailing=b"\0")
 
 
 def main():
@@ -852,6 +973,7 @@ def main():
     rng = np.random.RandomState(20260321)
     good_cases(outdir, rng)
     mnist_case(outdir, repo_root)
+    bound_good_cases(outdir)
     hostile_cases(outdir, rng)
 
 

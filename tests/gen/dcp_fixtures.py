@@ -67,7 +67,9 @@ COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "dcp"))
 sys.path.insert(0, HERE)
 from fixture_lib import (committed_out, fresh_dir, torch_save_zip, write_cases,  # noqa: E402
                          write_json)
-CANARY_DIR = "/tmp"
+# Where a payload that ran would leave its file: inside the output (set by build_hostile), so
+# that suites running at once on one machine never see each other's.
+CANARY_DIR = None
 PAGE = 4096
 
 NEW = "torch.distributed.checkpoint.metadata"
@@ -833,6 +835,9 @@ class Hostile:
 def build_hostile(out):
     h = Hostile(out)
     fresh_dir(h.root)
+    global CANARY_DIR
+    CANARY_DIR = os.path.join(os.path.abspath(h.root), ".canaries")
+    os.makedirs(CANARY_DIR)
     good = pickle.dumps(build_metadata(h.S, h.spec), protocol=4)
     W = "model.embed.weight"
 
@@ -971,8 +976,48 @@ def build_hostile(out):
     h.case("storage_unused", "mount", "belong to no",
            "a storage entry no state_dict_metadata item uses",
            metadata=pickle.dumps(meta, protocol=4))
+    bound_cases(h, set_chunk)
     h.write()
     return len(h.rows)
+
+
+def bound_cases(h, set_chunk):
+    """The storage and chunk bounds one over (the committed v2x_layout case, mounted and
+    compared with torch's figures by 36-dcp.t, is each at exactly its bound: every .distcp
+    file ends with its last item, and chunks tile their tensors exactly), and the dims limit at
+    and over it. bound_*"""
+    step = "optim.state.model.embed.weight.step"
+    last = h.entry(h.spec, step)["chunks"][0]
+    size = os.path.getsize(os.path.join(h.base, last["file"]))
+    assert last["offset"] + last["length"] == size, "the last item ends the file"
+    h.case("bound_item_eof_plus_1", "refuse",
+           "offset %d + length %d&runs past the end of __0_0.distcp (size %d)"
+           % (last["offset"], last["length"] + 1, size),
+           "the last item of __0_0.distcp one byte longer than the file",
+           spec=set_chunk(step, 0, length=last["length"] + 1))
+    W = "model.embed.weight"
+    h.case("bound_chunk_outside_by_1", "refuse", "lie outside the tensor's size [8, 6] on dim 0",
+           "chunk rows 4..9 of an 8-row tensor", spec=set_chunk(W, 1, sizes=[5, 6]))
+    h.case("bound_chunk_outside_by_1_dim1", "refuse",
+           "lie outside the tensor's size [8, 6] on dim 1", "chunk columns 1..7 of 6",
+           spec=set_chunk(W, 1, offsets=[4, 1]))
+    # An item of 3 bytes cannot hold the 4-byte zip signature (though the file has it there).
+    h.case("bound_item_3_bytes", "refuse", "the 3 bytes at offset&do not start with a zip",
+           "an item range of 3 bytes at the start of a torch.save archive",
+           spec=set_chunk(W, 0, length=3))
+    # The ".." test reaches the last component (the end of the string is a separator too).
+    h.case("bound_path_last_dotdot", "refuse", "is not a file name inside",
+           "relative_path sub/.. (the checkpoint directory itself)",
+           spec=set_chunk(W, 0, file="sub/.."), mutate=lambda d: os.mkdir(os.path.join(d, "sub")))
+    # A chunk needs as many offsets and sizes as its tensor has dims: one offset too many.
+    h.case("bound_chunk_offsets_plus_1", "refuse", "has 3 offsets and 2 sizes",
+           "3 chunk offsets, 2 sizes for a 2-D tensor", spec=set_chunk(W, 1, offsets=[4, 0, 0]))
+    S = "model.step_count"
+    for nd, needle in ((32, "0 offsets and 0 sizes for a tensor of 32 dimensions"),
+                       (33, "33 dimensions (at most 32)")):
+        h.case("bound_size_%d_dims" % nd, "refuse", needle,
+               "a size of %d dims of 1 for a tensor whose chunk has none" % nd,
+               spec=h.spec_with(lambda s, nd=nd: h.entry(s, S).update(size=[1] * nd)))
 
 
 def main(argv):

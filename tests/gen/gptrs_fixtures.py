@@ -278,6 +278,27 @@ def chk_meta(config_obj, tensors, version=2, kind=None, legacy=False):
     return m
 
 
+def gen_bound_good(out):
+    """The accepted side of the payload bounds, bytes checked against the manifest: a payload
+    that starts exactly where the index ends and one that ends exactly at the end of the file
+    (every writer's layout), and a payload one byte inside the index (a warning)."""
+    rng = np.random.default_rng(4203)
+    ts = [rand_t(rng, "a", "F32", [3]), rand_t(rng, "b", "I32", [2])]
+    data, offs, fields = write_v2(ts, checkpoint=False)
+    meta = {"container": "GPTRSTEN", "version": 2, "tensor_count": 2}
+    write_case(out, "bound-index-end", data, offs, ts, meta, checkpoint=False)
+    # Point a's payload one byte into the index: its bytes are the index's last byte (the
+    # top byte of b's byte_len, 0) and a's first 11 bytes.
+    a_at = offs["a"]
+    moved = bytearray(data)
+    struct.pack_into("<Q", moved, field_at(fields, "tensor 0 offset")[0], a_at - 1)
+    assert moved[a_at - 1] == 0
+    offs2 = dict(offs, a=a_at - 1)
+    ts2 = [T("a", "F32", [3], bytes(moved[a_at - 1:a_at + 11])), ts[1]]
+    write_case(out, "bound-index-overlap-1", bytes(moved), offs2, ts2, meta, checkpoint=False,
+               warnings=["overlaps the header and index"])
+
+
 def gen_good(out):
     rng = np.random.default_rng(4201)
 
@@ -577,6 +598,12 @@ def gen_hostile(out):
           "stored_base_id that is not BLAKE3 of the name")
     h.add("base-id-of-other", p("tensor 0 stored_base_id", base_id("b")), "base_id",
           "stored_base_id of another tensor's name")
+    # One above and one below the right id in its last byte: both directions of the compare.
+    for d, what in ((1, "plus"), (-1, "minus")):
+        near = bytearray(base_id("b"))
+        near[15] = (near[15] + d) & 0xFF
+        h.add("bound-base-id-%s-1" % what, p("tensor 1 stored_base_id", bytes(near)),
+              "base_id mismatch", "stored_base_id of \"b\" with its last byte %+d" % d)
     h.add("ten-dtype-tag-9", patched(tdata, tfields, "tensor 1 dtype_tag", u32(9)), "dtype_tag",
           "archive dtype_tag 9")
     h.add("ten-name-bad-utf8", patched(tdata, tfields, "tensor 0 name", b"\xc0\xaf"), "UTF-8",
@@ -600,7 +627,75 @@ def gen_hostile(out):
                      offs["a.weight"])
     h.add("payload-overlap", bytes(over), "", "two payloads that overlap", ["a.weight", "b"])
     h.add("v1-empty", b"GPTRSTEN" + u32(1) + u32(0), "", "version-1 archive without tensors", [])
+    gen_bound_hostile(h, rng)
     h.finish()
+
+
+def gen_bound_hostile(h, rng):
+    """Each length/offset/count check at exactly its bound, one under and one over (bound-*).
+    Where the accepted side cannot be a small mount, it is refused by a later, different check
+    whose needle proves the bound itself was passed."""
+    one = [rand_t(rng, "w", "F32", [4])]
+    data, _, fields = write_v2(one, checkpoint=False)
+
+    def p(label, new, base=data):
+        return patched(base, fields, label, new)
+
+    # The payload against the end of the file (v2: offset + byte_len; v1: byte_len).
+    h.add("bound-v2-payload-eof-plus-1", data[:-1], "offset&with byte_len 16&past the end",
+          "v2 payload ends one byte past the end of the file")
+    empty = [T("e", "F32", [0], b"")]
+    edata, _, efields = write_v2(empty, checkpoint=False)
+    at = field_at(efields, "tensor 0 offset")[0]
+    h.add("bound-v2-offset-at-eof", edata[:at] + u64(len(edata)) + edata[at + 8:], "",
+          "v2 empty payload at offset = file size", ["e"])
+    h.add("bound-v2-offset-eof-plus-1", edata[:at] + u64(len(edata) + 1) + edata[at + 8:],
+          "offset %d&past the end" % (len(edata) + 1), "v2 empty payload one byte past the end")
+    v1, _, _ = write_v1(one, checkpoint=False)
+    h.add("bound-v1-payload-eof-plus-1", v1[:-1], "byte_len 16 at offset&past the end",
+          "v1 payload ends one byte past the end of the file")
+    # byte_len against dims x element size.
+    for d, what in ((1, "over"), (-1, "under")):
+        h.add("bound-byte-len-%s" % what, p("tensor 0 byte_len", u64(16 + d)),
+              "byte_len %d&does not match dims [4] of F32 (16 bytes)" % (16 + d),
+              "byte_len one byte %s 4 x numel" % what)
+    # name_len against ckptfs's limit of 65535: at the limit the name is read (and the entry's
+    # bad dtype_tag is the complaint), one over is refused by the limit.
+    for n, needle in ((65535, "dtype_tag 9"), (65536, "limit of 65535")):
+        t = T("n" * n, "F32", [1], b"\0" * 4)
+        raw, _, f2 = write_v2([t], checkpoint=False)
+        h.add("bound-name-len-%d" % n, patched(raw, f2, "tensor 0 dtype_tag", u32(9)), needle,
+              "name_len %d, dtype_tag 9" % n)
+    # rank: 32 dims mount, 33 are refused.
+    for rank in (32, 33):
+        t = T("r", "F32", [1] * rank, b"\0" * 4)
+        raw = write_v2([t], checkpoint=False)[0]
+        if rank == 32:
+            h.add("bound-rank-32", raw, "", "rank 32, every dim 1", ["r"])
+        else:
+            h.add("bound-rank-33", raw, "33&exceeds the 32 dims", "rank 33, every dim 1")
+    # tensor_count against the index bytes after it: the smallest archive entry is 29 bytes (an
+    # empty name, rank 0). Exactly 29 bytes hold one; 28 cannot.
+    scalar = [T("", "F32", [], b"\1\2\3\4")]
+    sdata, _, sfields = write_v2(scalar, checkpoint=False)
+    h.add("bound-count-exact-room", sdata, "", "tensor_count 1, a 29-byte index entry", [""])
+    ilen = field_at(sfields, "index_len")[0]
+    short = bytearray(sdata)
+    struct.pack_into("<I", short, ilen, struct.unpack_from("<I", short, ilen)[0] - 1)
+    h.add("bound-count-room-minus-1", bytes(short), "needs at least 29 bytes&has 28",
+          "tensor_count 1, index_len one byte short of the 29-byte entry")
+    # index_len against the end of the file: an empty index ending at the end of the file.
+    h.add("bound-index-to-eof", b"GPTRSTEN" + u32(2) + u32(4) + u32(0), "",
+          "index_len 4 (tensor_count 0) ending at the end of the file", [])
+    h.add("bound-index-eof-plus-1", b"GPTRSTEN" + u32(2) + u32(5) + u32(0),
+          "index_len 5&past the end", "index_len one byte more than the file holds")
+    # config_len against the end of the file.
+    cfg = compact({"kind": "gpt", "config": GPT_CONFIG})
+    head = b"GPTRSCHK" + u32(2)
+    h.add("bound-config-to-eof", head + u32(len(cfg)) + cfg, "index_len",
+          "config ending at the end of the file: the index_len after it is missing")
+    h.add("bound-config-eof-plus-1", head + u32(len(cfg) + 1) + cfg,
+          "config_len %d&past the end" % (len(cfg) + 1), "config_len one byte past the end")
 
 
 def _index_with_trailing(tensors, cfg):
@@ -620,11 +715,13 @@ def _index_with_trailing(tensors, cfg):
 # ---------------------------------------------------------------------------
 
 CASES = ["chk-dtypes", "chk-odd", "chk-python", "chk-layout", "chk-legacy-config", "chk-v1",
-         "ten-v1", "ten-v2", "chk-doc-example", "ten-doc-example", "hostile"]
+         "ten-v1", "ten-v2", "chk-doc-example", "ten-doc-example", "hostile", "bound-index-end",
+         "bound-index-overlap-1"]
 
 
 def main(argv):
-    return generate(argv, CASES, gen_good, gen_hostile, self_test=blake3_self_test)
+    return generate(argv, CASES, gen_good, gen_bound_good, gen_hostile,
+                    self_test=blake3_self_test)
 
 
 if __name__ == "__main__":

@@ -406,6 +406,8 @@ def gen_tars(out, rng, cases, hostile):
                       archive="tars/mp.nemo",
                       summary={"checkpoints": [{"file": "mp_rank_00/model_weights.ckpt"},
                                                {"file": "mp_rank_01/model_weights.ckpt"}]}))
+    gen_tar_bounds(root, h_root=hostile.root, hostile=hostile, cases=cases, base=base,
+                   st=st, st_bytes=st_bytes, cfg=cfg)
     # Hostile archives.
     h = hostile.root
 
@@ -460,6 +462,78 @@ def gen_tars(out, rng, cases, hostile):
         add_bytes(tf, "./model_weights.ckpt", st_bytes)
     hostile.row("bad_weights.nemo", "refuse", "not a torch.save",
                 "a .nemo whose model_weights.ckpt is no torch file")
+
+
+def gen_tar_bounds(root, h_root, hostile, cases, base, st, st_bytes, cfg):
+    """The tar reader's bounds: the last member's data ending exactly at the end of the archive
+    (no padding, no end blocks) and one byte short of its size field; one whole end block and
+    511 bytes of one; a pax record reaching exactly the end of its data and one byte past it."""
+    import io
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        add_bytes(tf, "config.json", cfg)
+        add_bytes(tf, "model.safetensors", st_bytes)
+    full = buf.getvalue()
+    assert len(st_bytes) % 512, "the member must need padding for the bound to show"
+    cfg_blocks = 512 + -(-len(cfg) // 512) * 512
+    member_end = cfg_blocks + 512 + len(st_bytes)
+    padded_end = cfg_blocks + 512 + -(-len(st_bytes) // 512) * 512
+    name = "bound-one-end-block.tar"
+    write(os.path.join(root, name), full[:padded_end] + bytes(512))
+    cases.append(dict(base, name=name, src="tars/" + name, format="safetensors",
+                      tensors=records(st), aux={"config.json": "tars/config.json"},
+                      hf_view=True, archive="tars/" + name))
+    # Without padding Python's tarfile (the tests' reader of member offsets) gives up, so this
+    # one is a hostile case that must mount.
+    write(os.path.join(h_root, "tar_bound_data_to_eof.tar"), full[:member_end])
+    hostile.row("tar_bound_data_to_eof.tar", "mount", "",
+                "the last member's data ends the archive: no padding, no end blocks")
+    hostile.names["tar_bound_data_to_eof.tar"] = sorted(st)
+    at = cfg_blocks  # the model's header
+    over = bytearray(full[:member_end])
+    over[at + 124:at + 136] = b"%011o\0" % (len(st_bytes) + 1)
+    over[at + 148:at + 156] = b"        "
+    over[at + 148:at + 156] = b"%06o\0 " % sum(over[at:at + 512])
+    write(os.path.join(h_root, "tar_bound_size_plus_1.tar"), bytes(over))
+    hostile.row("tar_bound_size_plus_1.tar", "refuse",
+                "says it has %d bytes&ends %d bytes after" % (len(st_bytes) + 1, len(st_bytes)),
+                "the last member's size field one byte more than the archive holds")
+    write(os.path.join(h_root, "tar_bound_header_511.tar"), full[:padded_end] + bytes(511))
+    write(os.path.join(h_root, "tar_bound_header_1.tar"), full[:padded_end] + bytes(1))
+    hostile.row("tar_bound_header_1.tar", "refuse", "ends inside a header block",
+                "one stray byte after the last member")
+    # The last member 511 bytes long without its one byte of padding: the archive ends one
+    # byte before that member's block would.
+    cfg511 = cfg + b" " * (511 - len(cfg))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        add_bytes(tf, "model.safetensors", st_bytes)
+        add_bytes(tf, "config.json", cfg511)
+    st_blocks = 512 + -(-len(st_bytes) // 512) * 512
+    write(os.path.join(h_root, "tar_bound_last_511.tar"),
+          buf.getvalue()[:st_blocks + 512 + 511])
+    hostile.row("tar_bound_last_511.tar", "mount", "",
+                "the last member (511 bytes) ends the archive, one byte short of its block")
+    hostile.names["tar_bound_last_511.tar"] = sorted(st)
+    hostile.row("tar_bound_header_511.tar", "refuse", "ends inside a header block",
+                "511 zero bytes after the last member: less than a header block")
+    # A pax header with one record: "NN path=...\n" whose length NN is exactly its data
+    # (a good archive) or one more.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        add_bytes(tf, "p" * 150 + "/model.safetensors", st_bytes)
+    pax = bytearray(buf.getvalue())
+    assert pax[156:157] == b"x"
+    size = int(pax[124:136].rstrip(b"\0 "), 8)
+    rec = bytes(pax[512:512 + size])
+    n = int(rec.split(b" ", 1)[0])
+    assert n == size and rec.endswith(b"\n"), "one record, filling the data"
+    longer = b"%d" % (n + 1)
+    assert len(longer) == len(b"%d" % n)
+    pax[512:512 + len(longer)] = longer
+    write(os.path.join(h_root, "tar_bound_pax_record_plus_1.tar"), bytes(pax))
+    hostile.row("tar_bound_pax_record_plus_1.tar", "refuse", "malformed record at byte 0",
+                "the pax path record's length one byte more than the header's data")
 
 
 def main(argv):

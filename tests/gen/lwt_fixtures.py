@@ -62,13 +62,15 @@ def entry_bytes(t, stride, pad=b"\0\0\0\0", offset=0, size=None, ndim=None, name
 
 
 def data_start_rule(index_at, index_end, size, data_len):
-    """The reader's rule (choice 4 of lwt.c): natural start first, then the
-    others, preferring a start that leaves 0 or 4 trailing bytes."""
+    """The reader's rule (choice 4 of lwt.c): the first start that leaves 0 or 4
+    trailing bytes, else the natural one if the data fits after it."""
     starts = [(align(index_end, 64), "absolute"), (index_end, "none"),
               (index_at + align(index_end - index_at, 64), "relative")]
     fits = [(s, how) for s, how in starts if s + data_len <= size]
     good = [(s, how) for s, how in fits if size - s - data_len in (0, 4)]
-    return (good or fits)[0]
+    # Another start than the natural one only when it leaves exactly 0 or 4 bytes (with data).
+    fits = [(s, how) for s, how in fits if how == "absolute" or not data_len]
+    return (good or fits or [(None, None)])[0]
 
 
 def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=False,
@@ -104,6 +106,8 @@ def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=Fa
         hdr["crc32"] = crc_value
     elif crc == "header-hex":
         hdr["crc32"] = "0x%08X" % crc_value
+    elif crc == "header-hex-bare":
+        hdr["crc32"] = "%08x" % crc_value
     text = json_text if json_text is not None else json.dumps(hdr, indent=2).encode("utf-8")
 
     out = Out()
@@ -147,6 +151,7 @@ def write_lwt(tensors, header=None, width=32, count_prefix=None, index_align8=Fa
     if json_text is None:
         assert detected[0] == data_at, "ambiguous fixture: the reader would pick another start"
     where = {"trailer": "trailer", "header": "header", "header-hex": "header",
+             "header-hex-bare": "header",
              "both": "header+trailer"}.get(crc)
     if trail and where == "trailer":
         where = None     # the trailer is only recognised when exactly 4 bytes follow the data
@@ -381,18 +386,132 @@ def gen_hostile(out):
           "tensor_count 0 and stray bytes", [])
     h.add("padding-garbage", write_lwt(ts, pad=b"\xff\xff\xff\xff")[0], "",
           "entry padding bytes 0xff", names)
+    gen_bound_hostile(h, ts)
     h.finish()
+
+
+def index_end_at(residue, tensors):
+    """A header (a "pad" key of the right length) that makes the natural index of tensors
+    (no CRC) end at residue modulo 64."""
+    for n in range(64):
+        header = {"pad": "p" * n}
+        _, _, fields, _ = write_lwt(tensors, header=dict(header), crc=None)
+        if (sum(field_at(fields, "header JSON")) + 216 * len(tensors)) % 64 == residue % 64:
+            return header
+    raise AssertionError("no header length works")
+
+
+EMPTY = T("e", [0], b"")
+
+
+def crc32_preimage(target):
+    """4 bytes whose zlib CRC-32 is target: over a fixed length the CRC is affine in the
+    message bits, so the 32 unknown bits solve a linear system over GF(2)."""
+    base = zlib.crc32(bytes(4))
+    cols = [zlib.crc32((1 << i).to_bytes(4, "little")) ^ base for i in range(32)]
+    rows = []  # Gaussian elimination on (column bits | message bit)
+    for i, c in enumerate(cols):
+        rows.append((c, 1 << i))
+    want, x = target ^ base, 0
+    basis = {}
+    for c, m in rows:
+        for bit in reversed(range(32)):
+            if not c >> bit & 1:
+                continue
+            if bit in basis:
+                c, m = c ^ basis[bit][0], m ^ basis[bit][1]
+            else:
+                basis[bit] = (c, m)
+                break
+    for bit in reversed(range(32)):
+        if want >> bit & 1:
+            want, x = want ^ basis[bit][0], x ^ basis[bit][1]
+    data = x.to_bytes(4, "little")
+    assert zlib.crc32(data) == target
+    return data
+
+
+def gen_bound_good(out):
+    """The accepted side of each bound, bytes checked against the manifest (bound-*)."""
+    # Exactly tensor_count x 212 bytes after the header: one packed empty entry, no data.
+    write_case(out, "bound-index-to-eof", [EMPTY], stride=212, data="none", placement="packed",
+               crc=None)
+    # An index ending at a multiple of 64, so every data start rule gives the same offset: the
+    # last tensor ends exactly at the end of the file; one byte after it is a warning.
+    a = T("a", [16], np.arange(16, dtype="<f4").tobytes())
+    b = T("b", [0], b"")
+    hdr = index_end_at(0, [a, b])
+    write_case(out, "bound-data-to-eof", [a, b], header=dict(hdr), crc=None)
+    write_case(out, "bound-data-eof-minus-1", [a, b], header=dict(hdr), crc=None, trail=b"\0",
+               warnings=["1 bytes after the data section"])
+    # An index ending two bytes before a multiple of 64 and one byte after it: the natural
+    # data start lies one byte past the end of the file, so the data starts right after the
+    # index (with the byte as trailing).
+    write_case(out, "bound-start-past-eof", [EMPTY], header=index_end_at(62, [EMPTY]), crc=None,
+               data="none", trail=b"\0", warnings=["1 bytes after the data section"])
+    # crc32 as a hex string of exactly 8 digits.
+    write_case(out, "bound-crc-hex-8", [a], crc="header-hex-bare")
+
+
+def gen_bound_hostile(h, ts):
+    """The refused side of each bound: one byte, entry or digit over (bound-*)."""
+    h.add("bound-file-11", MAGIC + b"\0\0\0", "needs 4 bytes", "11-byte file")
+    h.add("bound-file-12", MAGIC + u32(0), "header JSON", "12-byte file, header_len 0")
+    for n, needle in ((100000000, "past the end"), (100000001, "limit")):
+        h.add("bound-header-len-%d" % n, MAGIC + u32(n) + b"{}", needle,
+              "header_len %d in a 14-byte file (limit 100000000)" % n)
+    text = b'{"tensor_count": 0}'
+    h.add("bound-header-to-eof", MAGIC + u32(len(text)) + text, "", "header JSON ends at the "
+          "end of the file, tensor_count 0", [])
+    h.add("bound-header-eof-plus-1", MAGIC + u32(len(text) + 1) + text, "past the end",
+          "header_len one byte more than the file holds")
+    h.add("bound-index-count-plus-1", write_lwt([EMPTY], stride=212, data="none",
+                                                placement="packed", crc=None,
+                                                tensor_count=2)[0],
+          "needs at least 424 bytes", "tensor_count 2, 212 bytes of index after the header")
+    for d, what in ((1, "over"), (-1, "under")):
+        size = len(ts[1].data) + d
+        h.add("bound-size-bytes-%s" % what, write_lwt(ts, entry_edit=edit(
+            1, "size_bytes", u64(size)))[0],
+            "size_bytes %d&does not match shape [20] of float32 (80 bytes)" % size,
+            "size_bytes one byte %s 4 x numel" % what)
+    a = T("a", [16], np.arange(16, dtype="<f4").tobytes())
+    ab = [a, T("b", [0], b"")]
+    good = write_lwt(ab, header=index_end_at(0, ab), crc=None)[0]
+    h.add("bound-data-eof-plus-1", good[:-1], 'past the end of the file&tensor "a"',
+          "the last tensor (a; an empty b follows it) ends one byte past the end of the file")
+    # The same with 63 bytes of padding before the data: cut by one byte, the data would fit
+    # if it started right after the index (every tensor shifted by 63 bytes).
+    padded = write_lwt(ab, header=index_end_at(1, ab), crc=None)[0]
+    h.add("bound-data-eof-plus-1-padded", padded[:-1], 'past the end of the file&tensor "a"',
+          "natural file with 63 bytes of data padding, cut by one byte")
+    crc = zlib.crc32(a.data) & 0xFFFFFFFF
+    # The shortest hex string: one digit, for a tensor whose bytes have a CRC-32 of 0x5.
+    small = T("s", [1], crc32_preimage(5))
+    h.add("bound-crc-hex-1-digit", write_lwt([small], json_text=b'{"tensor_count": 1, '
+                                             b'"crc32": "5"}', crc=None)[0], "", "crc32 \"5\"",
+          ["s"])
+    for name, text, needle, desc in (
+            ("0x-9-digits", '"0x0%08x"' % crc, "not a 32-bit integer or hex",
+             "crc32 \"0x\" + 9 hex digits"),
+            ("9-digits", '"0%08x"' % crc, "not a 32-bit integer or hex", "crc32 of 9 hex digits"),
+            ("2p32", "4294967296", "not a 32-bit integer", "crc32 2^32"),
+            ("2p32-minus-1", "4294967295", "mismatch&0xffffffff",
+             "crc32 2^32-1 (a 32-bit value, the wrong one)")):
+        js = b'{"tensor_count": 1, "crc32": %s}' % text.encode()
+        h.add("bound-crc-" + name, write_lwt([a], json_text=js, crc=None)[0], needle, desc)
 
 
 # ---------------------------------------------------------------------------
 
 CASES = ["natural", "no-crc", "crc-header-hex", "crc-trailer", "u64-length", "count-prefix",
          "packed-entries", "packed-data", "index-align8", "relative-data", "total-bytes-off",
-         "empty", "all-variants", "names", "hostile"]
+         "empty", "all-variants", "names", "hostile", "bound-index-to-eof", "bound-data-to-eof",
+         "bound-data-eof-minus-1", "bound-start-past-eof", "bound-crc-hex-8"]
 
 
 def main(argv):
-    return generate(argv, CASES, gen_good, gen_hostile)
+    return generate(argv, CASES, gen_good, gen_bound_good, gen_hostile)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ COL_PARTS = ["Column", "OutputParallel", "qkv", "embed"]
 
 CASES = ["dir2", "dir4_override", "dtype_quirk", "reader_order", "reader_order_v1",
          "trailing", "stray_files", "saved_at_default", "centralized_one",
-         "centralized_short", "centralized_two", "hostile"]
+         "centralized_short", "centralized_two", "bound_central_4096", "hostile"]
 
 
 # ---------------------------------------------------------------------------
@@ -626,6 +626,14 @@ def gen_centralized(out):
                        meta_doc("short-file", when, 4, [4], 1, 1, "writer", "centralized", 4), 4,
                        ["declared|present"])
 
+    # shard_count at its limit, 4096 (one shard present).
+    c = Case(1)
+    c.add("fc.weight", F32, [v(F32, 2, 2)])
+    meta = metadata_bytes("limit", when, 4, [4], 1)
+    write_central_case(out, "bound_central_4096", "bound_central_4096.ckpt", c, meta,
+                       meta_doc("limit", when, 4, [4], 1, 1, "writer", "centralized", 4096), 4096,
+                       ["4096 shards declared, 1 present"])
+
     c = Case(2)
     c.add("layers.0.q_proj.weight", F32, split(v(F32, 4, 4), 0, 2))
     c.add("layers.0.o_proj.weight", F32, split(v(F32, 4, 6), 1, 2))
@@ -833,7 +841,69 @@ def gen_hostile(out):
     h.file("central_dup_name.ckpt", "twice", "shard_count 1, the shard names a tensor twice",
            cmeta + i32(1) + i32(4 + 2 * len(entry("a.w", (2,), F32))) +
            i32(2) + entry("a.w", (2,), F32) + entry("a.w", (2,), F32))
+    gen_bound_hostile(h, ok, ok1, cmeta)
     h.finish()
+
+
+def gen_bound_hostile(h, ok, ok1, cmeta):
+    """The shard reader's checks one over their bound (refused by that check), and at the bound
+    where the next check refuses the input instead, naming itself (bound_*)."""
+    # tensor count against the bytes after it, 13 per entry at least: one 13-byte entry (empty
+    # name, rank 0, Float32, data_length 0) passes the count and fails its data_length.
+    tiny = enc7(0) + i32(0) + i32(F32) + i32(0)
+    assert len(tiny) == 13
+    h.dir("bound_count_exact_room", "data_length 0&neither", "tensor count 1, 13 bytes follow",
+          [i32(1) + tiny, ok1])
+    h.dir("bound_count_room_plus_1", "tensor count 2&more than the data can hold",
+          "tensor count 2, 13 bytes follow", [i32(2) + tiny, ok1])
+    # A name reaching exactly the end of the data, and one byte past it.
+    h.dir("bound_name_to_end", "rank&runs past the end", "name length 20, 20 bytes follow",
+          [i32(1) + enc7(20) + b"n" * 20, ok1])
+    h.dir("bound_name_past_end_1", "tensor name 21&length runs past the end",
+          "name length 21, 20 bytes follow", [i32(1) + enc7(21) + b"n" * 20, ok1])
+    # rank 32 passes (then dtype 9 is refused), 33 does not.
+    h.dir("bound_rank_32", "dtype 9&not a TensorDataType", "32 dims of 1, dtype tag 9",
+          [i32(1) + entry("w", (1,) * 32, 9, data=b"\0" * 4), ok1])
+    h.dir("bound_rank_33", "rank (number of dims) 33", "33 dims of 1",
+          [i32(1) + entry("w", (1,) * 33, F32), ok1])
+    # rank 0 (a scalar) passes (then dtype 9), -1 does not. ("rank" alone would match the
+    # file name shard_rank0.pt.)
+    h.dir("bound_rank_0", "dtype 9&not a TensorDataType", "rank 0, dtype tag 9",
+          [i32(1) + entry("w", (), 9, data=b"\0" * 4), ok1])
+    h.dir("bound_rank_minus_1", "rank (number of dims) -1", "rank -1",
+          [i32(1) + entry("w", (), F32, ndim=-1, data=b""), ok1])
+    # dtype tags 0-4: tag 4 (Float16) passes (its data_length then is wrong), 5 does not.
+    h.dir("bound_dtype_4", "data_length 6&neither", "dtype tag 4, [2] with 6 bytes",
+          [i32(1) + entry("w", (2,), 4, data=b"\0" * 6), ok1])
+    h.dir("bound_dtype_5", "dtype 5&not a TensorDataType", "dtype tag 5",
+          [i32(1) + entry("w", (2,), 5, data=b"\0" * 8), ok1])
+    # data_length one byte more than the shard holds.
+    h.dir("bound_len_past_end_1", "data_length 24&runs past the end",
+          "data_length 24, 23 bytes follow",
+          [i32(1) + entry("w", (2, 3), F32, length=24, data=b"\0" * 23), ok1])
+    # numel against C#'s array limit (2^31-1): at it, the data_length is what is wrong.
+    h.dir("bound_numel_int32_max", "data_length 0&neither", "dims [2^31-1] Float16, no data",
+          [i32(1) + entry("w", (0x7FFFFFFF,), 4, length=0, data=b""), ok1])
+    h.dir("bound_numel_int32_max_plus_1", "more than a C# array",
+          "dims [2^16, 2^15] Float16 (2^31 elements), no data",
+          [i32(1) + entry("w", (1 << 16, 1 << 15), 4, length=0, data=b""), ok1])
+    # A name of exactly ckptfs's limit (1 MiB) is read (then the rank is missing), one byte
+    # more is refused by the limit, both with the bytes present.
+    big = 1 << 20
+    h.dir("bound_name_1mib", "rank at offset %d&runs past the end" % (4 + 3 + big),
+          "name length 1 MiB, then nothing", [i32(1) + enc7(big) + b"n" * big, ok1])
+    h.dir("bound_name_1mib_plus_1", "tensor name %d&length runs past" % (big + 1),
+          "name length 1 MiB + 1, with the bytes", [i32(1) + enc7(big + 1) + b"n" * (big + 1)
+                                                     + b"\0" * 9, ok1])
+    # Centralized: one stray byte after the shards where a shard size would follow.
+    h.file("bound_central_stray_byte.ckpt", "shard size&runs past the end",
+           "shard_count 2, one shard, then one byte", cmeta + i32(2) + i32(len(ok)) + ok + b"\0")
+    # Centralized: a shard size one byte more than the file holds; shard_count over 4096.
+    h.file("bound_central_blob_past_end_1.ckpt", "shard size %d&runs past the end" % (len(ok) + 1),
+           "shard size one byte more than the file holds",
+           cmeta + i32(1) + i32(len(ok) + 1) + ok)
+    h.file("bound_central_count_4097.ckpt", "shard_count 4097&over 4096", "shard_count 4097",
+           cmeta + i32(4097) + i32(len(ok)) + ok)
 
 
 def main(argv):

@@ -15,6 +15,7 @@ OUTDIR/canaries.json  for the pickles whose payload would run a command: the fil
 Deterministic: the same bytes on every run.
 """
 
+import hashlib
 import os
 import struct
 import sys
@@ -24,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from fixture_lib import fresh_out, write_cases, write_json  # noqa: E402
 
 ARCHIVE = "archive"
-CANARY_DIR = "/tmp"
+# Where a payload that ran would leave its file: inside OUTDIR (set by main), so that suites
+# running at once on one machine (worktrees, make mutate's snapshot) never see each other's.
+CANARY_DIR = None
 
 
 # ---------------------------------------------------------------------------
@@ -193,6 +196,7 @@ class Cases:
         self.out = out
         self.rows = []
         self.canaries = {}
+        self.bound_bytes = {}  # mount case: {tensor: sha256 of the bytes it must show}
 
     def add(self, name, data, expect, needle, desc):
         with open(os.path.join(self.out, name), "wb") as f:
@@ -480,6 +484,139 @@ def zip_cases(c):
              "zip local header signature then zeros")
 
 
+def bound_cases(c):
+    """The zip reader's and the tensor checks' bounds: at the bound (mounts; bound-bytes.json
+    holds the size and sha256 of the bytes each tensor must show), one under and one over (refused with
+    the specific complaint). bound_*.pt"""
+    def mount(name, data, tensors, desc):
+        c.add(name, data, "mount", "-", desc)
+        c.bound_bytes[name] = {k: {"sha256": hashlib.sha256(v).hexdigest(), "nbytes": len(v)}
+                               for k, v in tensors.items()}
+
+    good, marks = torch_zip(good_records(), zip64=False)
+    at = {what: off for off, what in marks}
+    eocd = at["end record"]
+    cd_size = eocd - at["central directory"]
+    # The end record needs 22 bytes: 21 cannot hold it. (A 22-byte zip is its end record, which
+    # starts "PK\\5\\6", while only files starting "PK\\3\\4" reach the zip reader: the bound
+    # itself cannot be a fixture.)
+    empty = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0, 0, 0, 0, 0)
+    # The zip probe needs the 4 bytes of a local header signature: exactly those are a zip
+    # (too short for its end record).
+    c.refuse("bound_zip_4_bytes.pt", b"PK\x03\x04", "fewer than the 22",
+             "4 bytes: a local header signature and nothing else")
+    c.refuse("bound_zip_21_bytes.pt", b"PK\x03\x04" + empty[4:21], "fewer than the 22",
+             "21 bytes: local signature, then an end record cut short")
+
+    def eocd_patch(pos, fmt, value):
+        b = bytearray(good)
+        struct.pack_into(fmt, b, eocd + pos, value)
+        return bytes(b)
+
+    # The central directory's size against its end record: one byte more is refused.
+    c.refuse("bound_cd_size_plus_1.pt", eocd_patch(12, "<I", cd_size + 1),
+             "runs past its end record", "central directory size one byte more than it holds")
+    # Entry count against the directory size (46 bytes at least each): the most that could fit
+    # passes that check (and the directory runs out of entries), one more does not.
+    most = cd_size // 46
+    for n, needle in ((most, "runs past the end of the directory"), (most + 1, "cannot fit")):
+        b = bytearray(eocd_patch(8, "<H", n))
+        struct.pack_into("<H", b, eocd + 10, n)
+        c.refuse("bound_entries_%d_in_%d.pt" % (n, cd_size), bytes(b), needle,
+                 "%d entries declared in a %d-byte central directory" % (n, cd_size))
+    # A local header offset that leaves exactly the 30 bytes of a local header before the end
+    # (read: a bad signature), and one that leaves 29.
+    cd_w = at["central entry archive/data/0"]
+    for left, needle in ((30, "bad signature"), (29, "local header offset")):
+        b = bytearray(good)
+        struct.pack_into("<I", b, cd_w + 42, len(good) - left)
+        c.refuse("bound_local_offset_end_minus_%d.pt" % left, bytes(b), needle,
+                 "data/0's local header offset %d bytes before the end of the zip" % left)
+    # A record's data against the end of the zip: the last record (the one before the
+    # directory) grown to end exactly at the end of the file holds the directory as well, so
+    # it is too long for a version record; one byte more runs past the end.
+    cd_v = at["central entry archive/version"]
+    data_v = at["data of version"]
+    for extra, needle in ((0, "bytes, more than the limit"), (1, "run past the end of the zip")):
+        b = bytearray(good)
+        n = len(good) - data_v + extra
+        struct.pack_into("<II", b, cd_v + 20, n, n)
+        c.refuse("bound_last_record_to_eof_plus_%d.pt" % extra, bytes(b), needle,
+                 "the last record's sizes reach %d byte(s) past the end of the file" % extra
+                 if extra else "the last record's sizes reach exactly the end of the file")
+    # The zip64 end record must end where its locator starts: one byte later it overlaps it.
+    z, zmarks = torch_zip(good_records())
+    z64 = {what: off for off, what in zmarks}["zip64 end record"]
+    c.refuse("bound_zip64_record_plus_1.pt",
+             torch_zip(good_records(), eocd_patch={"z64_offset": z64 + 1})[0],
+             "where no zip64 end of central directory record fits",
+             "zip64 locator pointing one byte after the zip64 end record")
+    # A central directory of 0 bytes may start at its end record (and holds no data.pkl).
+    empty_cd = bytearray(good[:eocd + 22])
+    struct.pack_into("<HHII", empty_cd, eocd + 8, 0, 0, 0, eocd)
+    c.refuse("bound_cd_empty_at_end.pt", bytes(empty_cd), "0 records",
+             "entries 0, directory size 0, starting at the end record")
+    # After the last entry, 45 bytes left for a 46-byte entry header.
+    b = bytearray(good[:eocd]) + b"J" * 45
+    tail = bytearray(good[eocd:])
+    struct.pack_into("<HHI", tail, 8, 5, 5, cd_size + 45)
+    c.refuse("bound_cd_entry_45_bytes.pt", bytes(b + tail),
+             "central directory entry 4 at offset %d runs past the end of the directory" % eocd,
+             "5 entries declared, the last 45 bytes long")
+    # A stored record whose compressed size is one more than its size.
+    b = bytearray(good)
+    struct.pack_into("<I", b, cd_w + 20, len(W_BYTES) + 1)
+    c.refuse("bound_stored_csize_plus_1.pt", bytes(b),
+             "compressed size %d differs from its size %d" % (len(W_BYTES) + 1, len(W_BYTES)),
+             "stored data/0 with a compressed size one more than its size")
+    # The version record is read into 64 bytes: 63 fit ("3" and a newline, then what follows
+    # the line is not read), 64 do not.
+    for n in (63, 64):
+        recs = [r if r[0] != "version" else ("version", b"3\n" + b"x" * (n - 2))
+                for r in good_records()]
+        if n == 63:
+            mount("bound_version_record_63.pt", torch_zip(recs)[0],
+                  {"w": W_BYTES, "b": B_BYTES}, "a version record of 63 bytes")
+        else:
+            c.refuse("bound_version_record_64.pt", torch_zip(recs)[0],
+                     "is 64 bytes, more than the limit of 63", "a version record of 64 bytes")
+    # Storage element count against the record's bytes: equal mounts, one element more or
+    # fewer is refused.
+    b_ = rebuild("LongStorage", "1", 3, 0, [3], [1])
+    mount("bound_storage_exact.pt", torch_zip(good_records())[0],
+          {"w": W_BYTES, "b": B_BYTES}, "storage numel 6 in a 24-byte record")
+    for numel in (5, 7):
+        pkl = state_dict([("w", rebuild("FloatStorage", "0", numel, 0, [1], [1])), ("b", b_)])
+        c.zip_pickle("bound_storage_numel_%d.pt" % numel, pkl,
+                     "declares %d elements of 4 bytes&holds 24 bytes" % numel,
+                     "storage numel %d, record of 6 floats" % numel)
+    # The view against its storage: the last element addressed is the storage's last (mounts),
+    # or one past it.
+    pkl = state_dict([("w", rebuild("FloatStorage", "0", 6, 1, [5], [1])), ("b", b_)])
+    mount("bound_view_last_element.pt", torch_zip(good_records(pkl))[0],
+          {"w": W_BYTES[4:], "b": B_BYTES}, "view [5] at offset 1 of a 6-element storage")
+    pkl = state_dict([("w", rebuild("FloatStorage", "0", 6, 2, [5], [1])), ("b", b_)])
+    c.zip_pickle("bound_view_past_last.pt", pkl, "holds 6 elements&reaches element 6",
+                 "view [5] at offset 2 of a 6-element storage")
+    pkl = state_dict([("w", rebuild("FloatStorage", "0", 6, 0, [2, 2], [3, 2])), ("b", b_)])
+    mount("bound_view_stride_last_element.pt", torch_zip(good_records(pkl))[0],
+          {"w": struct.pack("<4f", 1, 3, 4, 6), "b": B_BYTES},
+          "view [2,2] strides [3,2]: elements 0, 2, 3 and 5 of a 6-element storage")
+    pkl = state_dict([("w", rebuild("FloatStorage", "0", 6, 0, [2, 2], [3, 3])), ("b", b_)])
+    c.zip_pickle("bound_view_stride_past_last.pt", pkl, "reaches element 6",
+                 "view [2,2] strides [3,3] of a 6-element storage: its last element is 6")
+    # Dims: a size tuple of 32 entries mounts, 33 do not.
+    for nd in (32, 33):
+        pkl = state_dict([("w", rebuild("FloatStorage", "0", 6, 0, [1] * nd, [1] * nd)),
+                          ("b", b_)])
+        if nd == 32:
+            mount("bound_dims_32.pt", torch_zip(good_records(pkl))[0],
+                  {"w": W_BYTES[:4], "b": B_BYTES}, "size of 32 dims of 1")
+        else:
+            c.zip_pickle("bound_dims_33.pt", pkl, "size has 33 dimensions",
+                         "size of 33 dims of 1 (the tensor check, not the catalog's)")
+
+
 def _two_folder_zip():
     """The good records under two archive folders: which pickle is the checkpoint?"""
     recs = good_records()
@@ -538,6 +675,10 @@ def legacy_cases(c):
     c.refuse("legacy_count_lie.pt", magic + proto + info() + obj() + keys("1000")
              + struct.pack("<q", 2) + struct.pack("<3f", 1, 2, 3), "declares",
              "legacy count 2 but the persistent id says 3")
+    c.refuse("legacy_count_plus_1.pt", magic + proto + info() + obj() + keys("1000")
+             + struct.pack("<q", 4) + struct.pack("<4f", 1, 2, 3, 4),
+             "declares 3 elements of 4 bytes&holds 4 elements",
+             "legacy count 4 (with its 4 floats) but the persistent id says 3")
     c.refuse("legacy_unused_key.pt", magic + proto + info() + obj() + keys("999", "1000")
              + body + body, "used by no tensor", "legacy key list names an unused storage")
     c.refuse("legacy_missing_key.pt", magic + proto + info() + obj() + keys() + body,
@@ -553,12 +694,17 @@ def main(argv):
     out = fresh_out(argv, __doc__)
     if out is None:
         return 2
+    global CANARY_DIR
+    CANARY_DIR = os.path.join(os.path.abspath(out), ".canaries")
+    os.makedirs(CANARY_DIR)
     c = Cases(out)
     payload_cases(c)
     pickle_cases(c)
     zip_cases(c)
+    bound_cases(c)
     legacy_cases(c)
     write_cases(out, c.rows)
+    write_json(os.path.join(out, "bound-bytes.json"), c.bound_bytes, sort_keys=True)
     write_json(os.path.join(out, "canaries.json"), c.canaries, sort_keys=True)
     print("wrote %d torch hostile cases to %s" % (len(c.rows), out))
     return 0

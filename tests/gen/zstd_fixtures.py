@@ -434,6 +434,27 @@ def gen_hostile(out):
     add("table-only", Seekable().build(), "header length", "no frames: empty content")
     h.add("unused-bits.safetensors.zst", good[:foot + 4] + bytes([0x03]) + good[foot + 5:],
           "", "the descriptor's unused bits are to be ignored", mount_names=["a", "b", "c", "d"])
+
+    # Bounds (bound-*): a table of one 0-byte frame fills exactly the 25 bytes it needs (its
+    # empty content is what is refused), a count of 2 needs 8 more; the last frame's
+    # Compressed_Size one byte past the seek table, and one short of it.
+    one_empty = Seekable().add_raw(b"", b"").build()
+    assert len(one_empty) == 25
+    add("bound-count-exact-room", one_empty, "header length",
+        "Number_Of_Frames 1 in a 25-byte file: the table fits, the content is empty")
+    add("bound-count-room-plus-1", one_empty[:-9] + patch32(one_empty[-9:], 0, 2),
+        "Number_Of_Frames 2&needs 16 bytes&than the 8 bytes",
+        "Number_Of_Frames 2 where one entry fits")
+    add("bound-count-room-7", one_empty[:8] + bytes(7) + one_empty[-9:],
+        "Number_Of_Frames 1&needs 8 bytes&than the 7 bytes",
+        "Number_Of_Frames 1 with 7 bytes between the table's header and the footer")
+    last = len(body) - len(frames[3])
+    add("bound-csize-last-past-table", patch32(good, at("Compressed_Size 3"), len(frames[3]) + 1),
+        "Compressed_Size %d of frame 3&runs past the seek table" % (len(frames[3]) + 1),
+        "the last frame's Compressed_Size one byte past the seek table (frame at %d)" % last)
+    add("bound-csize-sum-minus-1", patch32(good, at("Compressed_Size 3"), len(frames[3]) - 1),
+        "add up to %d bytes&starts at offset %d" % (len(body) - 1, len(body)),
+        "the last frame's Compressed_Size one less: the sizes add up to one byte short")
     h.finish()
 
     # Damage found only when the frame is read: mounts, those tensors give EIO.

@@ -151,8 +151,13 @@ def run(group, extra=None):
     rows = [r for r in hostile.read_cases(os.path.join(hdir, "cases.tsv"))
             if r["path"].startswith(prefix) or r["path"] in prefix]
     tap.ok(len(rows) >= 3, "%d hostile %s cases" % (len(rows), group))
+    names_file = os.path.join(hdir, "mount-names.json")
+    names = read_json(names_file) if os.path.exists(names_file) else {}
     for row in rows:
-        hostile.check_refuse(tap, ckptfs, hdir, row)
+        if row["expect"] == "mount":
+            hostile.check_mount(tap, ckptfs, hdir, row, names.get(row["path"]))
+        else:
+            hostile.check_refuse(tap, ckptfs, hdir, row)
     if extra:
         extra(tap, ckptfs, root)
     return finish(tap)

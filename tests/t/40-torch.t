@@ -105,6 +105,21 @@ def main(tap, ckptfs, fixtures):
     if tap.ok(os.path.isfile(os.path.join(torch_hostile, "cases.tsv")),
               "%s/cases.tsv exists" % torch_hostile):
         hostile.run_cases(tap, ckptfs, torch_hostile, min_cases=60, min_canaries=5)
+        check_bound_bytes(tap, ckptfs, torch_hostile)
+
+
+def check_bound_bytes(tap, ckptfs, torch_hostile):
+    """The boundary cases that mount show exactly the bytes the generator put in each tensor
+    (bound-bytes.json: {case: {tensor: {sha256, nbytes}}})."""
+    want = read_json(os.path.join(torch_hostile, "bound-bytes.json"))
+    tap.ok(len(want) >= 3, "bound-bytes.json lists %d boundary mounts" % len(want))
+    for case, tensors in sorted(want.items()):
+        def checks(mnt, tensors=tensors, case=case):
+            for name, t in sorted(tensors.items()):
+                problems = bytes_problems(os.path.join(mnt, name), t["nbytes"], t["sha256"])[0]
+                tap.ok(not problems, "%s: %s bytes (sha256 of the generator's)" % (case, name),
+                       problems)
+        mounted(tap, ckptfs, os.path.join(torch_hostile, case), case, checks)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 import hostile  # noqa: E402
 from mount_checks import (bytes_problems, check_tree, field_problems, mounted,  # noqa: E402
-                          read_json, run)
+                          read_json, run, warning_problems)
 
 
 # ---------------------------------------------------------------------------
@@ -76,9 +76,11 @@ def check_docs(tap, case, mnt, manifest):
         summary = read_json(os.path.join(mnt, ".ckptfs", "summary.json"))
         if summary.get("tensor_count") != len(manifest["tensors"]):
             problems.append("summary tensor_count %r" % (summary.get("tensor_count"),))
+        if "warnings" in manifest:
+            problems += warning_problems(summary, manifest["warnings"])
     except (OSError, ValueError) as e:
         problems.append(str(e))
-    tap.ok(not problems, "%s: .ckptfs/metadata.json \"burnpack\" and summary" % case, problems)
+    tap.ok(not problems, "%s: .ckptfs/metadata.json \"burnpack\", summary and warnings" % case, problems)
 
 
 def run_good(tap, ckptfs, good, case):
