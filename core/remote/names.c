@@ -201,7 +201,7 @@ int remote_kind(const char *path) {
     if (!http && strncmp(norm, "s3://", 5) == 0 && !dir_known(parent)) {
         int k = s3_kind(norm);
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err); /* its children are asked next */
-        return k;
+        if (k >= 0) return k;
     }
     if (http && !dir_known(parent)) {
         int k = http_kind(norm);

@@ -67,7 +67,8 @@ void remote_shown(const char *path, char *out, size_t cap);
 /* Scheme-specific parts (s3.c, hf.c, httpdir.c): listing one directory level. */
 int s3_target(const char *path, remote_target *t, ckpt_err *err);
 int s3_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
-/* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING of s3://BUCKET/KEY, from two one-key listings. */
+/* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING of s3://BUCKET/KEY, from two one-key listings; -1
+ * when the store refused them (s3rver answers a truncated one-key page with a 500). */
 int s3_kind(const char *path);
 int hf_target(const char *path, remote_target *t, ckpt_err *err);
 int hf_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);

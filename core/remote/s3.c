@@ -288,17 +288,20 @@ int s3_kind(const char *path) {
     int kind = REMOTE_MISSING;
     sb_puts(&prefix, key);
     sb_putc(&prefix, '/');
-    if (list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) == 0 && body.data &&
-        memmem(body.data, body.len, "<Contents>", 10))
+    if (list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) != 0)
+        kind = -1;
+    else if (body.data && memmem(body.data, body.len, "<Contents>", 10))
         kind = REMOTE_DIR;
     sb_clear(&prefix);
     sb_puts(&prefix, key);
     sb_clear(&body);
-    if (kind == REMOTE_MISSING &&
-        list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) == 0 && body.data &&
-        xml_text(body.data, body.data + body.len, "Key", &text) && text.data &&
-        strcmp(text.data, key) == 0)
-        kind = REMOTE_FILE;
+    if (kind == REMOTE_MISSING) {
+        if (list_page(path, bucket, &prefix, &token, 1, &url, &body, &err) != 0)
+            kind = -1;
+        else if (body.data && xml_text(body.data, body.data + body.len, "Key", &text) &&
+                 text.data && strcmp(text.data, key) == 0)
+            kind = REMOTE_FILE;
+    }
     sb_free(&prefix);
     sb_free(&url);
     sb_free(&body);
