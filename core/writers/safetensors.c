@@ -85,6 +85,7 @@ static int write_one(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
 static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
                      ckpt_err *err) {
     int rc = check_safetensors_fit(cat, err);
+    if (!rc) rc = writer_dir_guard(cat, out, opts, err);
     if (rc) return rc;
     ckpt_hfview view;
     uint64_t shard = opts->max_shard_size ? opts->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;

@@ -13,7 +13,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,6 +94,26 @@ static void settle_old(int old_fd, int new_fd, const char *tmp) {
     }
     closedir(d);
     unlinkat(AT_FDCWD, tmp, AT_REMOVEDIR);
+}
+
+int writer_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err) {
+    char out_real[PATH_MAX], src_real[PATH_MAX];
+    struct stat s;
+    if (opts->replaces_own_source || stat(out, &s) != 0 || !S_ISDIR(s.st_mode) ||
+        !realpath(out, out_real))
+        return 0; /* nothing there to replace: the new directory is renamed into place */
+    size_t n = strlen(out_real);
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        const ckpt_source *src = &cat->sources[i];
+        if (src->remote || !realpath(src->path, src_real)) continue;
+        if (strncmp(src_real, out_real, n) == 0 && (n == 1 || src_real[n] == '/'))
+            return ckpt_fail(err, -EINVAL,
+                             "%s holds %s, a file this write reads: replacing the directory "
+                             "would remove it; write elsewhere",
+                             out, src_real);
+    }
+    return 0;
 }
 
 int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
