@@ -143,3 +143,19 @@ int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
     close(new_fd);
     return rc;
 }
+
+int writer_publish_dir(const char *tmp, const char *out, const ckpt_write_opts *opts,
+                       ckpt_err *err) {
+    int rename_errno = rename(tmp, out) != 0 ? errno : 0;
+    bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
+    int rc = 0;
+    if (exists && opts->replace_dir)
+        rc = writer_replace_dir(tmp, out, err); /* a stage committing OUT again */
+    else if (rename_errno)
+        rc = ckpt_fail(err, -rename_errno, "%s: cannot move the finished directory into place: %s",
+                       out,
+                       exists ? "it exists and is not empty (a directory is never merged into: "
+                                "remove it or give a new name)"
+                              : strerror(rename_errno));
+    return rc ? rc : out_fsync_dir_of(out);
+}

@@ -126,7 +126,7 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
         /* Into the pack when its tensors tile it; else written whole (the compaction) */
-        rc = stage_pack_commit(st, cat, &err);
+        rc = stage_pack_commit(st, cat, &opts, &err);
         if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
             /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */
