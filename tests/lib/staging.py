@@ -278,6 +278,22 @@ def spool_inodes(out, extra=()):
         return set()
 
 
+def stop_stage(mnt, pid, kill=False):
+    """Ends a staging daemon: SIGKILL and the dead mount cleared (kill), or an unmount and a
+    wait for its commit on unmount and its exit."""
+    if kill and pid:
+        import signal
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_gone(pid, 10)
+        run_capture(["fusermount3", "-u", "-z", mnt], 20)
+    else:
+        run_capture(["fusermount3", "-u", mnt], 20)
+        wait_gone(pid)
+
+
 class StageSession:
     """`ckptfs stage OUT MNT EXTRA...` on a fresh mountpoint: .ok, .err, .pid; commit(),
     kill() (SIGKILL, then the dead mount cleared), close() (unmount, wait for the commit on
@@ -303,18 +319,11 @@ class StageSession:
         return rc, (o + e).decode(errors="replace")
 
     def kill(self):
-        import signal
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, TypeError):
-            pass
-        wait_gone(self.pid, 10)
-        run_capture(["fusermount3", "-u", "-z", self.mnt], 20)
+        stop_stage(self.mnt, self.pid, kill=True)
 
     def close(self):
         from ckptfs_test import unmount
-        run_capture(["fusermount3", "-u", self.mnt], 20)
-        wait_gone(self.pid)
+        stop_stage(self.mnt, self.pid)
         wait_spool_free(self.spool)
         unmount(self.mnt)
         try:

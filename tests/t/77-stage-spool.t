@@ -21,12 +21,9 @@ exactly, no gap, no overlap, nothing after) and compared with the bytes that wer
 """
 
 import hashlib
-import json
 import os
 import random
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from ckptfs_test import Tap, Watchdog, is_mounted, run_capture, skip_reason, unmount  # noqa
+from ckptfs_test import Tap, Watchdog, skip_reason  # noqa
 from staging import (RESERVED, StageSession, commit, put, rnd, spool_inodes, spool_of,  # noqa
                      strict_read, strict_read_dir, write_sidecar, write_st)
 
