@@ -108,6 +108,7 @@ typedef struct stage {
     pthread_rwlock_t gate;
     pthread_mutex_t commit_lock; /* one commit at a time */
     atomic_bool committing;
+    atomic_uint commit_threads; /* commits running on threads of their own (stage_io.c) */
     _Atomic uint64_t progress_done, progress_total;
     char *last_report; /* "exit N\n..." of the last commit, or NULL */
     pthread_mutex_t handles_lock;
