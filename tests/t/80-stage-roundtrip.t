@@ -23,6 +23,9 @@ Environment: CKPTFS, FIXTURES (tests/gen wrote sharded/, an HF folder with a man
    DIR/model.safetensors (not OUT itself, so the stage does not own it) is refused at the
    commit, naming the file, DIR untouched; a stage of DIR/ --from DIR/ (its own commits)
    commits twice.
+4. The stage's loop has one thread by default and a commit runs on a thread of its own:
+   during a commit of a 256 MiB source to .gguf.zst, .ckptfs/status says "committing" and a
+   listing of the mount answers at once.
 """
 
 import hashlib
@@ -32,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -259,6 +263,46 @@ def guard(tap, work):
             s.close()
 
 
+def answers_during_commit(tap, work):
+    """One loop thread by default; the commit runs on its own, so status and lookups answer
+    while it works (a 256 MiB source written as .gguf.zst takes a while)."""
+    src = os.path.join(work, "big.safetensors")
+    n = 256 << 20
+    head = json.dumps({"big": {"dtype": "I8", "shape": [n], "data_offsets": [0, n]}}).encode()
+    head += b" " * (-len(head) % 8)
+    with open(src, "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for _ in range(n >> 24):
+            f.write(os.urandom(1 << 24))  # incompressible: zstd takes its time
+    out = os.path.join(work, "slow.gguf.zst")
+    s = StageSession(CKPTFS, out, "--from", src, prefix="ckptfs-t80.")
+    if not tap.ok(s.ok, "during a commit: stage --from a 256 MiB source", [s.err]):
+        return
+    seen, slow = [], []
+    try:
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            put(s.mnt, "small", rnd(64, 101))
+            client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT)
+            while client.poll() is None:
+                t0 = time.time()
+                with open(s.path(".ckptfs/status")) as f:
+                    state = json.load(f)["state"]
+                os.listdir(s.mnt)
+                took = time.time() - t0
+                seen.append(state)
+                if took > 1.0:
+                    slow.append(round(took, 2))
+                time.sleep(0.02)
+            text = client.stdout.read().decode(errors="replace")
+        tap.ok(client.returncode == 0, "during a commit: the commit succeeds", [text])
+        tap.ok("committing" in seen and not slow,
+               "during a commit: .ckptfs/status and a listing answer at once, the status says "
+               "committing (%d reads)" % len(seen), [sorted(set(seen)), slow])
+    finally:
+        s.close()
+
+
 def main():
     tap = Tap()
     why = skip_reason(CKPTFS, FIXTURES)
@@ -270,6 +314,7 @@ def main():
         round_trips(tap, work)
         hf_directory(tap, work)
         guard(tap, work)
+        answers_during_commit(tap, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tap.done()
