@@ -61,7 +61,7 @@ static void usage(FILE *out) {
             "  -o spool=DIR       where staged bytes go (default: .OUT.stage/ next to OUT)\n"
             "  -o max_threads=N   worker threads (default 1; commits get their own)\n"
             "  -o nocommit        no commit on unmount: the spool stays until a commit\n"
-            "  -o max_shard_size=S  shards of a DIR/ OUT (e.g. 5GB, 2GiB; default: one file)\n"
+            "  -o max_shard_size=S  shards of a DIR/ OUT (e.g. 2GiB; default 5GB)\n"
             "\n"
             "Commit with `ckptfs commit MOUNTPOINT` (or a write to MOUNTPOINT/.ckptfs/commit),\n"
             "and on unmount (`ckptfs umount MOUNTPOINT` waits for that commit and gives its exit\n"
