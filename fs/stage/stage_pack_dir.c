@@ -494,8 +494,7 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
         }
     }
     if (!rc) {
-        mode_t mask = umask(0);
-        umask(mask);
+        mode_t mask = ckpt_umask(); /* read, not set: other threads create files */
         mode_t sources = 07777;
         for (uint32_t i = 0; i < cat->nsources; i++) { /* as the writer: aux files aside */
             bool aux = false;
