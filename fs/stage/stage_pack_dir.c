@@ -205,6 +205,7 @@ static int sort_out(job *j) {
         int e = home ? add_placed(home, i, p->file_offset) : rest_add(j, i, NULL);
         if (e) return e;
     }
+    pthread_mutex_lock(&st->lock); /* the nodes: open counts change under it */
     for (size_t k = 0; k < j->ns; k++) {
         shard *s = &j->s[k];
         if (s->fd < 0) continue;
@@ -242,6 +243,7 @@ static int sort_out(job *j) {
                      : PACK_DATA_START;
         s->used = true;
     }
+    pthread_mutex_unlock(&st->lock);
     return 0;
 }
 
@@ -288,12 +290,17 @@ static int append_rest(job *j) {
     return rc;
 }
 
-/* Files moved out of a cut pack are journaled at their new place before the pack is cut. */
+/* Files moved out of a cut pack are journaled at their new place before the pack is cut: 0,
+ * 1 when one of them is open now, or -errno. */
 static int journal_moves(job *j) {
     stage *st = j->st;
     bool any = false;
     pthread_mutex_lock(&st->lock);
     int rc = 0;
+    /* A file opened since (for reading) would read the old place: the pack is not cut, OUT
+     * is written whole instead */
+    for (size_t k = 0; !rc && k < j->nrest; k++)
+        if (j->moving[k] && (j->moving[k]->nopen || j->moving[k]->fd >= 0)) rc = 1;
     for (size_t k = 0; !rc && k < j->nrest; k++) {
         snode *n = j->moving[k];
         if (!n) continue;
@@ -446,11 +453,11 @@ static void undo(job *j) {
     for (size_t k = 0; k < j->ns; k++) {
         shard *s = &j->s[k];
         if (s->fd < 0 || s->in_out) continue;
-        if (s->created && !s->moved_in) {
+        uint64_t live = pack_live_end(st->root, s->id);
+        if (s->created && live == 0) { /* no file moved into it */
             spool_data_unlink(st, s->id);
             continue;
         }
-        uint64_t live = pack_live_end(st->root, s->id);
         if (live < PACK_DATA_START) live = PACK_DATA_START;
         if (ftruncate(s->fd, (off_t)live) == 0 && s->id == st->pack_id && st->pack_fd >= 0)
             st->pack_end = live;
