@@ -108,6 +108,14 @@ def stage(ckptfs, out, mnt, *extra):
     return run_capture([ckptfs, "stage", out, mnt] + list(extra), MOUNT_TIMEOUT)
 
 
+def staged(tap, ckptfs, out, mnt, what, *extra):
+    """`ckptfs stage OUT MNT EXTRA...` as a TAP check "WHAT: ckptfs stage": (ok, stderr)."""
+    from ckptfs_test import is_mounted
+    rc, _, err = stage(ckptfs, out, mnt, *extra)
+    return tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
+                  ["exit %r: %s" % (rc, err.decode("utf-8", "replace"))]), err
+
+
 def commit(ckptfs, mnt, timeout=COMMIT_TIMEOUT):
     return run_capture([ckptfs, "commit", mnt], timeout)
 
