@@ -5,7 +5,8 @@
  *
  *   - a pack whose tensors tile it from PACK_DATA_START is a shard as it is; the tensors past
  *     the greedy cut of max_shard_size (the file that crossed it) move to another pack, and
- *     are journaled there before the pack is cut back;
+ *     are journaled there before the pack is cut back (a file opened meanwhile would read
+ *     the old place: then OUT is written whole by ckpt_write instead);
  *   - a pack with holes (a file removed, rewritten or truncated after it was closed), and the
  *     tensors from elsewhere (the --from source, data files, packs of earlier commits that
  *     changed) are appended to packs with room, or to new ones (copy_file_range, a reflink
