@@ -310,6 +310,10 @@ typedef struct ckpt_progress {
 typedef struct ckpt_write_opts {
     uint64_t max_shard_size; /* safetensors: > 0 writes an HF directory with an index */
     bool replace_dir;        /* an HF directory OUT that exists is replaced (else: refused) */
+    /* OUT is the very directory the catalog was opened from, and the caller opens it again
+     * after the write (a stage --from OUT): its files may be replaced. Without it, a directory
+     * OUT that holds a file of the catalog's sources is refused before anything is written. */
+    bool replaces_own_source;
     ckpt_progress progress;
 } ckpt_write_opts;
 

@@ -772,6 +772,8 @@ static int build_catalog(builder *b, const char *root, ckpt_catalog **out) {
         uint32_t src;
         rc = catalog_add_source(cat, f->spool_path, f->path, &src, b->err);
         if (!rc) cat->sources[src].owned = true;
+        /* as for tensors: the spool's 0600 is not the user's file's mode */
+        if (!rc) cat->sources[src].mode |= 07777;
         if (!rc && !cat->sources[src].zst) { /* as for tensors: opened when read */
             close(cat->sources[src].fd);
             cat->sources[src].fd = -1;

@@ -25,4 +25,16 @@ const char *ckpt_writer_suffixes(void);
  * files), for outputs that start as private temporary files and get the usual mode at the end. */
 mode_t ckpt_umask(void);
 
+/* For a caller that assembles a directory OUT itself (a stage linking its packs in as the
+ * shards): the directory writer's first and last steps. ckpt_dir_guard refuses an existing OUT
+ * that holds a file of cat's sources (unless opts->replaces_own_source), before anything is
+ * written; ckpt_dir_publish renames the finished directory tmp to out, or swaps it in when out
+ * exists and opts->replace_dir (files the writer does not write are kept), and fsyncs. */
+int ckpt_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                   ckpt_err *err);
+/* The config and tokenizer files of cat into tmp, and tmp's mode as the writer gives it. */
+int ckpt_dir_add_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err);
+int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err);
+
 #endif

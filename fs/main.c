@@ -234,7 +234,7 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
                          .from = empty ? NULL : o->m.first,
                          .spool = o->spool,
                          .max_shard_size = o->max_shard_size,
-                         .max_threads = num->max_threads,
+                         .max_threads = o->m.max_threads ? num->max_threads : 0,
                          .nocommit = o->nocommit,
                          .foreground = o->m.foreground,
                          .single = o->m.single};

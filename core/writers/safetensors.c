@@ -80,11 +80,35 @@ static int write_one(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
     return 0; /* a failed write is f->failed, reported by out_commit */
 }
 
+int writer_dir_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err) {
+    int rc = 0;
+    /* config and tokenizer files travel with the weights */
+    for (size_t i = 0; !rc && i < cat->naux; i++) {
+        const ckpt_source *s = &cat->sources[cat->aux[i].source];
+        char path[PATH_MAX];
+        out_file f;
+        if ((rc = join(path, sizeof path, tmp, cat->aux[i].name, err)) ||
+            (rc = out_open(&f, path, false, err)))
+            break;
+        out_limit_mode(&f, s->mode);
+        ckpt_segment seg = {
+            .kind = CKPT_SEG_FILE, .source = cat->aux[i].source, .offset = 0, .length = s->size};
+        out_segments(&f, cat, &seg, 1, s->path);
+        rc = out_commit(&f);
+    }
+    /* mkdtemp makes 0700; the directory lists what every source holds */
+    mode_t readable = cat->nsources ? out_data_sources_mode(cat) & 0044 : 0044;
+    for (size_t i = 0; i < cat->naux; i++) readable &= cat->sources[cat->aux[i].source].mode;
+    chmod(tmp, (0777 & ~ckpt_umask()) & (0700 | readable | readable >> 2));
+    return rc;
+}
+
 /* An HF directory of plain files: shards of at most max_shard_size, the index, and the config
  * and tokenizer files. */
 static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
                      ckpt_err *err) {
     int rc = check_safetensors_fit(cat, err);
+    if (!rc) rc = writer_dir_guard(cat, out, opts, err);
     if (rc) return rc;
     ckpt_hfview view;
     uint64_t shard = opts->max_shard_size ? opts->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;
@@ -108,34 +132,8 @@ static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_
         rc = join(path, sizeof path, tmp, view.files[i].name, err);
         if (!rc) rc = write_file(path, cat, &view.files[i].vf, opts, total, &done, err);
     }
-    /* config and tokenizer files travel with the weights */
-    for (size_t i = 0; !rc && i < cat->naux; i++) {
-        const ckpt_source *s = &cat->sources[cat->aux[i].source];
-        char path[PATH_MAX];
-        out_file f;
-        if ((rc = join(path, sizeof path, tmp, cat->aux[i].name, err)) ||
-            (rc = out_open(&f, path, false, err)))
-            break;
-        out_limit_mode(&f, s->mode);
-        ckpt_segment seg = {
-            .kind = CKPT_SEG_FILE, .source = cat->aux[i].source, .offset = 0, .length = s->size};
-        out_segments(&f, cat, &seg, 1, s->path);
-        rc = out_commit(&f);
-    }
-    /* mkdtemp makes 0700; the directory lists what every source holds */
-    mode_t readable = cat->nsources ? out_data_sources_mode(cat) & 0044 : 0044;
-    for (size_t i = 0; i < cat->naux; i++) readable &= cat->sources[cat->aux[i].source].mode;
-    chmod(tmp, (0777 & ~ckpt_umask()) & (0700 | readable | readable >> 2));
-    int rename_errno = !rc && rename(tmp, out) != 0 ? errno : 0;
-    bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
-    if (exists && opts->replace_dir)
-        rc = writer_replace_dir(tmp, out, err); /* a stage committing OUT again */
-    else if (rename_errno)
-        rc = ckpt_fail(err, -rename_errno, "%s: cannot move the finished directory into place: %s",
-                       out,
-                       exists ? "it exists and is not empty (a directory is never merged into: "
-                                "remove it or give a new name)"
-                              : strerror(rename_errno));
+    if (!rc) rc = writer_dir_aux(cat, tmp, err);
+    if (!rc) rc = writer_publish_dir(tmp, out, opts, err);
     if (rc) {
         for (size_t i = 0; i < view.nfiles + cat->naux; i++) {
             char path[PATH_MAX];
@@ -146,8 +144,6 @@ static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_
                 unlink(path);
         }
         rmdir(tmp);
-    } else {
-        rc = out_fsync_dir_of(out);
     }
     ckpt_hfview_free(&view);
     return rc;

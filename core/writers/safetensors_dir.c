@@ -13,7 +13,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,6 +96,26 @@ static void settle_old(int old_fd, int new_fd, const char *tmp) {
     unlinkat(AT_FDCWD, tmp, AT_REMOVEDIR);
 }
 
+int writer_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err) {
+    char out_real[PATH_MAX], src_real[PATH_MAX];
+    struct stat s;
+    if (opts->replaces_own_source || stat(out, &s) != 0 || !S_ISDIR(s.st_mode) ||
+        !realpath(out, out_real))
+        return 0; /* nothing there to replace: the new directory is renamed into place */
+    size_t n = strlen(out_real);
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        const ckpt_source *src = &cat->sources[i];
+        if (src->remote || !realpath(src->path, src_real)) continue;
+        if (strncmp(src_real, out_real, n) == 0 && (n == 1 || src_real[n] == '/'))
+            return ckpt_fail(err, -EINVAL,
+                             "%s holds %s, a file this write reads: replacing the directory "
+                             "would remove it; write elsewhere",
+                             out, src_real);
+    }
+    return 0;
+}
+
 int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
     int old_fd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (old_fd < 0)
@@ -120,4 +142,20 @@ int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
     close(old_fd);
     close(new_fd);
     return rc;
+}
+
+int writer_publish_dir(const char *tmp, const char *out, const ckpt_write_opts *opts,
+                       ckpt_err *err) {
+    int rename_errno = rename(tmp, out) != 0 ? errno : 0;
+    bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
+    int rc = 0;
+    if (exists && opts->replace_dir)
+        rc = writer_replace_dir(tmp, out, err); /* a stage committing OUT again */
+    else if (rename_errno)
+        rc = ckpt_fail(err, -rename_errno, "%s: cannot move the finished directory into place: %s",
+                       out,
+                       exists ? "it exists and is not empty (a directory is never merged into: "
+                                "remove it or give a new name)"
+                              : strerror(rename_errno));
+    return rc ? rc : out_fsync_dir_of(out);
 }

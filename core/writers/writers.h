@@ -69,9 +69,22 @@ void out_abort(out_file *f);
 /* fsync of the directory that holds path, so a rename into it is durable. */
 int out_fsync_dir_of(const char *path);
 
+/* Refuses (before anything is written) a directory OUT that exists and holds a file of cat's
+ * sources, unless opts says OUT is the caller's own source (safetensors_dir.c). */
+int writer_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err);
 /* Swaps the finished directory tmp in place of the existing directory out, keeping what the
  * writer does not write (safetensors_dir.c). On failure out is unchanged. */
 int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err);
+
+/* The config and tokenizer files of cat written into the directory tmp, and tmp given the
+ * mode of a finished directory (safetensors.c). */
+int writer_dir_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err);
+/* The finished directory tmp becomes out: renamed, or swapped with an existing out when
+ * opts->replace_dir (writer_replace_dir), then the rename made durable. On failure tmp is left
+ * for the caller to remove. */
+int writer_publish_dir(const char *tmp, const char *out, const ckpt_write_opts *opts,
+                       ckpt_err *err);
 
 /* The model's tensors (not those aside), each passed through check(); two tensors of the model
  * with one name (under different directories) are refused, naming `container` ("a GGUF

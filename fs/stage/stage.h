@@ -24,7 +24,7 @@ typedef struct stage_request {
     const char *from;           /* the source checkpoint, or NULL for an empty stage */
     const char *spool;          /* -o spool=DIR, or NULL for .OUT.stage next to OUT */
     const char *max_shard_size; /* -o max_shard_size=S (HF directory OUT), or NULL */
-    unsigned max_threads;
+    unsigned max_threads;       /* 0: the stage's default (1) */
     bool nocommit, foreground, single;
 } stage_request;
 

@@ -121,10 +121,12 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
     } else {
         ckpt_write_opts opts = {.max_shard_size = st->max_shard_size,
                                 .replace_dir = true, /* every commit replaces OUT */
+                                /* --from OUT: the stage moves onto what it wrote */
+                                .replaces_own_source = stage_replaces_source(st),
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
         /* Into the pack when its tensors tile it; else written whole (the compaction) */
-        rc = stage_pack_commit(st, cat, &err);
+        rc = stage_pack_commit(st, cat, &opts, &err);
         if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
             /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */

@@ -10,6 +10,7 @@
  *   stage_commit.c  commit (validate + ckpt_write) and the .ckptfs/status document
  *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
  *   stage_pack.c    staged tensors appended to the file that becomes a safetensors OUT
+ *   stage_pack_dir.c  a directory OUT whose shards are such files
  *   stage_status.c  `ckptfs stage --status OUT`
  *   stage.c         `ckptfs stage` (options, spool + journal at start, mount, commit on unmount)
  *   stage_client.c  `ckptfs commit MOUNTPOINT` */
@@ -90,7 +91,7 @@ typedef struct stage {
     /* The pack (stage_pack.c): one file in data/ that new tensor files are appended to while
      * one of them at a time owns its tail; a commit writes the header in front and links it
      * as OUT. */
-    int pack_usable;   /* 0 not known yet, 1 yes, -1 OUT is not a safetensors file beside us */
+    int pack_usable;   /* PACK_* of stage_pack.h: not known yet, none, one file, a directory */
     int pack_fd;       /* the pack being appended to, or -1 */
     uint64_t pack_id;  /* its data id */
     uint64_t pack_end; /* where the next file starts */
@@ -107,6 +108,7 @@ typedef struct stage {
     pthread_rwlock_t gate;
     pthread_mutex_t commit_lock; /* one commit at a time */
     atomic_bool committing;
+    atomic_uint commit_threads; /* commits running on threads of their own (stage_io.c) */
     _Atomic uint64_t progress_done, progress_total;
     char *last_report; /* "exit N\n..." of the last commit, or NULL */
     pthread_mutex_t handles_lock;
@@ -182,9 +184,10 @@ int journal_file(stage *st, const snode *n);
 int journal_remove(stage *st, const snode *n);
 int journal_rename(stage *st, const snode *n, const snode *new_parent, const char *new_name);
 int journal_mode(stage *st, const snode *n);
-int journal_mark(stage *st, char mark);           /* 'C' committed, 'w' changed */
-int journal_pack(stage *st, const snode *n);      /* a file in the pack: its start */
-int journal_pack_size(stage *st, const snode *n); /* its final size */
+int journal_mark(stage *st, char mark);            /* 'C' committed, 'w' changed */
+int journal_pack(stage *st, const snode *n);       /* a file in the pack: its start */
+int journal_pack_size(stage *st, const snode *n);  /* its final size */
+int journal_pack_moved(stage *st, const snode *n); /* a closed file, now at its start and size */
 int journal_sync(stage *st);
 
 /* ---- stage_ops.c ---- */
@@ -225,9 +228,10 @@ bool stage_pack_writable(const stage *st, const snode *n);
 /* After a write of `end` bytes into n (the owner). */
 void stage_pack_grew(stage *st, snode *n, uint64_t end);
 /* Commits cat into OUT through the pack: 0 done, 1 not possible (holes, a header too big,
- * another OUT format: the caller writes OUT as usual), or -errno with err filled. */
+ * another OUT format: the caller writes OUT as usual), or -errno with err filled. A directory
+ * OUT is made of packs too, each a shard (stage_pack_dir.c). */
 struct ckpt_err;
-int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err);
+int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts, ckpt_err *err);
 
 /* The .ckptfs/status document (malloc'd JSON). */
 char *stage_status_json(stage *st, size_t *len);

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -321,6 +322,37 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
 }
 
+/* A write to .ckptfs/commit: the commit runs on a thread of its own, which replies, so that
+ * the loop (one thread by default) answers .ckptfs/status and lookups meanwhile. The writer
+ * waits in write() for the reply, so its handle stays open until then. */
+typedef struct commit_job {
+    fuse_req_t req;
+    handle *h;
+    size_t size;
+} commit_job;
+
+static void run_commit(commit_job *job) {
+    stage *st = st_of(job->req);
+    char *report = NULL;
+    int status = stage_commit(st, &report);
+    free(job->h->text);
+    job->h->text = report;
+    job->h->len = report ? strlen(report) : 0;
+    if (status == STAGE_OK)
+        fuse_reply_write(job->req, job->size);
+    else
+        fuse_reply_err(job->req, status == STAGE_INVALID ? EINVAL : EIO);
+}
+
+static void *commit_thread(void *arg) {
+    commit_job *job = arg;
+    stage *st = st_of(job->req);
+    run_commit(job);
+    free(job);
+    atomic_fetch_sub(&st->commit_threads, 1);
+    return NULL;
+}
+
 void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                     struct fuse_file_info *fi) {
     (void)ino;
@@ -328,15 +360,23 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
     handle *h = handle_of(fi);
     snode *n = h->node;
     if (n->kind == SN_COMMIT) {
-        char *report = NULL;
-        int status = stage_commit(st, &report);
-        free(h->text);
-        h->text = report;
-        h->len = report ? strlen(report) : 0;
-        if (status == STAGE_OK)
-            fuse_reply_write(req, size);
-        else
-            fuse_reply_err(req, status == STAGE_INVALID ? EINVAL : EIO);
+        commit_job *job = malloc(sizeof *job);
+        pthread_t t;
+        pthread_attr_t attr;
+        bool started = false;
+        if (job && pthread_attr_init(&attr) == 0) {
+            *job = (commit_job){req, h, size};
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            atomic_fetch_add(&st->commit_threads, 1);
+            started = pthread_create(&t, &attr, commit_thread, job) == 0;
+            if (!started) atomic_fetch_sub(&st->commit_threads, 1);
+            pthread_attr_destroy(&attr);
+        }
+        if (!started) { /* no thread to be had: the commit runs on this one */
+            commit_job here = {req, h, size};
+            free(job);
+            run_commit(&here);
+        }
         return;
     }
     if (n->kind != SN_FILE) {

@@ -77,7 +77,7 @@ static int append(stage *st, strbuf *rec) {
 static int append_node_record(stage *st, char op, const snode *n, bool with_mode) {
     strbuf rec;
     sb_init(&rec);
-    sb_putc(&rec, op);
+    sb_putc(&rec, op == 'P' ? 'p' : op);
     sb_putc(&rec, ' ');
     put_node_path(&rec, n);
     if (with_mode) sb_printf(&rec, " %o", (unsigned)n->mode);
@@ -85,10 +85,13 @@ static int append_node_record(stage *st, char op, const snode *n, bool with_mode
         char name[17];
         spool_data_name(n->data_id, name);
         sb_printf(&rec, " %s", name);
-    } else if (op == 'p') {
+    } else if (op == 'p' || op == 'P') {
         char name[17];
         spool_data_name(n->data_id, name);
         sb_printf(&rec, " %s %llu", name, (unsigned long long)n->pack_off);
+        if (op == 'P') { /* a closed file moved whole: its size in the same record */
+            sb_printf(&rec, " %llu", (unsigned long long)n->pack_size);
+        }
     } else if (op == 's') {
         sb_printf(&rec, " %llu", (unsigned long long)n->pack_size);
     } else if (op == 'l') {
@@ -113,6 +116,10 @@ int journal_file(stage *st, const snode *n) {
 
 int journal_pack(stage *st, const snode *n) {
     return append_node_record(st, 'p', n, true);
+}
+
+int journal_pack_moved(stage *st, const snode *n) {
+    return append_node_record(st, 'P', n, true);
 }
 
 int journal_pack_size(stage *st, const snode *n) {

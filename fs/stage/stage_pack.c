@@ -16,12 +16,13 @@
  * OUT). OUT and data/ID are then one file; the stage appends to a new pack from there on. A
  * pack with holes (files removed, rewritten or truncated after they were written), or whose
  * header does not fit, is committed by ckpt_write as before: the compaction is that copy. */
-#include "stage_fs.h"
+#include "stage_pack.h"
 
 #include "core/hfview.h"
 #include "core/text.h"
 #include "core/writer.h"
 #include "core/utf8.h"
+#include "core/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,18 +42,28 @@ bool stage_pack_name_ok(const char *name) {
     return true;
 }
 
-/* A single safetensors OUT on the file system of the spool (a link cannot cross). */
-static int usable(stage *st) {
+/* A safetensors OUT, or an HF directory OUT, on the file system of the spool (a link cannot
+ * cross). */
+int stage_pack_mode(stage *st) {
     if (st->pack_usable) return st->pack_usable;
-    st->pack_usable = -1;
-    if (!str_ends_with(st->out, ".safetensors") || st->max_shard_size) return -1;
+    st->pack_usable = PACK_NONE;
     char copy[PATH_MAX];
     snprintf(copy, sizeof copy, "%s", st->out);
-    struct stat dir, data;
+    size_t n = strlen(copy);
+    bool slash = n > 1 && copy[n - 1] == '/';
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
+    struct stat out, dir, data;
+    bool is_dir = slash || st->max_shard_size || (stat(copy, &out) == 0 && S_ISDIR(out.st_mode));
+    int mode = is_dir ? PACK_DIR : str_ends_with(copy, ".safetensors") ? PACK_FILE : PACK_NONE;
+    if (mode == PACK_NONE) return st->pack_usable;
     if (stat(dirname(copy), &dir) == 0 && fstat(st->data_fd, &data) == 0 &&
         dir.st_dev == data.st_dev)
-        st->pack_usable = 1;
+        st->pack_usable = mode;
     return st->pack_usable;
+}
+
+static uint64_t max_shard(const stage *st) {
+    return st->max_shard_size ? st->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;
 }
 
 static int open_new_pack(stage *st) {
@@ -72,7 +83,13 @@ static int open_new_pack(stage *st) {
 }
 
 int stage_pack_claim(stage *st, snode *n, const char *name) {
-    if (usable(st) != 1 || st->pack_tail || !stage_pack_name_ok(name)) return ENOTSUP;
+    int mode = stage_pack_mode(st);
+    if (mode == PACK_NONE || st->pack_tail || !stage_pack_name_ok(name)) return ENOTSUP;
+    /* a directory OUT: a pack is a shard; a full one is left for the next */
+    if (mode == PACK_DIR && st->pack_fd >= 0 && st->pack_end - PACK_DATA_START >= max_shard(st)) {
+        close(st->pack_fd);
+        st->pack_fd = -1;
+    }
     if (st->pack_fd < 0 && open_new_pack(st) != 0) return ENOTSUP;
     int fd = dup(st->pack_fd);
     if (fd < 0) return ENOTSUP;
@@ -121,19 +138,12 @@ void stage_pack_grew(stage *st, snode *n, uint64_t end) {
 
 /* ---- commit ---- */
 
-typedef struct placed {
-    size_t tensor;
-    uint64_t off; /* in the pack */
-} placed;
-
-static int placed_cmp(const void *a, const void *b) {
+int placed_cmp(const void *a, const void *b) {
     uint64_t x = ((const placed *)a)->off, y = ((const placed *)b)->off;
     return (x > y) - (x < y);
 }
 
-/* Widest elements first, so appended tensors stay aligned to their element size as long as
- * what is in the pack already is. */
-static int width_cmp(const void *a, const void *b, void *ctx) {
+int pack_width_cmp(const void *a, const void *b, void *ctx) {
     const ckpt_catalog *cat = ctx;
     const ckpt_tensor *x = &cat->tensors[*(const size_t *)a],
                       *y = &cat->tensors[*(const size_t *)b];
@@ -141,18 +151,16 @@ static int width_cmp(const void *a, const void *b, void *ctx) {
     return (wx < wy) - (wx > wy);
 }
 
-/* What ckpt_write would refuse: then it runs and says why. */
-static bool fits_safetensors(const ckpt_tensor *t) {
+bool pack_fits_safetensors(const ckpt_tensor *t) {
     return ckpt_dtype_info_of(t->dtype)->safetensors && !t->incomplete &&
            utf8_invalid_at(t->name, t->name_len) == t->name_len;
 }
 
-/* The end of the last byte any file of the tree keeps in pack id. */
-static uint64_t live_end(const snode *dir, uint64_t id) {
+uint64_t pack_live_end(const snode *dir, uint64_t id) {
     uint64_t end = 0;
     for (size_t b = 0; b < dir->nbuckets; b++)
         for (const snode *c = dir->buckets[b]; c; c = c->hash_next) {
-            uint64_t e = c->kind == SN_DIR                        ? live_end(c, id)
+            uint64_t e = c->kind == SN_DIR                        ? pack_live_end(c, id)
                          : c->src == SRC_PACK && c->data_id == id ? c->pack_off + c->pack_size
                                                                   : 0;
             if (e > end) end = e;
@@ -160,7 +168,7 @@ static uint64_t live_end(const snode *dir, uint64_t id) {
     return end;
 }
 
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
+int pack_pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
     while (n) {
         ssize_t w = pwrite(fd, p, n, (off_t)at);
         if (w < 0 && errno == EINTR) continue;
@@ -172,7 +180,7 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
     return 0;
 }
 
-enum { COPY_CHUNK = 64 << 20, BUF = 1 << 20 };
+enum { COPY_CHUNK = 64 << 20, BUF = PACK_COPY_BUF };
 
 /* Bytes [off, off+len) of source s, at `at` of the pack. */
 static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int out, uint64_t at,
@@ -192,15 +200,15 @@ static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int ou
         size_t want = len - done < BUF ? (size_t)(len - done) : BUF;
         ssize_t r = ckpt_source_pread(s, buf, want, off + done);
         if (r <= 0) return r < 0 ? (int)r : -EIO;
-        int e = pwrite_all(out, buf, (size_t)r, at + done);
+        int e = pack_pwrite_all(out, buf, (size_t)r, at + done);
         if (e) return e;
         done += (uint64_t)r;
     }
     return 0;
 }
 
-static int append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t, int out,
-                         uint64_t at, char *buf) {
+int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t, int out,
+                       uint64_t at, char *buf) {
     uint64_t off = 0;
     while (off < t->nbytes) {
         ckpt_segment seg[64];
@@ -209,7 +217,8 @@ static int append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *
         if (n == 0) return -EIO;
         uint64_t pos = at + off;
         for (size_t i = 0; i < n; i++) {
-            int e = seg[i].kind == CKPT_SEG_MEM ? pwrite_all(out, seg[i].mem, seg[i].length, pos)
+            int e = seg[i].kind == CKPT_SEG_MEM
+                        ? pack_pwrite_all(out, seg[i].mem, seg[i].length, pos)
                     : seg[i].kind == CKPT_SEG_FILE
                         ? copy_segment(&cat->sources[seg[i].source], seg[i].offset, seg[i].length,
                                        out, pos, buf)
@@ -223,8 +232,8 @@ static int append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *
     return 0;
 }
 
-/* The header: tensors in the order of their bytes, padded with spaces to the data start. */
-static int write_header(const ckpt_catalog *cat, const placed *p, size_t n, int out) {
+int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **out) {
+    *out = NULL;
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -256,12 +265,21 @@ static int write_header(const ckpt_catalog *cat, const placed *p, size_t n, int 
     memcpy(head + 8, sb.data, sb.len);
     memset(head + 8 + sb.len, ' ', room - sb.len);
     sb_free(&sb);
-    int e = pwrite_all(out, head, PACK_DATA_START, 0);
+    *out = head;
+    return 0;
+}
+
+/* The header written in front of the pack. */
+static int write_header(const ckpt_catalog *cat, const placed *p, size_t n, int out) {
+    char *head;
+    int e = pack_header(cat, p, n, &head);
+    if (e) return e;
+    e = pack_pwrite_all(out, head, PACK_DATA_START, 0);
     free(head);
     return e;
 }
 
-static int fsync_parent(const char *path) {
+int pack_fsync_parent(const char *path) {
     char copy[PATH_MAX];
     snprintf(copy, sizeof copy, "%s", path);
     int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -291,16 +309,20 @@ static int publish(stage *st, ckpt_err *err) {
         unlink(tmp);
         return ckpt_fail(err, -e, "%s: rename into place: %s", st->out, strerror(e));
     }
-    int rc = fsync_parent(st->out);
+    int rc = pack_fsync_parent(st->out);
     if (rc) return ckpt_fail(err, rc, "%s: fsync of its directory failed", st->out);
     return 0;
 }
 
-int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
+int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts, ckpt_err *err) {
     pthread_mutex_lock(&st->lock);
     stage_pack_seal(st); /* nothing is written during a commit; sizes are final */
-    bool go = usable(st) == 1 && (st->pack_fd >= 0 || open_new_pack(st) == 0);
-    uint64_t id = st->pack_id, live = go ? live_end(st->root, id) : 0;
+    int mode = stage_pack_mode(st);
+    pthread_mutex_unlock(&st->lock);
+    if (mode == PACK_DIR) return stage_pack_dir_commit(st, cat, opts, err);
+    pthread_mutex_lock(&st->lock);
+    bool go = mode == PACK_FILE && (st->pack_fd >= 0 || open_new_pack(st) == 0);
+    uint64_t id = st->pack_id, live = go ? pack_live_end(st->root, id) : 0;
     pthread_mutex_unlock(&st->lock);
     if (!go) return 1;
     struct stat ps;
@@ -314,7 +336,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) continue;
-        if (!fits_safetensors(t)) {
+        if (!pack_fits_safetensors(t)) {
             rc = 1;
             break;
         }
@@ -334,13 +356,13 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
         at += cat->tensors[in[k].tensor].nbytes;
     }
     if (!rc && live > at) rc = 1; /* a staged file that is no tensor lies beyond */
-    if (!rc && nrest) qsort_r(rest, nrest, sizeof *rest, width_cmp, cat);
+    if (!rc && nrest) qsort_r(rest, nrest, sizeof *rest, pack_width_cmp, cat);
     placed *all = rc ? NULL : realloc(in, (nin + nrest ? nin + nrest : 1) * sizeof *in);
     if (!rc && !all) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     if (all) in = all;
     for (size_t k = 0; !rc && k < nrest; k++) {
         const ckpt_tensor *t = &cat->tensors[rest[k]];
-        int e = append_tensor(st, cat, t, st->pack_fd, at, buf);
+        int e = pack_append_tensor(st, cat, t, st->pack_fd, at, buf);
         if (e)
             rc = ckpt_fail(err, e, "%s: appending tensor \"%.*s\" to the staged file: %s", st->out,
                            (int)(t->name_len > 120 ? 120 : t->name_len), t->name, strerror(-e));

@@ -108,6 +108,14 @@ def stage(ckptfs, out, mnt, *extra):
     return run_capture([ckptfs, "stage", out, mnt] + list(extra), MOUNT_TIMEOUT)
 
 
+def staged(tap, ckptfs, out, mnt, what, *extra):
+    """`ckptfs stage OUT MNT EXTRA...` as a TAP check "WHAT: ckptfs stage": (ok, stderr)."""
+    from ckptfs_test import is_mounted
+    rc, _, err = stage(ckptfs, out, mnt, *extra)
+    return tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
+                  ["exit %r: %s" % (rc, err.decode("utf-8", "replace"))]), err
+
+
 def commit(ckptfs, mnt, timeout=COMMIT_TIMEOUT):
     return run_capture([ckptfs, "commit", mnt], timeout)
 
@@ -163,3 +171,176 @@ def read_safetensors_dir(d):
         return out if sorted(out) == sorted(weight_map) else {}
     except (OSError, ValueError, KeyError, struct.error):
         return {}
+
+
+# ---- the scaffolding the stage tests share: a stage mounted, written, committed, ended ----
+
+RESERVED = 1 << 20  # the pack's room for the header (fs/stage/stage_pack.c)
+DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+               "U8": 1, "BOOL": 1}
+
+
+def rnd(n, seed):
+    """n reproducible random bytes."""
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+def strict_read(path):
+    """(name -> (dtype, shape, bytes), header length, header bytes) of a safetensors file;
+    raises ValueError on anything a strict reader refuses: offsets that do not tile the data
+    exactly (gap, overlap), sizes that do not match dtype and shape, bytes after the end."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError("%d bytes: no header length" % len(data))
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise ValueError("header length %d runs past the end" % n)
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    spans, out = [], {}
+    for name, v in header.items():
+        a, b = v["data_offsets"]
+        numel = 1
+        for d in v["shape"]:
+            numel *= d
+        if b - a != numel * DTYPE_SIZES[v["dtype"]]:
+            raise ValueError("%s: %d bytes for %s %r" % (name, b - a, v["dtype"], v["shape"]))
+        spans.append((a, b))
+        out[name] = (v["dtype"], v["shape"], data[8 + n + a:8 + n + b])
+    at = 0
+    for a, b in sorted(spans):
+        if a != at:
+            raise ValueError("offsets do not tile the data: %d after %d" % (a, at))
+        at = b
+    if 8 + n + at != len(data):
+        raise ValueError("%d bytes after the last tensor" % (len(data) - 8 - n - at))
+    return out, n, data[8:8 + n]
+
+
+def strict_read_dir(d):
+    """name -> bytes of an HF directory (model.safetensors, or shards + index), read strictly:
+    every shard as strict_read, the index naming exactly the shards' tensors and total size.
+    Also returns {shard file name: its tensor bytes}. Raises ValueError."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        got, _, _ = strict_read(os.path.join(d, "model.safetensors"))
+        return {k: v[2] for k, v in got.items()}, {"model.safetensors": sum(len(v[2]) for v in got.values())}
+    with open(index) as f:
+        doc = json.load(f)
+    weight_map = doc["weight_map"]
+    out, sizes = {}, {}
+    for shard in sorted(set(weight_map.values())):
+        got, _, _ = strict_read(os.path.join(d, shard))
+        for k in got:
+            if weight_map.get(k) != shard:
+                raise ValueError("%s holds %s, the index says %s" % (shard, k, weight_map.get(k)))
+        out.update({k: v[2] for k, v in got.items()})
+        sizes[shard] = sum(len(v[2]) for v in got.values())
+    if sorted(out) != sorted(weight_map):
+        raise ValueError("the index names %d tensors, the shards hold %d" % (len(weight_map), len(out)))
+    if doc.get("metadata", {}).get("total_size") != sum(sizes.values()):
+        raise ValueError("total_size %r, the shards hold %d bytes"
+                         % (doc.get("metadata", {}).get("total_size"), sum(sizes.values())))
+    shards = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+    if shards != sorted(sizes):
+        raise ValueError("shard files %r, the index names %r" % (shards, sorted(sizes)))
+    return out, sizes
+
+
+def write_st(path, tensors):
+    """A safetensors file: name -> (dtype, shape, raw bytes), in that order."""
+    header, blob = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob)
+
+
+def put(mnt, name, raw, dtype="F32"):
+    """A 1-D tensor copied in as cp does it: the raw file, then its sidecar."""
+    path = os.path.join(mnt, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(raw)
+    write_sidecar(path + ".json", dtype, [len(raw) // DTYPE_SIZES[dtype]])
+
+
+def remove(mnt, name):
+    """A staged tensor taken out: its raw file and sidecar."""
+    os.unlink(os.path.join(mnt, name))
+    os.unlink(os.path.join(mnt, name + ".json"))
+
+
+def spool_inodes(out, extra=()):
+    """Inodes of the spool's data files (the packs among them)."""
+    d = os.path.join(spool_for(out, list(extra)), "data")
+    try:
+        return {os.stat(os.path.join(d, n)).st_ino for n in os.listdir(d)}
+    except OSError:
+        return set()
+
+
+def stop_stage(mnt, pid, kill=False):
+    """Ends a staging daemon: SIGKILL and the dead mount cleared (kill), or an unmount and a
+    wait for its commit on unmount and its exit."""
+    if kill and pid:
+        import signal
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_gone(pid, 10)
+        run_capture(["fusermount3", "-u", "-z", mnt], 20)
+    else:
+        run_capture(["fusermount3", "-u", mnt], 20)
+        wait_gone(pid)
+
+
+class StageSession:
+    """`ckptfs stage OUT MNT EXTRA...` on a fresh mountpoint: .ok, .err, .pid; commit(),
+    kill() (SIGKILL, then the dead mount cleared), close() (unmount, wait for the commit on
+    unmount and the daemon's end). Usable as a context manager (close at the end)."""
+
+    def __init__(self, ckptfs, out, *extra, prefix="ckptfs-stage."):
+        import tempfile
+        from ckptfs_test import is_mounted
+        self.ckptfs, self.out, self.extra = ckptfs, out, extra
+        self.mnt = tempfile.mkdtemp(prefix=prefix)
+        rc, _, err = stage(ckptfs, out, self.mnt, *extra)
+        self.ok = rc == 0 and is_mounted(self.mnt)
+        self.err = err.decode(errors="replace")
+        self.spool = spool_for(out, list(extra))
+        self.pid = daemon_pid(self.spool) if self.ok else 0
+
+    def path(self, name):
+        return os.path.join(self.mnt, name)
+
+    def commit(self, timeout=COMMIT_TIMEOUT):
+        """(exit status, stdout + stderr as text) of `ckptfs commit MNT`."""
+        rc, o, e = commit(self.ckptfs, self.mnt, timeout)
+        return rc, (o + e).decode(errors="replace")
+
+    def kill(self):
+        stop_stage(self.mnt, self.pid, kill=True)
+
+    def close(self):
+        from ckptfs_test import unmount
+        stop_stage(self.mnt, self.pid)
+        wait_spool_free(self.spool)
+        unmount(self.mnt)
+        try:
+            os.rmdir(self.mnt)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

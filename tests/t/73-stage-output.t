@@ -32,10 +32,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
+from ckptfs_test import Watchdog, run_capture, unmount  # noqa: E402
 from mount_checks import run  # noqa: E402
 from staging import (commit, daemon_pid, read_safetensors, read_safetensors_dir,  # noqa: E402
-                     spool_of, stage, wait_gone, wait_spool_free, write_raw_tensor)
+                     spool_of, staged, wait_gone, wait_spool_free, write_raw_tensor)
 
 CHECK_TIMEOUT = 120
 
@@ -57,12 +57,6 @@ def gguf_f32(path, tensors):
     head += b"\0" * (-len(head) % 32)
     with open(path, "wb") as f:
         f.write(head + data)
-
-
-def staged(tap, ckptfs, out, mnt, what, *extra):
-    rc, _, err = stage(ckptfs, out, mnt, *extra)
-    return tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                  ["exit %r: %s" % (rc, text(err))]), err
 
 
 def non_utf8_names(tap, ckptfs, work):

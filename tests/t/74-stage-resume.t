@@ -20,16 +20,15 @@ Environment:
 
 import os
 import shutil
-import signal
 import struct
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
+from ckptfs_test import Watchdog, is_mounted, unmount  # noqa: E402
 from mount_checks import run  # noqa: E402
 from staging import (commit, daemon_pid, read_safetensors, read_safetensors_dir,  # noqa: E402
-                     spool_of, stage, wait_gone, write_raw_tensor)
+                     spool_of, stage, stop_stage, write_raw_tensor)
 
 CHECK_TIMEOUT = 120
 
@@ -58,19 +57,6 @@ def read_out(out):
         return read_safetensors_dir(out) if os.path.isdir(out) else read_safetensors(out)
     except (OSError, ValueError, struct.error):
         return {}
-
-
-def stop(mnt, pid, kill):
-    if kill and pid:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        wait_gone(pid, 10)
-        run_capture(["fusermount3", "-u", "-z", mnt], 20)
-    else:
-        run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(pid)
 
 
 def own_commits(tap, ckptfs, work, directory, kill):
@@ -111,7 +97,7 @@ def own_commits(tap, ckptfs, work, directory, kill):
         tap.ok(held_bytes == struct.pack("<2f", 3.0, 4.0),
                "%s: a file opened before the commit reads its bytes after it" % what,
                [held_bytes.hex()])
-        stop(mnt, pid, kill)
+        stop_stage(mnt, pid, kill)
         rc, _, err = stage(ckptfs, arg, mnt)
         pid = daemon_pid(spool_of(out))
         tap.ok(rc == 0 and is_mounted(mnt) and "changed" not in text(err),
@@ -132,7 +118,7 @@ def own_commits(tap, ckptfs, work, directory, kill):
                "%s: the next commit writes OUT with all of them" % what,
                ["exit %r: %s" % (rc2, text(err2)), got])
     finally:
-        stop(mnt, daemon_pid(spool_of(out)), False)
+        stop_stage(mnt, daemon_pid(spool_of(out)), False)
         unmount(mnt)
         shutil.rmtree(spool_of(out), ignore_errors=True)
 
@@ -158,7 +144,7 @@ def no_false_alarms(tap, ckptfs, work):
             os.rename(os.path.join(mnt, "gone", "t"), os.path.join(mnt, "t"))
             os.unlink(os.path.join(mnt, "gone", "t.json"))
             os.rmdir(os.path.join(mnt, "gone"))
-        stop(mnt, daemon_pid(spool_of(out)), False)
+        stop_stage(mnt, daemon_pid(spool_of(out)), False)
         rc, _, err = stage(ckptfs, out, mnt, "-o", "nocommit")
         msg = text(err)
         tap.ok(rc == 0 and "missing" not in msg and "no such" not in msg,
@@ -169,7 +155,7 @@ def no_false_alarms(tap, ckptfs, work):
                 x = f.read()
         tap.ok(names == ["t", "x", "x.json", "y.json"] and x == struct.pack("<f", 2.0),
                "%s: and the tree is as it was" % what, [names, x.hex()])
-        stop(mnt, daemon_pid(spool_of(out)), False)
+        stop_stage(mnt, daemon_pid(spool_of(out)), False)
         data = os.path.join(spool_of(out), "data")
         with open(os.path.join(spool_of(out), "journal")) as f:
             # its bytes: a data file of its own (f) or the pack it was appended to (p)
@@ -185,7 +171,7 @@ def no_false_alarms(tap, ckptfs, work):
                "a data file removed behind the stage's back is named by its staged path",
                [text(err), ids])
     finally:
-        stop(mnt, daemon_pid(spool_of(out)), False)
+        stop_stage(mnt, daemon_pid(spool_of(out)), False)
         unmount(mnt)
         shutil.rmtree(spool_of(out), ignore_errors=True)
 

@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import case_dirs, run  # noqa: E402
-from staging import (daemon_pid, read_safetensors, spool_of, stage, wait_gone,  # noqa: E402
+from staging import (daemon_pid, read_safetensors, spool_of, staged, wait_gone,  # noqa: E402
                      write_raw_tensor)
 
 CHECK_TIMEOUT = 120
@@ -81,9 +81,7 @@ def failing_unmount(tap, ckptfs, work):
     mnt = tempfile.mkdtemp(prefix="ckptfs-t75.")
     catcher = SyslogCatcher()
     try:
-        rc, _, err = stage(ckptfs, out, mnt)
-        if not tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                      ["exit %r: %s" % (rc, text(err))]):
+        if not staged(tap, ckptfs, out, mnt, what)[0]:
             return
         with Watchdog(mnt, CHECK_TIMEOUT):
             with open(os.path.join(mnt, "lonely"), "wb") as f:
@@ -115,9 +113,7 @@ def good_unmount(tap, ckptfs, work):
     out = os.path.join(work, "good.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t75.")
     try:
-        rc, _, err = stage(ckptfs, out, mnt)
-        if not tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                      ["exit %r: %s" % (rc, text(err))]):
+        if not staged(tap, ckptfs, out, mnt, what)[0]:
             return
         with Watchdog(mnt, CHECK_TIMEOUT):
             with open(os.path.join(mnt, "big"), "wb") as f:
@@ -148,9 +144,7 @@ def nocommit_unmount(tap, ckptfs, work):
     out = os.path.join(work, "later.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t75.")
     try:
-        rc, _, err = stage(ckptfs, out, mnt, "-o", "nocommit")
-        if not tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                      ["exit %r: %s" % (rc, text(err))]):
+        if not staged(tap, ckptfs, out, mnt, what, "-o", "nocommit")[0]:
             return
         with Watchdog(mnt, CHECK_TIMEOUT):
             write_raw_tensor(os.path.join(mnt, "w"), [1.0])
@@ -173,9 +167,7 @@ def killed(tap, ckptfs, work):
     out = os.path.join(work, "killed.safetensors")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t75.")
     try:
-        rc, _, err = stage(ckptfs, out, mnt)
-        if not tap.ok(rc == 0 and is_mounted(mnt), "%s: ckptfs stage" % what,
-                      ["exit %r: %s" % (rc, text(err))]):
+        if not staged(tap, ckptfs, out, mnt, what)[0]:
             return
         pid = daemon_pid(spool_of(out))
         os.kill(pid, signal.SIGKILL)

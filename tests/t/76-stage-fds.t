@@ -21,10 +21,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import Watchdog, is_mounted, run_capture, unmount  # noqa: E402
+from ckptfs_test import Watchdog, is_mounted, unmount  # noqa: E402
 from mount_checks import run  # noqa: E402
 from staging import (MOUNT_TIMEOUT, commit, daemon_pid, read_safetensors,  # noqa: E402
-                     read_safetensors_dir, spool_of, wait_gone, write_raw_tensor)
+                     read_safetensors_dir, spool_of, stop_stage, write_raw_tensor)
 
 TENSORS = 700
 LIMIT = 256
@@ -67,8 +67,7 @@ def one(tap, ckptfs, work, out_name, extra, read):
                ["exit %r: %s" % (rc, err.decode(errors="replace"))])
         tap.ok(0 <= fds < 64, "%s: the daemon holds few descriptors after it (%d)" % (what, fds))
     finally:
-        run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(pid)
+        stop_stage(mnt, pid)
         unmount(mnt)
     got = read(out)
     bad = [i for i in range(TENSORS)

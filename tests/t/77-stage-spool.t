@@ -21,12 +21,9 @@ exactly, no gap, no overlap, nothing after) and compared with the bytes that wer
 """
 
 import hashlib
-import json
 import os
 import random
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,98 +31,22 @@ import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from ckptfs_test import Tap, Watchdog, is_mounted, run_capture, skip_reason, unmount  # noqa
-from staging import commit, daemon_pid, spool_of, stage, wait_gone, write_sidecar  # noqa
+from ckptfs_test import Tap, Watchdog, skip_reason  # noqa
+from staging import (RESERVED, StageSession, commit, put, rnd, spool_inodes, spool_of,  # noqa
+                     strict_read, strict_read_dir, write_sidecar, write_st)
 
 CKPTFS = os.environ.get("CKPTFS")
 FIXTURES = os.environ.get("FIXTURES")
-RESERVED = 1 << 20
 CHECK_TIMEOUT = 120
 KILLS = 20
 
 
-def strict_read(path):
-    """name -> (dtype, shape, bytes); raises ValueError on anything a strict reader refuses."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    if 8 + n > len(data):
-        raise ValueError("header length %d runs past the end" % n)
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    header.pop("__metadata__", None)
-    spans, out = [], {}
-    sizes = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1}
-    for name, v in header.items():
-        a, b = v["data_offsets"]
-        numel = 1
-        for d in v["shape"]:
-            numel *= d
-        if b - a != numel * sizes[v["dtype"]]:
-            raise ValueError("%s: %d bytes for %s %r" % (name, b - a, v["dtype"], v["shape"]))
-        spans.append((a, b))
-        out[name] = (v["dtype"], v["shape"], data[8 + n + a:8 + n + b])
-    at = 0
-    for a, b in sorted(spans):
-        if a != at:
-            raise ValueError("offsets do not tile the data: %d after %d" % (a, at))
-        at = b
-    if 8 + n + at != len(data):
-        raise ValueError("%d bytes after the last tensor" % (len(data) - 8 - n - at))
-    return out, n, data[8:8 + n]
-
-
-def write_st(path, tensors):
-    header, blob = {}, b""
-    for name, (dtype, shape, raw) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
-        blob += raw
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + blob)
-
-
-def put(mnt, name, raw, dtype="F32"):
-    """A tensor copied in as cp does it: the raw file, then its sidecar."""
-    with open(os.path.join(mnt, name), "wb") as f:
-        f.write(raw)
-    write_sidecar(os.path.join(mnt, name + ".json"), dtype, [len(raw) // 4])
-
-
-def rnd(n, seed):
-    return random.Random(seed).randbytes(n)
-
-
 def pack_inode(out):
-    """Inodes of the spool's data files: the pack is among them."""
-    d = os.path.join(spool_of(out), "data")
-    try:
-        return {os.stat(os.path.join(d, n)).st_ino for n in os.listdir(d)}
-    except OSError:
-        return set()
+    return spool_inodes(out)
 
 
-class Stage:
-    def __init__(self, tap, out, *extra):
-        self.tap, self.out, self.extra = tap, out, extra
-        self.mnt = tempfile.mkdtemp(prefix="ckptfs-t77.")
-        rc, _, err = stage(CKPTFS, out, self.mnt, *extra)
-        self.ok = rc == 0 and is_mounted(self.mnt)
-        self.err = err.decode(errors="replace")
-        self.pid = daemon_pid(spool_of(out)) if self.ok else 0
-
-    def kill(self):
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        wait_gone(self.pid, 10)
-        run_capture(["fusermount3", "-u", "-z", self.mnt], 20)
-
-    def close(self):
-        run_capture(["fusermount3", "-u", self.mnt], 20)
-        wait_gone(self.pid)
-        unmount(self.mnt)
+def Stage(tap, out, *extra):
+    return StageSession(CKPTFS, out, *extra, prefix="ckptfs-t77.")
 
 
 def check_out(tap, out, want, what, linked=None):
@@ -302,6 +223,99 @@ def kill_commit(tap, work):
            "stage taken up and committed after each" % KILLS, bad)
 
 
+def dir_state(out, old_sha, new):
+    """'old', 'new', or what else the directory OUT is (README.md must be kept either way)."""
+    try:
+        names = sorted(os.listdir(out))
+        if "README.md" not in names:
+            return "without README.md: %r" % names
+        if names == ["README.md", "model.safetensors"]:
+            with open(os.path.join(out, "model.safetensors"), "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() == old_sha:
+                    return "old"
+        got, sizes = strict_read_dir(out)
+        if got != new:
+            return "other tensors: %r" % sorted(got)
+        big = [k for k, v in sizes.items() if v > DIR_SHARD]
+        return "new" if not big else "shards over the limit: %r" % big
+    except (OSError, ValueError, KeyError) as e:
+        return "broken: %s" % e
+
+
+DIR_SHARD = 16 << 20
+
+
+def kill_dir_commit(tap, work):
+    """The same for an HF directory OUT made of packs: two new tensors that cross the shard
+    limit (the second moves to another pack at the commit) and one from --from appended."""
+    src = os.path.join(work, "kdsrc.safetensors")
+    big = rnd(12 << 20, 60)
+    write_st(src, {"s": ("F32", [len(big) // 4], big)})
+    new = {"s": big, "n1": rnd(10 << 20, 61), "n2": rnd(10 << 20, 62)}
+    opts = ("-o", "max_shard_size=%d" % DIR_SHARD)
+    seen, bad, durations = {}, [], []
+    for i in range(KILLS + 1):
+        d = os.path.join(work, "kd%d" % i)
+        out = os.path.join(d, "out")
+        os.makedirs(out)
+        write_st(os.path.join(out, "model.safetensors"), {"old": ("F32", [4], b"\3" * 16)})
+        with open(os.path.join(out, "README.md"), "w") as f:
+            f.write("kept\n")
+        with open(os.path.join(out, "model.safetensors"), "rb") as f:
+            old_sha = hashlib.sha256(f.read()).hexdigest()
+        s = Stage(tap, out + "/", "--from", src, "-o", "nocommit", *opts)
+        if not s.ok:
+            bad.append("stage %d: %s" % (i, s.err))
+            continue
+        put(s.mnt, "n1", new["n1"])
+        put(s.mnt, "n2", new["n2"])
+        client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        if i == 0:
+            client.wait(120)
+            durations.append(time.time() - t0)
+            s.close()
+            state = dir_state(out, old_sha, new)
+            if state != "new":
+                bad.append("an unkilled commit left OUT %s" % state)
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        time.sleep(random.uniform(0, durations[0] * 1.1))
+        s.kill()
+        client.wait(60)
+        state = dir_state(out, old_sha, new)
+        seen[state] = seen.get(state, 0) + 1
+        if state not in ("old", "new"):
+            bad.append("kill %d: OUT is %s" % (i, state))
+        again = Stage(tap, out + "/", *opts)
+        if not again.ok:
+            bad.append("kill %d: not taken up again: %s" % (i, again.err))
+            continue
+        try:
+            left = [n for n in os.listdir(d) if ".partial-" in n]
+            if left:
+                bad.append("kill %d: left behind after taking it up: %r" % (i, left))
+            for k in ("n1", "n2"):
+                with open(os.path.join(again.mnt, k), "rb") as f:
+                    if f.read() != new[k]:
+                        bad.append("kill %d: the staged bytes of %s changed" % (i, k))
+            rc, text = again.commit()
+            state = dir_state(out, old_sha, new)
+            if rc != 0 or state != "new":
+                bad.append("kill %d: the commit after taking it up: exit %r %s, OUT %s"
+                           % (i, rc, text, state))
+        finally:
+            again.close()
+        shutil.rmtree(d, ignore_errors=True)
+    tap.diag("directory commit of 32 MiB (12 from --from, one file moved past the shard "
+             "limit) takes %.3f s unkilled; kills left OUT %s"
+             % (durations[0] if durations else -1, seen))
+    tap.ok(not bad, "kill -9 at %d random points of a directory commit: OUT/ the old one or "
+           "the complete new one (README.md kept), nothing left beside it, the stage taken up "
+           "and committed after each" % KILLS, bad)
+
+
 def kill_cp(tap, work):
     payload = os.path.join(work, "payload")
     data = rnd(32 << 20, 50)
@@ -377,6 +391,7 @@ def main():
         from_source(tap, work)
         holes(tap, work)
         kill_commit(tap, work)
+        kill_dir_commit(tap, work)
         kill_cp(tap, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

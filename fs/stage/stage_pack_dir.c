@@ -1,0 +1,546 @@
+/* An HF directory OUT made of packs: each pack is a shard.
+ *
+ * Tensors copied into a stage of DIR/ are appended to a pack (stage_pack.c) until it holds
+ * max_shard_size bytes; the next file starts a new pack. A commit then only writes headers:
+ *
+ *   - a pack whose tensors tile it from PACK_DATA_START is a shard as it is; the tensors past
+ *     the greedy cut of max_shard_size (the file that crossed it) move to another pack, and
+ *     are journaled there before the pack is cut back (a file opened meanwhile would read
+ *     the old place: then OUT is written whole by ckpt_write instead);
+ *   - a pack with holes (a file removed, rewritten or truncated after it was closed), and the
+ *     tensors from elsewhere (the --from source, data files, packs of earlier commits that
+ *     changed) are appended to packs with room, or to new ones (copy_file_range, a reflink
+ *     where the file system can): the compaction, only where it is needed;
+ *   - a pack that is already a shard of OUT (linked there by an earlier commit) is linked
+ *     again only when its header comes out the same; else it is never written to, and its
+ *     tensors are copied like those from elsewhere.
+ *
+ * Each shard gets its header in front and is fsynced; a directory .OUT.partial-XXXXXX beside
+ * OUT gets a hard link to each shard, the index and the config/tokenizer files, and then
+ * replaces OUT (rename, or the exchange of core/writers/safetensors_dir.c). A kill before that
+ * leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
+ * the commit, and the journal still says where every staged byte is. */
+#include "stage_pack.h"
+
+#include "core/hfview.h"
+#include "core/utf8.h"
+#include "core/writer.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct shard {
+    uint64_t id;
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    bool in_out;   /* linked into OUT by an earlier commit: never written to */
+    bool created;  /* made by this commit for tensors from elsewhere */
+    bool used;     /* becomes a shard of the new OUT */
+    bool kept;     /* in_out and unchanged: linked again without a write */
+    bool moved_in; /* holds files moved here from a cut pack: stays in the spool */
+    uint64_t live, end, size0;
+    placed *t;
+    size_t n, cap;
+} shard;
+
+typedef struct job {
+    stage *st;
+    ckpt_catalog *cat;
+    ckpt_err *err;
+    uint64_t max;
+    shard *s;
+    size_t ns, cap;
+    size_t *rest; /* tensors to append */
+    size_t nrest;
+    snode **moving; /* rest[k]'s node when it is a file moved out of a cut pack, else NULL */
+    uint64_t *moved_id, *moved_off;
+    char *buf;
+} job;
+
+static void collect_ids(const snode *dir, job *j) {
+    for (size_t b = 0; b < dir->nbuckets; b++)
+        for (const snode *c = dir->buckets[b]; c; c = c->hash_next) {
+            if (c->kind == SN_DIR) {
+                collect_ids(c, j);
+                continue;
+            }
+            if (c->kind != SN_FILE || c->src != SRC_PACK) continue;
+            bool seen = false;
+            for (size_t k = 0; k < j->ns && !seen; k++) seen = j->s[k].id == c->data_id;
+            if (seen) continue;
+            if (j->ns == j->cap) {
+                size_t cap = j->cap ? j->cap * 2 : 8;
+                shard *s = realloc(j->s, cap * sizeof *s);
+                if (!s) continue; /* its tensors are then copied like any other */
+                j->s = s;
+                j->cap = cap;
+            }
+            j->s[j->ns++] = (shard){.id = c->data_id, .fd = -1};
+        }
+}
+
+static int id_cmp(const void *a, const void *b) {
+    uint64_t x = ((const shard *)a)->id, y = ((const shard *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static snode *node_at(const snode *dir, uint64_t id, uint64_t off) {
+    for (size_t b = 0; b < dir->nbuckets; b++)
+        for (snode *c = dir->buckets[b]; c; c = c->hash_next) {
+            if (c->kind == SN_DIR) {
+                snode *f = node_at(c, id, off);
+                if (f) return f;
+            } else if (c->kind == SN_FILE && c->src == SRC_PACK && c->data_id == id &&
+                       c->pack_off == off) {
+                return c;
+            }
+        }
+    return NULL;
+}
+
+static int add_placed(shard *s, size_t tensor, uint64_t off) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        placed *p = realloc(s->t, cap * sizeof *p);
+        if (!p) return -ENOMEM;
+        s->t = p;
+        s->cap = cap;
+    }
+    s->t[s->n++] = (placed){tensor, off};
+    return 0;
+}
+
+static int new_shard(job *j, shard **out) {
+    if (j->ns == j->cap) {
+        size_t cap = j->cap ? j->cap * 2 : 8;
+        shard *s = realloc(j->s, cap * sizeof *s);
+        if (!s) return -ENOMEM;
+        j->s = s;
+        j->cap = cap;
+    }
+    uint64_t id;
+    pthread_mutex_lock(&j->st->lock);
+    int fd = spool_data_create(j->st, &id);
+    pthread_mutex_unlock(&j->st->lock);
+    if (fd < 0) return fd;
+    if (ftruncate(fd, PACK_DATA_START) != 0) {
+        int e = -errno;
+        close(fd);
+        spool_data_unlink(j->st, id);
+        return e;
+    }
+    shard *s = &j->s[j->ns++];
+    *s = (shard){.id = id,
+                 .fd = fd,
+                 .created = true,
+                 .used = true,
+                 .live = PACK_DATA_START,
+                 .end = PACK_DATA_START,
+                 .size0 = PACK_DATA_START};
+    *out = s;
+    return 0;
+}
+
+static int rest_add(job *j, size_t tensor, snode *moving) {
+    j->moving[j->nrest] = moving;
+    j->rest[j->nrest++] = tensor;
+    return 0;
+}
+
+/* Whether the header in front of a shard of OUT is the one it would get now. */
+static bool same_header(const job *j, const shard *s) {
+    char *want, *have = malloc(PACK_DATA_START);
+    if (!have || pack_header(j->cat, s->t, s->n, &want) != 0) {
+        free(have);
+        return false;
+    }
+    bool same = pread(s->fd, have, PACK_DATA_START, 0) == PACK_DATA_START &&
+                memcmp(have, want, PACK_DATA_START) == 0;
+    free(have);
+    free(want);
+    return same;
+}
+
+/* Sorts the tensors that are in the packs already into shards and the rest. */
+static int sort_out(job *j) {
+    stage *st = j->st;
+    size_t nt = j->cat->ntensors ? j->cat->ntensors : 1;
+    j->rest = malloc(nt * sizeof *j->rest);
+    j->moving = calloc(nt, sizeof *j->moving);
+    j->moved_id = calloc(nt, sizeof *j->moved_id);
+    j->moved_off = calloc(nt, sizeof *j->moved_off);
+    if (!j->rest || !j->moving || !j->moved_id || !j->moved_off) return -ENOMEM;
+    for (size_t k = 0; k < j->ns; k++) {
+        shard *s = &j->s[k];
+        struct stat ps;
+        s->fd = spool_data_open(st, s->id);
+        if (s->fd < 0 || fstat(s->fd, &ps) != 0) {
+            if (s->fd >= 0) close(s->fd);
+            s->fd = -1;
+            continue;
+        }
+        s->dev = ps.st_dev;
+        s->ino = ps.st_ino;
+        s->in_out = ps.st_nlink > 1;
+        s->size0 = (uint64_t)ps.st_size;
+    }
+    for (size_t i = 0; i < j->cat->ntensors; i++) {
+        const ckpt_tensor *t = &j->cat->tensors[i];
+        if (t->aside) continue;
+        if (!pack_fits_safetensors(t)) return 1;
+        const ckpt_piece *p = t->npieces == 1 ? &t->pieces[0] : NULL;
+        const ckpt_source *src = p ? &j->cat->sources[p->source] : NULL;
+        shard *home = NULL;
+        for (size_t k = 0; src && !p->strides && !src->member_of && t->nbytes && k < j->ns; k++)
+            if (j->s[k].fd >= 0 && src->dev == j->s[k].dev && src->ino == j->s[k].ino)
+                home = &j->s[k];
+        int e = home ? add_placed(home, i, p->file_offset) : rest_add(j, i, NULL);
+        if (e) return e;
+    }
+    pthread_mutex_lock(&st->lock); /* the nodes: open counts change under it */
+    for (size_t k = 0; k < j->ns; k++) {
+        shard *s = &j->s[k];
+        if (s->fd < 0) continue;
+        qsort(s->t, s->n, sizeof *s->t, placed_cmp);
+        uint64_t at = PACK_DATA_START, in_shard = 0;
+        bool tiles = s->n > 0;
+        size_t cut = s->n;
+        for (size_t i = 0; i < s->n && tiles; i++) {
+            uint64_t b = j->cat->tensors[s->t[i].tensor].nbytes;
+            if (s->t[i].off != at) tiles = false;
+            if (cut == s->n && in_shard > 0 && in_shard + b > j->max) cut = i;
+            in_shard += b;
+            at += b;
+        }
+        if (tiles && s->live > at) tiles = false; /* a staged file that is no tensor lies beyond */
+        if (tiles && s->in_out) {
+            /* OUT's own file: linked again as it is, or not at all */
+            tiles = cut == s->n && at == s->size0 && same_header(j, s);
+            s->kept = tiles;
+        }
+        /* Past the cut: files that can move (closed ones) go to another pack */
+        for (size_t i = cut; tiles && i < s->n; i++) {
+            snode *n = node_at(st->root, s->id, s->t[i].off);
+            if (!n || n->nopen) tiles = false;
+        }
+        if (!tiles) {
+            for (size_t i = 0; i < s->n; i++) rest_add(j, s->t[i].tensor, NULL);
+            s->n = 0;
+            continue;
+        }
+        for (size_t i = cut; i < s->n; i++)
+            rest_add(j, s->t[i].tensor, node_at(st->root, s->id, s->t[i].off));
+        s->n = cut;
+        s->end = cut ? s->t[cut - 1].off + j->cat->tensors[s->t[cut - 1].tensor].nbytes
+                     : PACK_DATA_START;
+        s->used = true;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+/* Appends the rest, widest elements first, to packs with room (not OUT's, not cut), then to
+ * new ones. */
+static int append_rest(job *j) {
+    /* the sort moves the tensors: their moving nodes are found again by tensor */
+    snode **by_tensor = calloc(j->cat->ntensors ? j->cat->ntensors : 1, sizeof *by_tensor);
+    if (!by_tensor) return -ENOMEM;
+    for (size_t k = 0; k < j->nrest; k++) by_tensor[j->rest[k]] = j->moving[k];
+    qsort_r(j->rest, j->nrest, sizeof *j->rest, pack_width_cmp, j->cat);
+    int rc = 0;
+    size_t target = 0;
+    for (size_t k = 0; !rc && k < j->nrest; k++) {
+        const ckpt_tensor *t = &j->cat->tensors[j->rest[k]];
+        shard *s = NULL;
+        for (; target < j->ns; target++) {
+            shard *c = &j->s[target];
+            uint64_t data = c->end - PACK_DATA_START;
+            bool room = data == 0 || data + t->nbytes <= j->max;
+            if (c->used && !c->in_out && c->fd >= 0 && c->end >= c->live && room) {
+                s = c;
+                break;
+            }
+        }
+        if (!s && (rc = new_shard(j, &s))) break;
+        rc = pack_append_tensor(j->st, j->cat, t, s->fd, s->end, j->buf);
+        if (rc) {
+            char shown[256];
+            ckpt_fail(j->err, rc, "%s: appending tensor \"%s\" to a staged shard: %s", j->st->out,
+                      utf8_shown(shown, sizeof shown, t->name, t->name_len), strerror(-rc));
+            break;
+        }
+        rc = add_placed(s, j->rest[k], s->end);
+        s->end += t->nbytes;
+        j->moving[k] = by_tensor[j->rest[k]];
+        if (j->moving[k]) {
+            j->moved_id[k] = s->id;
+            j->moved_off[k] = s->t[s->n - 1].off;
+            s->moved_in = true;
+        }
+    }
+    free(by_tensor);
+    return rc;
+}
+
+/* Files moved out of a cut pack are journaled at their new place before the pack is cut: 0,
+ * 1 when one of them is open now, or -errno. */
+static int journal_moves(job *j) {
+    stage *st = j->st;
+    bool any = false;
+    pthread_mutex_lock(&st->lock);
+    int rc = 0;
+    /* A file opened since (for reading) would read the old place: the pack is not cut, OUT
+     * is written whole instead */
+    for (size_t k = 0; !rc && k < j->nrest; k++)
+        if (j->moving[k] && (j->moving[k]->nopen || j->moving[k]->fd >= 0)) rc = 1;
+    for (size_t k = 0; !rc && k < j->nrest; k++) {
+        snode *n = j->moving[k];
+        if (!n) continue;
+        uint64_t id = n->data_id, off = n->pack_off;
+        n->data_id = j->moved_id[k];
+        n->pack_off = j->moved_off[k];
+        rc = journal_pack_moved(st, n);
+        if (rc) {
+            n->data_id = id;
+            n->pack_off = off;
+        }
+        any = true;
+    }
+    if (!rc && any) rc = journal_sync(st);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+static int name_cmp(const void *a, const void *b, void *ctx) {
+    const ckpt_catalog *cat = ctx;
+    const ckpt_tensor *x = &cat->tensors[((const placed *)a)->tensor],
+                      *y = &cat->tensors[((const placed *)b)->tensor];
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* The index as transformers writes it (names in byte order); placed.off holds the shard. */
+static char *index_json(const job *j, size_t nshards, size_t *len) {
+    size_t n = 0;
+    uint64_t total = 0;
+    for (size_t k = 0; k < j->ns; k++)
+        if (j->s[k].used) n += j->s[k].n;
+    placed *all = malloc((n ? n : 1) * sizeof *all);
+    if (!all) return NULL;
+    size_t at = 0, nth = 0;
+    for (size_t k = 0; k < j->ns; k++) {
+        if (!j->s[k].used || !j->s[k].n) continue;
+        for (size_t i = 0; i < j->s[k].n; i++) {
+            all[at++] = (placed){j->s[k].t[i].tensor, nth};
+            total += j->cat->tensors[j->s[k].t[i].tensor].nbytes;
+        }
+        nth++;
+    }
+    qsort_r(all, n, sizeof *all, name_cmp, j->cat);
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "{\n  \"metadata\": {\n    \"total_size\": ");
+    sb_u64(&sb, total);
+    sb_puts(&sb, "\n  },\n  \"weight_map\": {");
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor *t = &j->cat->tensors[all[i].tensor];
+        sb_puts(&sb, i ? ",\n    " : "\n    ");
+        sb_json_str(&sb, t->name, t->name_len);
+        sb_printf(&sb, ": \"model-%05llu-of-%05zu.safetensors\"",
+                  (unsigned long long)all[i].off + 1, nshards);
+    }
+    sb_puts(&sb, n ? "\n  }\n}\n" : "}\n}\n");
+    free(all);
+    return sb_take(&sb, len);
+}
+
+static int write_small(int dfd, const char *name, const char *text, size_t len, mode_t mode) {
+    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0) return -errno;
+    int rc = pack_pwrite_all(fd, text, len, 0);
+    if (!rc && fsync(fd) != 0) rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* The new directory beside OUT: a link to each shard, the index, config and tokenizer. */
+static int assemble(job *j, const char *tmp, mode_t shard_mode) {
+    int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return ckpt_fail(j->err, -errno, "%s: %s", tmp, strerror(errno));
+    size_t nshards = 0;
+    for (size_t k = 0; k < j->ns; k++) nshards += j->s[k].used && j->s[k].n;
+    int rc = 0;
+    size_t nth = 0;
+    for (size_t k = 0; !rc && k < j->ns; k++) {
+        shard *s = &j->s[k];
+        if (!s->used || !s->n) continue;
+        char name[64], proc[64];
+        if (nshards == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", ++nth, nshards);
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", s->fd);
+        if (!s->kept) fchmod(s->fd, shard_mode);
+        if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) != 0)
+            rc = ckpt_fail(j->err, -errno, "%s/%s: cannot link the staged shard: %s", tmp, name,
+                           strerror(errno));
+    }
+    if (!rc && nshards > 1) {
+        size_t len;
+        char *text = index_json(j, nshards, &len);
+        rc = text ? write_small(dfd, "model.safetensors.index.json", text, len, shard_mode)
+                  : -ENOMEM;
+        if (rc) ckpt_fail(j->err, rc, "%s: writing the index: %s", tmp, strerror(-rc));
+        free(text);
+    }
+    if (!rc) rc = ckpt_dir_add_aux(j->cat, tmp, j->err);
+    if (!rc && fsync(dfd) != 0)
+        rc = ckpt_fail(j->err, -errno, "%s: fsync: %s", tmp, strerror(errno));
+    close(dfd);
+    return rc;
+}
+
+static void remove_tmp(const char *tmp) {
+    int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d && dfd >= 0) close(dfd);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+    if (d) closedir(d);
+    rmdir(tmp);
+}
+
+/* The headers of the shards this commit writes: 1 when one does not fit its reserved room
+ * (then OUT is written whole), before anything is cut. */
+static int make_headers(job *j, char ***heads) {
+    *heads = calloc(j->ns ? j->ns : 1, sizeof **heads);
+    if (!*heads) return -ENOMEM;
+    for (size_t k = 0; k < j->ns; k++) {
+        shard *s = &j->s[k];
+        if (!s->used || !s->n || s->kept) continue;
+        int e = pack_header(j->cat, s->t, s->n, &(*heads)[k]);
+        if (e) return e;
+    }
+    return 0;
+}
+
+/* Each header in front of its shard, which is cut to its end and fsynced. */
+static int finish_shards(job *j, char **heads) {
+    for (size_t k = 0; k < j->ns; k++) {
+        shard *s = &j->s[k];
+        if (!heads[k]) continue;
+        int e = pack_pwrite_all(s->fd, heads[k], PACK_DATA_START, 0);
+        if (!e && ftruncate(s->fd, (off_t)s->end) != 0) e = -errno;
+        if (!e && fsync(s->fd) != 0) e = -errno;
+        if (e) return ckpt_fail(j->err, e, "%s: writing a shard: %s", j->st->out, strerror(-e));
+    }
+    return 0;
+}
+
+/* After a failed commit: bytes appended beyond every staged file come off again; packs made
+ * for it go unless files moved into them. Under st->lock. */
+static void undo(job *j) {
+    stage *st = j->st;
+    for (size_t k = 0; k < j->ns; k++) {
+        shard *s = &j->s[k];
+        if (s->fd < 0 || s->in_out) continue;
+        uint64_t live = pack_live_end(st->root, s->id);
+        if (s->created && live == 0) { /* no file moved into it */
+            spool_data_unlink(st, s->id);
+            continue;
+        }
+        if (live < PACK_DATA_START) live = PACK_DATA_START;
+        if (ftruncate(s->fd, (off_t)live) == 0 && s->id == st->pack_id && st->pack_fd >= 0)
+            st->pack_end = live;
+    }
+}
+
+int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
+                          ckpt_err *err) {
+    int rc = ckpt_dir_guard(cat, st->out, opts, err);
+    if (rc) return rc;
+    job j = {.st = st, .cat = cat, .err = err, .buf = malloc(PACK_COPY_BUF)};
+    j.max = st->max_shard_size ? st->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;
+    pthread_mutex_lock(&st->lock);
+    collect_ids(st->root, &j);
+    for (size_t k = 0; k < j.ns; k++) j.s[k].live = pack_live_end(st->root, j.s[k].id);
+    pthread_mutex_unlock(&st->lock);
+    if (j.ns) qsort(j.s, j.ns, sizeof *j.s, id_cmp); /* shards in the order packs were made */
+    bool any = false;
+    for (size_t i = 0; i < cat->ntensors && !any; i++) any = !cat->tensors[i].aside;
+    char **heads = NULL;
+    rc = !any ? 1 : j.buf ? sort_out(&j) : -ENOMEM; /* no tensor: the writer's empty shard */
+    if (!rc) rc = append_rest(&j);
+    if (!rc) rc = make_headers(&j, &heads);
+    if (!rc) rc = journal_moves(&j);
+    if (!rc) rc = finish_shards(&j, heads);
+    for (size_t k = 0; heads && k < j.ns; k++) free(heads[k]);
+    free(heads);
+
+    char tmp[PATH_MAX] = "";
+    if (!rc) {
+        char d[PATH_MAX], b[PATH_MAX];
+        size_t n = strlen(st->out);
+        while (n > 1 && st->out[n - 1] == '/') n--;
+        snprintf(d, sizeof d, "%.*s", (int)n, st->out);
+        snprintf(b, sizeof b, "%.*s", (int)n, st->out);
+        int w = snprintf(tmp, sizeof tmp, "%s/.%s.partial-XXXXXX", dirname(d), basename(b));
+        if (w < 0 || w >= (int)sizeof tmp || !mkdtemp(tmp)) {
+            rc = ckpt_fail(err, -errno, "%s: cannot create a temporary directory: %s", st->out,
+                           strerror(errno));
+            tmp[0] = '\0';
+        }
+    }
+    if (!rc) {
+        mode_t mask = ckpt_umask(); /* read, not set: other threads create files */
+        mode_t sources = 07777;
+        for (uint32_t i = 0; i < cat->nsources; i++) { /* as the writer: aux files aside */
+            bool aux = false;
+            for (size_t k = 0; !aux && k < cat->naux; k++) aux = cat->aux[k].source == i;
+            if (!aux) sources &= cat->sources[i].mode;
+        }
+        rc = assemble(&j, tmp, (0666 & ~mask) & (0600 | (sources & 0066)));
+    }
+    if (!rc) {
+        char out[PATH_MAX];
+        size_t n = strlen(st->out);
+        while (n > 1 && st->out[n - 1] == '/') n--;
+        snprintf(out, sizeof out, "%.*s", (int)n, st->out);
+        rc = ckpt_dir_publish(tmp, out, opts, err);
+    }
+    if (rc && tmp[0]) remove_tmp(tmp);
+
+    pthread_mutex_lock(&st->lock);
+    if (rc) undo(&j);
+    for (size_t k = 0; k < j.ns; k++) {
+        shard *s = &j.s[k];
+        if (s->fd < 0) continue;
+        /* a pack made for this commit is OUT's alone once it is in: out of the spool */
+        if (!rc && s->created && !s->moved_in) spool_data_unlink(st, s->id);
+        close(s->fd);
+    }
+    if (!rc && st->pack_fd >= 0) {
+        /* every pack is a shard of OUT now: never appended to again */
+        close(st->pack_fd);
+        st->pack_fd = -1;
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (size_t k = 0; k < j.ns; k++) free(j.s[k].t);
+    free(j.s);
+    free(j.rest);
+    free(j.moving);
+    free(j.moved_id);
+    free(j.moved_off);
+    free(j.buf);
+    return rc;
+}
