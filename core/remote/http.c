@@ -289,7 +289,7 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
         atomic_fetch_add(&n_bytes, rs->got);
         if (c == CURLE_WRITE_ERROR && rs->overflow) c = CURLE_OK; /* judged by the caller */
         bool again = c == CURLE_OK ? retryable_status(rs->status) : retryable_code(c);
-        if (!again || attempt >= config.retries) {
+        if (!again || attempt >= config.retries || rq->once) {
             if (c != CURLE_OK) {
                 atomic_fetch_add(&n_failures, 1);
                 snprintf(msg, msg_cap, "%s: %s%s", rq->shown, curl_easy_strerror(c),

@@ -30,6 +30,7 @@ typedef struct http_req {
     void *buf;    /* ranged GET: the body goes here, at most len bytes */
     strbuf *body; /* otherwise the whole body, at most body_cap bytes */
     size_t body_cap;
+    bool once; /* no retries: a probe whose failure has a fallback */
 } http_req;
 
 typedef struct http_resp {

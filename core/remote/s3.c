@@ -234,6 +234,9 @@ static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size
  * store's page size). 0, or a negative errno with the one-line reason. */
 static int list_page(const char *shown, const char *bucket, const strbuf *prefix,
                      const strbuf *token, int max_keys, strbuf *url, strbuf *body, ckpt_err *err) {
+    /* A one-key page only tells a kind, and the parent's listing can tell it too: asked once,
+     * so a store that refuses such pages (s3rver: 500) costs no backoff. */
+    bool once = max_keys == 1;
     sb_clear(url);
     pthread_mutex_lock(&s3_lock);
     setup();
@@ -252,8 +255,12 @@ static int list_page(const char *shown, const char *bucket, const strbuf *prefix
     sb_puts(url, "prefix=");
     http_escape(url, prefix->data, prefix->len, false);
     char msg[512];
-    http_req rq = {
-        .url = url->data, .shown = shown, .auth = auth, .body = body, .body_cap = 64u << 20};
+    http_req rq = {.url = url->data,
+                   .shown = shown,
+                   .auth = auth,
+                   .body = body,
+                   .body_cap = 64u << 20,
+                   .once = once};
     http_resp rs;
     int rc = http_perform(&rq, &rs, msg, sizeof msg);
     if (rc) {
