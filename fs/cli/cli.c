@@ -5,6 +5,7 @@
 #include "heap.h"
 #include "cli_internal.h"
 #include "serve/serve.h"
+#include "core/segread.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -84,6 +85,9 @@ int cli_main(int argc, char **argv) {
      * fail with EPIPE, which cli_write_all turns into a silent exit status 4. */
     signal(SIGPIPE, SIG_IGN);
     heap_for_loading(); /* a command opens one catalog and exits: no need to give memory back */
+    /* No command forks after this point, so reads may decode .zst frames ahead and fill
+     * strided bands on worker threads, as a mount does (cat, convert, verify, serve). */
+    ckpt_read_workers_allow();
     if (strcmp(argv[0], "help") == 0) return help(argc, argv);
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (strcmp(argv[0], commands[i].name) == 0) return commands[i].run(argc, argv);

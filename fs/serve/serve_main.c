@@ -5,6 +5,7 @@
 
 #include "heap.h"
 #include "size.h"
+#include "core/segread.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -167,6 +168,9 @@ int serve_main(int argc, char **argv) {
     size_t nsources = 0;
     if (!sources) return EXIT_USAGE;
     int status = EXIT_USAGE;
+    /* serve never forks: .zst frames may be decoded ahead and strided bands filled on worker
+     * threads, as in a mount. */
+    ckpt_read_workers_allow();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;

@@ -351,9 +351,9 @@ def run_late(tap, ckptfs, root):
 
 def run_streams(tap, ckptfs):
     """A .zst written by `ckptfs convert` (64 KiB frames) of a tensor larger than the reader's
-    frame cache (16 MiB), read by two sequential streams (which the daemon decodes ahead on its
-    worker threads) while two threads do random preads, the page cache dropped between passes:
-    every byte equals numpy's."""
+    frame cache (16 MiB), read by `ckptfs cat` and, mounted, by two sequential streams (both
+    decode ahead on worker threads) while two threads do random preads, the page cache dropped
+    between passes: every byte equals numpy's."""
     import numpy as np
     with tempfile.TemporaryDirectory() as work:
         rng = np.random.default_rng(45)
@@ -366,6 +366,11 @@ def run_streams(tap, ckptfs):
             f.write(struct.pack("<Q", len(header)) + header + data)
         rc, _, err = run_capture([ckptfs, "convert", plain, plain + ".zst"], CLI_TIMEOUT)
         tap.ok(rc == 0, "convert a 24 MiB tensor to .zst", [err.decode(errors="replace")])
+        # The commands decode ahead too (they never fork): the whole tensor through `cat`.
+        rc, out, err = run_capture([ckptfs, "cat", plain + ".zst", "w"], CLI_TIMEOUT)
+        tap.ok(rc == 0 and out == data, "ckptfs cat of the 24 MiB .zst tensor (decoded ahead) "
+               "equals numpy's bytes", ["rc %d, %d of %d bytes" % (rc, len(out), len(data)),
+                                        err.decode(errors="replace")[:300]])
 
         def checks(mnt):
             path = os.path.join(mnt, "w")
