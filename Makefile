@@ -72,7 +72,7 @@ $(B)/tools/%: tests/unit/%.c $(B)/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a $(CORE_LIBS)
 
-$(B)/bench/passthrough: tests/bench/passthrough.c
+$(B)/bench/passthrough $(B)/bench/walkfloor: $(B)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -o $@ $< $(FUSE_LIBS) -lpthread
 
@@ -126,7 +126,7 @@ check: deps
 demo: deps $(B)/ckptfs
 	@tests/demo.sh $(B)/ckptfs
 
-bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/delayproxy
+bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/delayproxy
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/mount_bench.py $(B)/ckptfs $(B)/bench-out
