@@ -289,12 +289,26 @@ int pack_fsync_parent(const char *path) {
     return rc;
 }
 
+int note_landing(stage *st, int fd, const char *path) {
+    if (!stage_replaces_source(st)) return 0;
+    struct stat s;
+    if (fd >= 0 ? fstat(fd, &s) != 0 : stat(path, &s) != 0) return -errno;
+    pthread_mutex_lock(&st->lock);
+    int rc = spool_note_landing(st, &s);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
 /* OUT becomes the pack: a second name made beside OUT, then renamed over it. */
 static int publish(stage *st, ckpt_err *err) {
     char tmp[PATH_MAX], dir[PATH_MAX], base[PATH_MAX], pack[64];
     snprintf(dir, sizeof dir, "%s", st->out);
     snprintf(base, sizeof base, "%s", st->out);
     snprintf(pack, sizeof pack, "/proc/self/fd/%d", st->pack_fd);
+    int rc = note_landing(st, st->pack_fd, NULL);
+    if (rc)
+        return ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out,
+                         strerror(-rc));
     for (int attempt = 0;; attempt++) {
         snprintf(tmp, sizeof tmp, "%s/.%s.partial-%llx-%d", dirname(dir), basename(base),
                  (unsigned long long)st->pack_id, attempt);
@@ -309,7 +323,7 @@ static int publish(stage *st, ckpt_err *err) {
         unlink(tmp);
         return ckpt_fail(err, -e, "%s: rename into place: %s", st->out, strerror(e));
     }
-    int rc = pack_fsync_parent(st->out);
+    rc = pack_fsync_parent(st->out);
     if (rc) return ckpt_fail(err, rc, "%s: fsync of its directory failed", st->out);
     return 0;
 }

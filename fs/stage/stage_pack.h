@@ -33,6 +33,9 @@ int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t,
  * names do not fit the reserved room, or -ENOMEM. */
 int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **head);
 int pack_fsync_parent(const char *path);
+/* Before a commit over its own source puts the file fd (or, fd < 0, path) in place as OUT:
+ * spool_note_landing. 0 or -errno. */
+int note_landing(stage *st, int fd, const char *path);
 
 /* stage_pack_dir.c: stage_pack_commit for a directory OUT. */
 int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts, ckpt_err *err);

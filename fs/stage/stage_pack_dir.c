@@ -549,6 +549,8 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
         }
         rc = assemble(&j, tmp, (0666 & ~mask) & (0600 | (sources & 0066)));
     }
+    if (!rc && (rc = note_landing(st, -1, tmp)))
+        ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out, strerror(-rc));
     if (!rc) {
         char out[PATH_MAX];
         size_t n = strlen(st->out);
