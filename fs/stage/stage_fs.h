@@ -96,6 +96,7 @@ typedef struct stage {
     uint64_t pack_id;  /* its data id */
     uint64_t pack_end; /* where the next file starts */
     snode *pack_tail;  /* the file being appended, or NULL */
+    bool no_clone;     /* FICLONE refused here: commits do not try it again */
 
     pthread_mutex_t lock; /* the tree, the journal, dirty, last report */
     snode *root;

@@ -14,8 +14,6 @@
  * offset with the same name, dtype and shape, and the file must end at its data's end. */
 #include "stage_pack_whole.h"
 
-#include "core/json.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -42,8 +40,7 @@ static const placed *find_off(const placed *p, size_t n, uint64_t off) {
     return lo < n && p[lo].off == off ? &p[lo] : NULL;
 }
 
-/* Whether header entry m describes staged tensor t exactly. */
-static bool entry_is(const json_value *m, const ckpt_tensor *t) {
+bool pack_entry_is(const json_value *m, const ckpt_tensor *t) {
     if (m->key_len != t->name_len || memcmp(m->key, t->name, t->name_len) != 0) return false;
     const json_value *dt = json_member(m, "dtype"), *shape = json_member(m, "shape");
     if (!dt || !json_str_eq(dt, ckpt_dtype_info_of(t->dtype)->name)) return false;
@@ -56,32 +53,55 @@ static bool entry_is(const json_value *m, const ckpt_tensor *t) {
     return true;
 }
 
+int pack_read_header(int fd, uint64_t size, char **text, json_doc *doc, uint64_t *data) {
+    unsigned char le[8];
+    *text = NULL;
+    memset(doc, 0, sizeof *doc);
+    if (size < 8 || pread(fd, le, 8, 0) != 8) return -1;
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--) len = len << 8 | le[i];
+    if (len < 2 || len > MAX_HEADER || len > size - 8) return -1;
+    if (!(*text = malloc(len))) return -1;
+    json_error jerr;
+    if (pread(fd, *text, len, 8) != (ssize_t)len || json_parse(doc, *text, len, &jerr) != 0 ||
+        doc->root->type != JSON_OBJECT) {
+        json_doc_free(doc);
+        free(*text);
+        *text = NULL;
+        return -1;
+    }
+    *data = 8 + len;
+    return 0;
+}
+
+bool pack_entry_span(const json_value *m, uint64_t room, uint64_t *a, uint64_t *b) {
+    const json_value *offs = m->type == JSON_OBJECT ? json_member(m, "data_offsets") : NULL;
+    return offs && offs->type == JSON_ARRAY && offs->count == 2 && json_as_u64(offs->head, a) &&
+           json_as_u64(offs->head->next, b) && *a <= *b && *b <= room;
+}
+
+bool pack_is_metadata(const json_value *m) {
+    return m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0;
+}
+
 /* Whether the file behind fd (size bytes) holds exactly the tensors p[0..n) (sorted by
  * offset) with their names, dtypes and shapes, and nothing else. */
 static bool holds_exactly(const ckpt_catalog *cat, int fd, uint64_t size, const placed *p,
                           size_t n) {
-    unsigned char le[8];
-    if (size < 8 || pread(fd, le, 8, 0) != 8) return false;
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--) len = len << 8 | le[i];
-    if (len < 2 || len > MAX_HEADER || len > size - 8) return false;
-    char *text = malloc(len);
-    if (!text) return false;
-    bool ok = pread(fd, text, len, 8) == (ssize_t)len;
-    json_doc doc = {0};
-    json_error jerr;
-    ok = ok && json_parse(&doc, text, len, &jerr) == 0 && doc.root->type == JSON_OBJECT;
+    char *text;
+    json_doc doc;
+    uint64_t data;
+    if (pack_read_header(fd, size, &text, &doc, &data) != 0) return false;
+    bool ok = true;
     size_t entries = 0;
-    uint64_t data = 8 + len, end = data;
-    for (const json_value *m = ok ? doc.root->head : NULL; ok && m; m = m->next) {
-        if (m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0) continue;
-        const json_value *offs = m->type == JSON_OBJECT ? json_member(m, "data_offsets") : NULL;
+    uint64_t end = data;
+    for (const json_value *m = doc.root->head; ok && m; m = m->next) {
+        if (pack_is_metadata(m)) continue;
         uint64_t a, b;
-        ok = offs && offs->type == JSON_ARRAY && offs->count == 2 && json_as_u64(offs->head, &a) &&
-             json_as_u64(offs->head->next, &b) && a <= b && b <= size - data;
+        ok = pack_entry_span(m, size - data, &a, &b);
         const placed *hit = ok ? find_off(p, n, data + a) : NULL;
         ok = hit && cat->tensors[hit->tensor].nbytes == b - a &&
-             entry_is(m, &cat->tensors[hit->tensor]);
+             pack_entry_is(m, &cat->tensors[hit->tensor]);
         if (ok && data + b > end) end = data + b;
         entries++;
     }

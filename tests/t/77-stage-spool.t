@@ -22,6 +22,10 @@ exactly, no gap, no overlap, nothing after) and compared with the bytes that wer
   shards that came out whole are the same inodes (linked, not copied); a shard that lost a
   tensor is written again. kill -9 at 20 random points of such a commit: OUT/ the old one
   (every file's bytes) or the complete new one; the stage taken up again and committed.
+- On XFS (a loop mount, root only): OUT --from OUT with one tensor copied over is a clone of
+  the old file with that tensor written into it (write_bytes and the blocks allocated are
+  that tensor's); a tensor added goes the pack's way; kill -9 at 10 random points of a clone
+  commit: OUT old or new, the stage taken up and committed.
 - kill -9 at 20 random points of a cp into the stage: OUT is untouched, the file comes back
   as a prefix of what was being copied (the journal says where its bytes start), and a
   complete copy commits.
@@ -467,6 +471,157 @@ def kill_from_dir_commit(tap, work):
            "each" % KILLS, bad)
 
 
+class ReflinkFs:
+    """A small XFS (reflink=1) on a loop device mounted at .path; .why says why not (not
+    root, no mkfs.xfs, no loop device in this container). Unmounted by close()."""
+
+    def __init__(self, work):
+        self.path, self.why = None, None
+        self.image = os.path.join(work, "xfs.img")
+        if os.geteuid() != 0:
+            self.why = "not root: cannot mount a loop file system"
+            return
+        mkfs = shutil.which("mkfs.xfs") or ("/usr/sbin/mkfs.xfs"
+                                            if os.path.exists("/usr/sbin/mkfs.xfs") else None)
+        if not mkfs:
+            self.why = "no mkfs.xfs (xfsprogs, make deps)"
+            return
+        with open(self.image, "wb") as f:
+            f.truncate(400 << 20)
+        p = subprocess.run([mkfs, "-q", "-m", "reflink=1", self.image], capture_output=True)
+        if p.returncode != 0:
+            self.why = "mkfs.xfs: %s" % p.stderr.decode(errors="replace").strip()
+            return
+        path = os.path.join(work, "xfs")
+        os.mkdir(path)
+        p = subprocess.run(["mount", "-o", "loop", self.image, path], capture_output=True)
+        if p.returncode != 0:
+            self.why = "mount -o loop: %s" % p.stderr.decode(errors="replace").strip()
+            os.rmdir(path)
+            return
+        self.path = path
+
+    def free(self):
+        v = os.statvfs(self.path)
+        return v.f_bfree * v.f_frsize
+
+    def close(self):
+        if self.path:
+            subprocess.run(["umount", self.path], capture_output=True)
+            os.rmdir(self.path)
+        if os.path.exists(self.image):
+            os.unlink(self.image)
+
+
+CLONE_T = 4 << 20
+
+
+def clone_tensors():
+    return {"t%d" % i: rnd(CLONE_T, 100 + i) for i in range(6)}
+
+
+def write_clone_out(out, tensors):
+    write_st(out, {k: ("F32", [CLONE_T // 4], v) for k, v in tensors.items()})
+
+
+def reflink(tap, work):
+    """On a file system that shares extents, a safetensors OUT --from itself with one tensor
+    copied over is a clone of the old file with that tensor rewritten: the commit writes and
+    allocates ~that tensor; kill -9 at random points of it leaves OUT old or new."""
+    fs = ReflinkFs(work)
+    checks = ("--from OUT on XFS, one tensor copied over: the commit writes and allocates that "
+              "tensor", "--from OUT on XFS, a tensor added: the pack's way, exact",
+              "kill -9 at %d random points of a clone commit" % (KILLS // 2))
+    if not fs.path:
+        for c in checks:
+            tap.skip(c, fs.why)
+        return
+    try:
+        out = os.path.join(fs.path, "o.safetensors")
+        tensors = clone_tensors()
+        write_clone_out(out, tensors)
+        s = Stage(tap, out, "--from", out)
+        if not tap.ok(s.ok, "stage OUT --from OUT on XFS", [s.err]):
+            return
+        try:
+            tensors["t3"] = rnd(CLONE_T, 120)
+            with Watchdog(s.mnt, CHECK_TIMEOUT):
+                put(s.mnt, "t3", tensors["t3"])
+                f0, w0 = fs.free(), write_bytes(s.pid)
+                rc, text = s.commit()
+                f1, w1 = fs.free(), write_bytes(s.pid)
+            got, _, _ = strict_read(out)
+            got = {k: v[2] for k, v in got.items()}
+            # the model is 24 MiB: copying the other five tensors would write 20 MiB more
+            tap.ok(rc == 0 and got == tensors and w1 - w0 <= CLONE_T + RESERVED and
+                   f0 - f1 <= CLONE_T + RESERVED, checks[0] + " (%d bytes written, %d "
+                   "allocated)" % (w1 - w0, f0 - f1), [text, sorted(got)])
+            tensors["extra"] = rnd(1 << 20, 121)
+            with Watchdog(s.mnt, CHECK_TIMEOUT):
+                put(s.mnt, "extra", tensors["extra"])
+                rc, text = s.commit()
+            got, _, _ = strict_read(out)
+            tap.ok(rc == 0 and {k: v[2] for k, v in got.items()} == tensors, checks[1],
+                   [text, sorted(got)])
+        finally:
+            s.close()
+        os.unlink(out)
+        kill_clone(tap, fs, checks[2])
+    finally:
+        fs.close()
+
+
+def kill_clone(tap, fs, what):
+    old = clone_tensors()
+    new = dict(old, t2=rnd(CLONE_T, 130))
+    seen, bad, durations = {}, [], []
+    for i in range(KILLS // 2 + 1):
+        d = os.path.join(fs.path, "k%d" % i)
+        os.mkdir(d)
+        out = os.path.join(d, "o.safetensors")
+        write_clone_out(out, old)
+        with open(out, "rb") as f:
+            old_sha = hashlib.sha256(f.read()).hexdigest()
+        s = Stage(tap, out, "--from", out, "-o", "nocommit")
+        if not s.ok:
+            bad.append("stage %d: %s" % (i, s.err))
+            continue
+        put(s.mnt, "t2", new["t2"])
+        client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        if i > 0:
+            time.sleep(random.uniform(0, durations[0] * 1.1))
+            s.kill()
+        client.wait(120)
+        if i == 0:
+            durations.append(time.time() - t0)
+            s.close()
+        state = expect_old_or_new(out, old_sha, new)
+        seen[state] = seen.get(state, 0) + 1
+        if state not in ("old", "new"):
+            bad.append("kill %d: OUT is %s" % (i, state))
+        if i > 0:
+            again = Stage(tap, out)
+            if not again.ok:
+                bad.append("kill %d (OUT %s): not taken up again: %s" % (i, state, again.err))
+                continue
+            try:
+                with open(os.path.join(again.mnt, "t2"), "rb") as f:
+                    if f.read() != new["t2"]:
+                        bad.append("kill %d: the staged bytes changed" % i)
+                rc, text = again.commit()
+                if rc != 0 or expect_old_or_new(out, old_sha, new) != "new":
+                    bad.append("kill %d: the commit after taking it up: exit %r %s" % (i, rc, text))
+            finally:
+                again.close()
+        shutil.rmtree(d, ignore_errors=True)
+    tap.diag("clone commit of a 24 MiB OUT (4 MiB changed) takes %.3f s unkilled; kills left "
+             "OUT %s" % (durations[0] if durations else -1, seen))
+    tap.ok(not bad, what + ": OUT old or complete new, the stage taken up and committed after "
+           "each", bad)
+
+
 def kill_cp(tap, work):
     payload = os.path.join(work, "payload")
     data = rnd(32 << 20, 50)
@@ -546,6 +701,7 @@ def main():
         kill_dir_commit(tap, work)
         from_dir_cost(tap, work)
         kill_from_dir_commit(tap, work)
+        reflink(tap, work)
         kill_cp(tap, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
