@@ -409,6 +409,16 @@ void spool_clear_landing(stage *st) {
     if (unlinkat(st->spool_fd, "landing", 0) == 0) fsync(st->spool_fd);
 }
 
+/* A stage --from OUT itself (stage_replaces_source, which this file does not call: the
+ * rebase depends on the journal, which depends on the spool). */
+static bool over_own_out(const stage *st) {
+    if (!st->from || !st->lower) return false;
+    size_t a = strlen(st->from), b = strlen(st->out);
+    while (a > 1 && st->from[a - 1] == '/') a--;
+    while (b > 1 && st->out[b - 1] == '/') b--;
+    return a == b && memcmp(st->from, st->out, a) == 0;
+}
+
 /* Whether OUT is now what SPOOL/landing names: the killed commit put it in place. */
 static bool commit_landed(const stage *st) {
     char text[64] = "";
@@ -550,7 +560,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
         put_fingerprint(&now, st->lower);
         const char *was = saved.fingerprint ? saved.fingerprint : "";
         bool changed = strcmp(now.data ? now.data : "", was) != 0;
-        if (changed && stage_replaces_source(st) && commit_landed(st)) {
+        if (changed && over_own_out(st) && commit_landed(st)) {
             /* OUT holds the staged tree: nothing is left to replay. The journal goes first,
              * so that a kill from here on finds the same (old state, landing, no journal). */
             fprintf(stderr,
