@@ -11,6 +11,8 @@
  *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
  *   stage_pack.c    staged tensors appended to the file that becomes a safetensors OUT
  *   stage_pack_dir.c  a directory OUT whose shards are such files
+ *   stage_pack_whole.c  files of the --from source a directory OUT links as shards
+ *   stage_pack_clone.c  a safetensors OUT as a clone of the source's file (FICLONE)
  *   stage_status.c  `ckptfs stage --status OUT`
  *   stage.c         `ckptfs stage` (options, spool + journal at start, mount, commit on unmount)
  *   stage_client.c  `ckptfs commit MOUNTPOINT` */
