@@ -49,10 +49,10 @@ static uint32_t base_source(const ckpt_catalog *cat) {
     return best;
 }
 
-/* The tensors of the staged catalog that must be written into a clone of the file behind fd
- * (source u): 0 with *out (malloc'd) and *n, or 1 when the file is not exactly the staged
+/* The tensors of the staged catalog that must be written into a clone of the file behind fd:
+ * 0 with *out (malloc'd) and *n, or 1 when the file is not exactly the staged
  * tensors' layout. */
-static int plan_rewrites(const ckpt_catalog *cat, uint32_t u, int fd, rewrite **out, size_t *n) {
+static int plan_rewrites(const ckpt_catalog *cat, int fd, rewrite **out, size_t *n) {
     *out = NULL;
     *n = 0;
     struct stat fs;
@@ -90,7 +90,11 @@ static int plan_rewrites(const ckpt_catalog *cat, uint32_t u, int fd, rewrite **
         seen[e->value] = true;
         entries++;
         if (data + b > end) end = data + b;
-        bool in_place = t->npieces == 1 && !t->pieces[0].strides && t->pieces[0].source == u &&
+        /* the same file may be two sources: OUT as the source's reader opened it, and the
+         * spool's pack that a commit linked as OUT, which staged files still refer to */
+        const ckpt_source *ts = t->npieces == 1 ? &cat->sources[t->pieces[0].source] : NULL;
+        bool in_place = ts && !t->pieces[0].strides && !ts->zst && !ts->member_of && !ts->remote &&
+                        ts->dev == fs.st_dev && ts->ino == fs.st_ino &&
                         t->pieces[0].file_offset == data + a;
         if (!in_place) w[nw++] = (rewrite){e->value, data + a};
     }
@@ -116,7 +120,7 @@ int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
     if (base < 0) return 1;
     rewrite *w;
     size_t nw;
-    if (plan_rewrites(cat, u, base, &w, &nw) != 0) {
+    if (plan_rewrites(cat, base, &w, &nw) != 0) {
         close(base);
         return 1;
     }

@@ -531,7 +531,8 @@ def reflink(tap, work):
     fs = ReflinkFs(work)
     checks = ("--from OUT on XFS, one tensor copied over: the commit writes and allocates that "
               "tensor", "--from OUT on XFS, a tensor added: the pack's way, exact",
-              "kill -9 at %d random points of a clone commit" % (KILLS // 2))
+              "kill -9 at %d random points of a clone commit" % (KILLS // 2),
+              "after a commit the pack's way, the next one clones OUT (the pack) again")
     if not fs.path:
         for c in checks:
             tap.skip(c, fs.why)
@@ -563,6 +564,19 @@ def reflink(tap, work):
             got, _, _ = strict_read(out)
             tap.ok(rc == 0 and {k: v[2] for k, v in got.items()} == tensors, checks[1],
                    [text, sorted(got)])
+            # OUT is now the pack, which the staged t3 and extra still refer to as a spool
+            # file: they are in place in it, only the tensor copied over is written
+            tensors["t1"] = rnd(CLONE_T, 122)
+            with Watchdog(s.mnt, CHECK_TIMEOUT):
+                put(s.mnt, "t1", tensors["t1"])
+                f0, w0 = fs.free(), write_bytes(s.pid)
+                rc, text = s.commit()
+                f1, w1 = fs.free(), write_bytes(s.pid)
+            got, _, _ = strict_read(out)
+            got = {k: v[2] for k, v in got.items()}
+            tap.ok(rc == 0 and got == tensors and w1 - w0 <= CLONE_T + RESERVED and
+                   f0 - f1 <= CLONE_T + RESERVED, checks[3] + " (%d bytes written, %d "
+                   "allocated)" % (w1 - w0, f0 - f1), [text, sorted(got)])
         finally:
             s.close()
         os.unlink(out)
