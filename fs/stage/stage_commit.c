@@ -129,6 +129,9 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
         rc = stage_pack_commit(st, cat, &opts, &err);
         if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
         if (rc) {
+            pthread_mutex_lock(&st->lock);
+            spool_clear_landing(st); /* OUT was not replaced */
+            pthread_mutex_unlock(&st->lock);
             /* EINVAL: what is staged cannot be held by OUT's format (a dtype, a name) */
             status = rc == -EINVAL ? STAGE_INVALID : STAGE_WRITE_FAILED;
             sb_printf(report, "exit %d\n%s\n%s was not changed, the staged files are kept\n",
@@ -139,7 +142,9 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                       rep.ntensors == 1 ? "" : "s", (unsigned long long)rep.nbytes);
             if (stage_replaces_source(st)) {
                 pthread_mutex_lock(&st->lock);
-                stage_rebase(st, l->nodes, l->n, &rep, report);
+                /* once the state names the new OUT; else a stage taken up after a kill still
+                 * needs the landing to know OUT as its own */
+                if (stage_rebase(st, l->nodes, l->n, &rep, report) == 0) spool_clear_landing(st);
                 pthread_mutex_unlock(&st->lock);
             }
         }

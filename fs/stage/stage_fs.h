@@ -11,6 +11,8 @@
  *   stage_rebase.c  after a commit that replaced the stage's own source: onto the new one
  *   stage_pack.c    staged tensors appended to the file that becomes a safetensors OUT
  *   stage_pack_dir.c  a directory OUT whose shards are such files
+ *   stage_pack_whole.c  files of the --from source a directory OUT links as shards
+ *   stage_pack_clone.c  a safetensors OUT as a clone of the source's file (FICLONE)
  *   stage_status.c  `ckptfs stage --status OUT`
  *   stage.c         `ckptfs stage` (options, spool + journal at start, mount, commit on unmount)
  *   stage_client.c  `ckptfs commit MOUNTPOINT` */
@@ -96,12 +98,16 @@ typedef struct stage {
     uint64_t pack_id;  /* its data id */
     uint64_t pack_end; /* where the next file starts */
     snode *pack_tail;  /* the file being appended, or NULL */
+    bool no_clone;     /* FICLONE refused here: commits do not try it again */
 
     pthread_mutex_t lock; /* the tree, the journal, dirty, last report */
     snode *root;
     snode *removed; /* nodes out of the tree that the kernel or a handle still refers to */
     snode control, commit_node, status_node;
     atomic_bool dirty; /* changes not yet in OUT (written under lock) */
+    /* taken up after a kill of a commit that had replaced its own source (--from OUT) once
+     * OUT was in place: the stage goes on over the new OUT with nothing changed */
+    bool landed;
 
     /* Changes hold the gate for reading (trylock: EBUSY during a commit); a commit holds it
      * for writing, so it packs a tree nobody changes under it. */
@@ -157,6 +163,13 @@ void spool_note_pid(stage *st);
 void spool_note_outcome(stage *st, const char *what, int status);
 /* After a final successful commit: the spool's files and directory go away. */
 void spool_remove(stage *st);
+/* A commit that replaces the stage's own source (--from OUT) is about to put the file or
+ * directory `what` (stat of it) in place as OUT: SPOOL/landing says so, so that a stage taken
+ * up after a kill from then on knows the new OUT as its own commit (the source's fingerprint
+ * no longer matches the state). 0 or -errno. */
+int spool_note_landing(stage *st, const struct stat *what);
+/* The commit ended (and the state names the new source, or OUT was not replaced). */
+void spool_clear_landing(stage *st);
 /* Replaces SPOOL/name with text (temporary file, fsync, rename). */
 int spool_write_file(stage *st, const char *name, const char *text, size_t len);
 void spool_data_name(uint64_t id, char out[17]);

@@ -205,7 +205,11 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         else
             mark_changed(st);
     } else if (changes && n->src != SRC_SPOOL && n->src != SRC_PACK) {
-        e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+        /* a source tensor replaced (cp over it): its new bytes go to the pack as a new file's */
+        if (!trunc || stage_pack_claim(st, n, n->name) != 0)
+            e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+        else
+            mark_changed(st);
     } else if (trunc) {
         e = stage_set_size(st, n, 0);
     }

@@ -289,15 +289,28 @@ int pack_fsync_parent(const char *path) {
     return rc;
 }
 
-/* OUT becomes the pack: a second name made beside OUT, then renamed over it. */
-static int publish(stage *st, ckpt_err *err) {
+int note_landing(stage *st, int fd, const char *path) {
+    if (!stage_replaces_source(st)) return 0;
+    struct stat s;
+    if (fd >= 0 ? fstat(fd, &s) != 0 : stat(path, &s) != 0) return -errno;
+    pthread_mutex_lock(&st->lock);
+    int rc = spool_note_landing(st, &s);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int pack_publish(stage *st, int fd, uint64_t id, ckpt_err *err) {
     char tmp[PATH_MAX], dir[PATH_MAX], base[PATH_MAX], pack[64];
     snprintf(dir, sizeof dir, "%s", st->out);
     snprintf(base, sizeof base, "%s", st->out);
-    snprintf(pack, sizeof pack, "/proc/self/fd/%d", st->pack_fd);
+    snprintf(pack, sizeof pack, "/proc/self/fd/%d", fd);
+    int rc = note_landing(st, fd, NULL);
+    if (rc)
+        return ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out,
+                         strerror(-rc));
     for (int attempt = 0;; attempt++) {
         snprintf(tmp, sizeof tmp, "%s/.%s.partial-%llx-%d", dirname(dir), basename(base),
-                 (unsigned long long)st->pack_id, attempt);
+                 (unsigned long long)id, attempt);
         snprintf(dir, sizeof dir, "%s", st->out); /* dirname may have changed it */
         if (linkat(AT_FDCWD, pack, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0) break;
         if (errno != EEXIST || attempt == 16)
@@ -309,7 +322,7 @@ static int publish(stage *st, ckpt_err *err) {
         unlink(tmp);
         return ckpt_fail(err, -e, "%s: rename into place: %s", st->out, strerror(e));
     }
-    int rc = pack_fsync_parent(st->out);
+    rc = pack_fsync_parent(st->out);
     if (rc) return ckpt_fail(err, rc, "%s: fsync of its directory failed", st->out);
     return 0;
 }
@@ -320,6 +333,9 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
     int mode = stage_pack_mode(st);
     pthread_mutex_unlock(&st->lock);
     if (mode == PACK_DIR) return stage_pack_dir_commit(st, cat, opts, err);
+    /* the source's file with a few tensors rewritten: a clone of it, where extents are shared */
+    int cloned = mode == PACK_FILE ? stage_pack_clone_commit(st, cat, err) : 1;
+    if (cloned != 1) return cloned;
     pthread_mutex_lock(&st->lock);
     bool go = mode == PACK_FILE && (st->pack_fd >= 0 || open_new_pack(st) == 0);
     uint64_t id = st->pack_id, live = go ? pack_live_end(st->root, id) : 0;
@@ -381,7 +397,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
     }
     if (!rc && fsync(st->pack_fd) != 0)
         rc = ckpt_fail(err, -errno, "%s: fsync: %s", st->out, strerror(errno));
-    if (!rc) rc = publish(st, err);
+    if (!rc) rc = pack_publish(st, st->pack_fd, st->pack_id, err);
     if (!rc) {
         /* The pack is OUT now: never appended to again. */
         pthread_mutex_lock(&st->lock);

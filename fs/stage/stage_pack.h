@@ -33,6 +33,18 @@ int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t,
  * names do not fit the reserved room, or -ENOMEM. */
 int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **head);
 int pack_fsync_parent(const char *path);
+/* Before a commit over its own source puts the file fd (or, fd < 0, path) in place as OUT:
+ * spool_note_landing. 0 or -errno. */
+int note_landing(stage *st, int fd, const char *path);
+
+/* The file fd (spool data file id) becomes OUT: a second name made beside OUT, then renamed
+ * over it, the directory fsynced. 0 or -errno with err filled. */
+int pack_publish(stage *st, int fd, uint64_t id, ckpt_err *err);
+
+/* stage_pack_clone.c: OUT as a clone of the source's file with the changed tensors written
+ * into it, where the file system shares extents: 0, 1 (not such a tree, or no FICLONE here:
+ * the pack's way), or -errno with err filled. */
+int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err);
 
 /* stage_pack_dir.c: stage_pack_commit for a directory OUT. */
 int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts, ckpt_err *err);

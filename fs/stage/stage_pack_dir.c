@@ -20,7 +20,7 @@
  * replaces OUT (rename, or the exchange of core/writers/safetensors_dir.c). A kill before that
  * leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
  * the commit, and the journal still says where every staged byte is. */
-#include "stage_pack.h"
+#include "stage_pack_whole.h"
 
 #include "core/hfview.h"
 #include "core/utf8.h"
@@ -246,6 +246,43 @@ static int sort_out(job *j) {
     }
     pthread_mutex_unlock(&st->lock);
     return 0;
+}
+
+/* Files of the --from source that are shards as they are: linked, never read or written. */
+static int link_whole_sources(job *j) {
+    struct stat ds;
+    if (!j->nrest || fstat(j->st->data_fd, &ds) != 0) return 0;
+    whole_file *w;
+    size_t nw;
+    int rc = pack_take_whole(j->cat, ds.st_dev, j->max, j->rest, &j->nrest, j->moving, &w, &nw);
+    for (size_t i = 0; i < nw; i++) {
+        if (!rc && j->ns == j->cap) {
+            size_t cap = j->cap ? j->cap * 2 : 8;
+            shard *s = realloc(j->s, cap * sizeof *s);
+            if (s) {
+                j->s = s;
+                j->cap = cap;
+            } else {
+                rc = -ENOMEM;
+            }
+        }
+        if (rc) { /* a shard that is not in the job: its tensors must not be lost */
+            close(w[i].fd);
+            free(w[i].t);
+            continue;
+        }
+        j->s[j->ns++] = (shard){.fd = w[i].fd,
+                                .dev = w[i].dev,
+                                .ino = w[i].ino,
+                                .in_out = true,
+                                .used = true,
+                                .kept = true,
+                                .t = w[i].t,
+                                .n = w[i].n,
+                                .cap = w[i].n};
+    }
+    free(w);
+    return rc;
 }
 
 /* Appends the rest, widest elements first, to packs with room (not OUT's, not cut), then to
@@ -480,6 +517,7 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
     for (size_t i = 0; i < cat->ntensors && !any; i++) any = !cat->tensors[i].aside;
     char **heads = NULL;
     rc = !any ? 1 : j.buf ? sort_out(&j) : -ENOMEM; /* no tensor: the writer's empty shard */
+    if (!rc) rc = link_whole_sources(&j);
     if (!rc) rc = append_rest(&j);
     if (!rc) rc = make_headers(&j, &heads);
     if (!rc) rc = journal_moves(&j);
@@ -511,6 +549,8 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
         }
         rc = assemble(&j, tmp, (0666 & ~mask) & (0600 | (sources & 0066)));
     }
+    if (!rc && (rc = note_landing(st, -1, tmp)))
+        ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out, strerror(-rc));
     if (!rc) {
         char out[PATH_MAX];
         size_t n = strlen(st->out);

@@ -396,6 +396,47 @@ static void free_state(saved_state *s) {
     free(s->fingerprint);
 }
 
+/* ---- a commit over its own source ---- */
+
+int spool_note_landing(stage *st, const struct stat *what) {
+    char text[64];
+    int n = snprintf(text, sizeof text, "%llu %llu\n", (unsigned long long)what->st_dev,
+                     (unsigned long long)what->st_ino);
+    return spool_write_file(st, "landing", text, (size_t)n);
+}
+
+void spool_clear_landing(stage *st) {
+    if (unlinkat(st->spool_fd, "landing", 0) == 0) fsync(st->spool_fd);
+}
+
+/* A stage --from OUT itself (stage_replaces_source, which this file does not call: the
+ * rebase depends on the journal, which depends on the spool). */
+static bool over_own_out(const stage *st) {
+    if (!st->from || !st->lower) return false;
+    size_t a = strlen(st->from), b = strlen(st->out);
+    while (a > 1 && st->from[a - 1] == '/') a--;
+    while (b > 1 && st->out[b - 1] == '/') b--;
+    return a == b && memcmp(st->from, st->out, a) == 0;
+}
+
+/* Whether OUT is now what SPOOL/landing names: the killed commit put it in place. */
+static bool commit_landed(const stage *st) {
+    char text[64] = "";
+    int fd = openat(st->spool_fd, "landing", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    unsigned long long dev, ino;
+    char out[PATH_MAX];
+    size_t len = strlen(st->out);
+    while (len > 1 && st->out[len - 1] == '/') len--;
+    snprintf(out, sizeof out, "%.*s", (int)len, st->out);
+    struct stat s;
+    return sscanf(text, "%llu %llu", &dev, &ino) == 2 && stat(out, &s) == 0 &&
+           (unsigned long long)s.st_dev == dev && (unsigned long long)s.st_ino == ino;
+}
+
 /* ---- setup ---- */
 
 /* The report of the last commit, for .ckptfs/status after a restart. */
@@ -518,7 +559,21 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
         sb_init(&now);
         put_fingerprint(&now, st->lower);
         const char *was = saved.fingerprint ? saved.fingerprint : "";
-        if (strcmp(now.data ? now.data : "", was) != 0) {
+        bool changed = strcmp(now.data ? now.data : "", was) != 0;
+        if (changed && over_own_out(st) && commit_landed(st)) {
+            /* OUT holds the staged tree: nothing is left to replay. The journal goes first,
+             * so that a kill from here on finds the same (old state, landing, no journal). */
+            fprintf(stderr,
+                    "ckptfs stage: the last commit of %s was cut short after it put OUT in "
+                    "place: the stage goes on over it\n",
+                    st->out);
+            unlinkat(st->spool_fd, "journal", 0);
+            fsync(st->spool_fd);
+            *resumed = false;
+            st->landed = true;
+            changed = false;
+        }
+        if (changed) {
             fprintf(stderr,
                     "ckptfs stage: the source %s changed since this stage began (sizes "
                     "or times of its files differ); the staged changes refer to the old files. "
@@ -534,6 +589,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
         fprintf(stderr, "ckptfs stage: cannot write %s/state: %s\n", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
+    spool_clear_landing(st); /* the state names the source as it is now */
 
     st->root = snode_new(SN_DIR, "", 0, 0755);
     if (!st->root || !hm_init(lower_paths, st->lower ? 2 * st->lower->ntensors : 1)) {
@@ -543,7 +599,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     rc = st->lower ? populate_lower(st, lower_paths) : 0;
     if (!rc && st->lower && !*resumed) rc = populate_aux(st);
     /* a new overlay is a change: unmounting it writes OUT */
-    st->dirty = !*resumed && st->lower;
+    st->dirty = !*resumed && st->lower && !st->landed;
     if (rc) {
         hm_free(lower_paths);
         if (rc == -ENOMEM) fprintf(stderr, "ckptfs stage: out of memory\n");
@@ -563,7 +619,7 @@ int spool_setup(stage *st, const char *from_arg, bool *resumed, hashmap *lower_p
 
 void spool_tidy(stage *st, bool resumed) {
     collect_garbage(st, true);
-    if (resumed) {
+    if (resumed || st->landed) {
         remove_stale_partials(st);
         load_last_report(st);
     }
@@ -586,8 +642,9 @@ void spool_remove(stage *st) {
     }
     if (d) closedir(d);
     unlinkat(st->spool_fd, "data", AT_REMOVEDIR);
-    static const char *const files[] = {"journal",     "journal.new",     "state", "state.new",
-                                        "last-commit", "last-commit.new", "lock"};
+    static const char *const files[] = {"journal",   "journal.new", "state",
+                                        "state.new", "last-commit", "last-commit.new",
+                                        "landing",   "landing.new", "lock"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlinkat(st->spool_fd, files[i], 0);
     rmdir(st->spool); /* only if nothing else is in it */
 }

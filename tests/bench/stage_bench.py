@@ -28,9 +28,16 @@ shards made of packs.
 commit scaling: `ckptfs commit` alone after cp -r of 1, 2 and 4 GiB (SCALE_MIB=1024,2048,4096;
 warm): its time should not grow with the data (flat), since the bytes are in place already.
 
-usage: stage_bench.py CKPTFS OUTDIR     (env RUNS=3, SIZE_MIB=2048, COLD=both, SCALE_MIB=...)
-Writes OUTDIR/bench-stage.json and prints a table. Needs 4 x SIZE free (source, spool, OUT,
-copy); with less than 8 GiB free it uses a smaller size and says so.
+commit after --from: OUT/ an HF directory of shards of one tensor each, staged --from itself,
+one tensor copied over, then `ckptfs commit`: its seconds and the bytes the daemon wrote
+(/proc/PID/io write_bytes). Unchanged shards are linked, so it should cost about one header;
+CKPTFS_BEFORE=path runs another ckptfs (an older build) in the same rounds for comparison.
+
+usage: stage_bench.py CKPTFS OUTDIR     (env RUNS=3, SIZE_MIB=2048, COLD=both, SCALE_MIB=...,
+                                        CKPTFS_BEFORE=)
+Writes OUTDIR/bench-stage.json and prints a table. Needs 5 x SIZE free (source, spool, OUT,
+copy, the --from OUT/ kept for the commit after --from); with less than 8 GiB free it uses a
+smaller size and says so.
 """
 import hashlib
 import json
@@ -156,6 +163,56 @@ def bench_stage(ckptfs, src, work, cold, extra=(), directory=False):
         wait_gone(spool)
         os.rmdir(mnt)
     return t2 - t0, t1 - t0, t2 - t1, out
+
+
+def daemon_write_bytes(spool):
+    with open(os.path.join(spool, "lock")) as f:
+        pid = int(f.read().split()[0])
+    with open("/proc/%d/io" % pid) as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("write_bytes:"))
+
+
+def from_commit_runs(binaries, src, work):
+    """RUNS of a commit after --from OUT/ with one tensor copied over, for each binary in
+    the same rounds: {binary: {"seconds": summary, "written": summary}}."""
+    shard = "-o", "max_shard_size=%dMiB" % TENSOR_MIB
+    base = os.path.join(work, "from-base")
+    if not os.path.isdir(base):  # OUT/ made once by the stage itself, then hard-linked
+        mnt = tempfile.mkdtemp(prefix="ckptfs-stage-bench.")
+        try:
+            run([binaries[0], "stage", base + "/", mnt] + list(shard))
+            run(["cp", "-r", os.path.join(src, "model"), mnt + "/"])
+            run([binaries[0], "commit", mnt])
+        finally:
+            subprocess.run(["fusermount3", "-u", mnt], timeout=300)
+            wait_gone(os.path.join(work, ".from-base.stage"))
+            os.rmdir(mnt)
+    victim = os.path.join("model", "layers", "0", "mlp", "weight")
+    res = {b: {"seconds": [], "written": []} for b in binaries}
+    out = os.path.join(work, "from-out")
+    spool = os.path.join(work, ".from-out.stage")
+    for r in range(RUNS):
+        for b in binaries:
+            shutil.rmtree(out, ignore_errors=True)
+            run(["cp", "-al", base, out])  # the stage never writes into OUT's files
+            mnt = tempfile.mkdtemp(prefix="ckptfs-stage-bench.")
+            try:
+                run([b, "stage", out + "/", mnt, "--from", out + "/"] + list(shard))
+                run(["cp", os.path.join(src, victim), os.path.join(mnt, victim)])
+                subprocess.run(["sync"], check=True)
+                w0 = daemon_write_bytes(spool)
+                t0 = time.perf_counter()
+                run([b, "commit", mnt])
+                res[b]["seconds"].append(time.perf_counter() - t0)
+                res[b]["written"].append(daemon_write_bytes(spool) - w0)
+            finally:
+                subprocess.run(["fusermount3", "-u", mnt], timeout=300)
+                wait_gone(spool)
+                os.rmdir(mnt)
+            print("commit after --from, run %d, %s: %.3f s, %d bytes written" % (
+                r + 1, b, res[b]["seconds"][-1], res[b]["written"][-1]))
+    shutil.rmtree(out, ignore_errors=True)
+    return {b: {k: summary(v) for k, v in d.items()} for b, d in res.items()}
 
 
 def remove_out(out):
@@ -326,6 +383,10 @@ def main():
         if ssrc != src:
             shutil.rmtree(ssrc, ignore_errors=True)
 
+    binaries = [ckptfs] + ([os.path.abspath(os.environ["CKPTFS_BEFORE"])]
+                           if os.environ.get("CKPTFS_BEFORE") else [])
+    from_commit = from_commit_runs(binaries, src, work)
+
     results = {
         "bytes": nbytes,
         "tensors": len(expect),
@@ -344,6 +405,9 @@ def main():
         "by_source": by_mode,
         "target_ratio": TARGET,
         "commit_scaling": scale,
+        "commit_after_from": {"what": "OUT/ of %d shards of one %d MiB tensor, staged --from "
+                                      "itself, one tensor copied over" % (len(expect), TENSOR_MIB),
+                              "by_binary": from_commit},
         "out_sha256_ok": not problems,
         "out_problems": problems,
     }
@@ -370,6 +434,9 @@ def main():
                 print("  %-40s %.2fx" % (name, v["throughput_ratio"]))
     for row in scale:
         print("commit alone after %5d MiB: %.3f s" % (row["mib"], row["commit_seconds"]["median"]))
+    for b, v in from_commit.items():
+        print("commit after --from OUT/, one of %d shards changed (%s): %.3f s, %.1f MB written"
+              % (len(expect), b, v["seconds"]["median"], v["written"]["median"] / 1e6))
     print("OUT's tensors: %s" % ("sha256 match the source" if not problems
                                  else "; ".join(problems[:5])))
     print("load average (1 min) %.2f before, %.2f after: other work on the machine skews the "

@@ -344,3 +344,44 @@ class StageSession:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def write_bytes(pid):
+    """Bytes process pid has caused to be written to storage so far (/proc/PID/io, all its
+    threads, those ended included); None when the kernel does not count them."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def write_st_dir(d, shards, extra=None):
+    """An HF directory as another writer makes it: shards = [{name: (dtype, shape, raw)}],
+    model-0000k-of-0000n.safetensors and an index (the test's own writer, not ckptfs')."""
+    os.makedirs(d, exist_ok=True)
+    n = len(shards)
+    weight_map, total = {}, 0
+    for k, tensors in enumerate(shards):
+        name = "model-%05d-of-%05d.safetensors" % (k + 1, n)
+        write_st(os.path.join(d, name), tensors)
+        for t, (_, _, raw) in tensors.items():
+            weight_map[t] = name
+            total += len(raw)
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    for name, text in (extra or {}).items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+
+
+def dir_files(d):
+    """{file name: (inode, sha256)} of a directory's files."""
+    out = {}
+    for n in sorted(os.listdir(d)):
+        p = os.path.join(d, n)
+        out[n] = (os.stat(p).st_ino, file_sha(p))
+    return out
