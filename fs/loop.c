@@ -5,6 +5,7 @@
 #include <linux/fuse.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -99,7 +100,10 @@ static int receive(loop *l, struct fuse_buf *buf, bool signals) {
         if (r == 0) return 0; /* unmounted (ENODEV): libfuse ended the session */
         if (r == -EINTR) continue;
         if (r != -EAGAIN) return r;
-        if (spin && now_ns() - start < l->spin_ns) continue;
+        if (spin && now_ns() - start < l->spin_ns) {
+            sched_yield(); /* polite: whatever else is runnable here goes first */
+            continue;
+        }
         spin = false;
         struct pollfd p[2] = {{.fd = l->fd, .events = POLLIN},
                               {.fd = l->stop_fd, .events = POLLIN}};
