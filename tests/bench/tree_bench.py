@@ -3,7 +3,7 @@
 plain files.
 
 usage: tree_bench.py CKPTFS OUTDIR [--runs N] [--tensors T] [--shards S] [-o OPTS]
-                    [--also 'ARGS']...     (`make bench` calls it)
+                    [--also 'ARGS']... [--floor WALKFLOOR]     (`make bench` calls it)
 
 T tensors (default 100,000) of F32 [4,4] named model.layers.{i//20}.mod.p{i%20}.weight are
 written once, round robin, into S safetensors shards (default 64) under OUTDIR/tree-data/ with
@@ -14,7 +14,10 @@ names. Then RUNS times (default 3), in the same round: `find DIR -printf '%s\\n'
 every entry) over the plain tree, warm; over a fresh mount of the shards ("first walk"); and
 again over the same mount ("second walk"); then the same two walks for each --also variant
 (extra mount arguments, e.g. --also='-o spin_us=0' for libfuse's loop, --also=-s), so that
-variants are compared in the same rounds. Medians and the ratio plain/first (the target is
+variants are compared in the same rounds. With --floor, the first and second walks of
+tests/bench/walkfloor (a bare FUSE daemon answering the plain tree's names and attributes from
+memory with libfuse's loop) over the plain tree are timed in the same rounds too: the floor of
+a first walk over FUSE on this machine. Medians and the ratio plain/first (the target is
 >= 0.5: a first walk at most twice the plain tree's time) go to OUTDIR/bench-tree.json with
 the mount options and loop of each variant, a bar chart to OUTDIR/bench-tree.png. Every walk
 must list as many entries as the plain tree, and every file size the mount shows is checked
@@ -217,6 +220,7 @@ def main():
     ap.add_argument("-o", dest="opts", default="")
     ap.add_argument("--also", action="append", default=[],
                     help="mount arguments of another variant, measured in the same rounds")
+    ap.add_argument("--floor", help="tests/bench/walkfloor, built")
     a = ap.parse_args()
     variants = {"first": ["-o", a.opts] if a.opts else []}
     for extra in a.also:
@@ -240,6 +244,8 @@ def main():
         if key != "first":
             runs[key] = []
             runs[key + " (second)"] = []
+    if a.floor:
+        runs["floor"], runs["floor (second)"] = [], []
     entries = None
     for _ in range(a.runs):
         t, n = walk(plain)
@@ -253,6 +259,14 @@ def main():
                         sys.exit("tree_bench: FAIL, a walk of the mount listed %d entries, the "
                                  "plain tree %d" % (m, n))
                     runs[k].append(round(t, 3))
+        if a.floor:
+            with Mount(os.path.abspath(a.floor), plain, []) as mnt:
+                for k in ("floor", "floor (second)"):
+                    t, m = walk(mnt)
+                    if m != n:
+                        sys.exit("tree_bench: FAIL, a walk of walkfloor listed %d entries, the "
+                                 "plain tree %d" % (m, n))
+                    runs[k].append(round(t, 3))
     med = {k: statistics.median(v) for k, v in runs.items()}
     version = subprocess.run([ckptfs, "--version"], stdout=subprocess.PIPE, text=True).stdout
     doc = {"when": datetime.datetime.now().isoformat(timespec="seconds"), "tensors": a.tensors,
@@ -262,6 +276,7 @@ def main():
            "ratio_plain_over_first": round(med["plain"] / med["first"], 4),
            "ratio_plain_over_second": round(med["plain"] / med["second"], 4), "every_run": runs,
            "requests": requests,
+           "ratio_plain_over_floor": round(med["plain"] / med["floor"], 4) if a.floor else None,
            "variants": {k: dict(loop_of(v), args=v,
                                 ratio_plain_over_first=round(med["plain"] / med[k], 4))
                         for k, v in variants.items() if k != "first"}}
