@@ -134,7 +134,8 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/d
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/strided_bench.py $(B)/ckptfs $(B)/bench-out
-	$(PYTHON) tests/bench/tree_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/tree_bench.py $(B)/ckptfs $(B)/bench-out --also='-o spin_us=0' \
+	    --floor $(B)/bench/walkfloor
 	$(PYTHON) tests/bench/stats_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy

@@ -1,8 +1,10 @@
 #include "daemon.h"
+#include "loop.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/sysmacros.h>
 #include <sys/stat.h>
@@ -78,20 +80,29 @@ static bool dev_mounted(dev_t dev) {
     return found;
 }
 
-int daemon_serve(struct fuse_session *se, const char *mountpoint, bool single, unsigned max_threads,
+int daemon_serve(struct fuse_session *se, const char *mountpoint, const serve_opts *so,
                  void (*on_ready)(void *ctx, dev_t dev), void *ctx) {
     ready_ctx rc = {mountpoint, on_ready, ctx, 0};
     pthread_t ready;
+    /* Signals stay with the serving thread, whose wait they must interrupt. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     bool have_ready = pthread_create(&ready, NULL, ready_thread, &rc) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!have_ready) daemon_report_ready(0);
+    unsigned threads = so->single ? 1 : so->max_threads ? so->max_threads : 1;
     int loop;
-    if (single) {
+    if (so->spin_us) {
+        loop_opts lo = {.threads = threads, .spin_us = so->spin_us, .inline_ops = so->inline_ops};
+        loop = loop_serve(se, &lo);
+    } else if (threads == 1) {
         loop = fuse_session_loop(se);
     } else {
         struct fuse_loop_config *cfg = fuse_loop_cfg_create();
         fuse_loop_cfg_set_clone_fd(cfg, 1);
-        fuse_loop_cfg_set_max_threads(cfg, max_threads ? max_threads : 1);
-        fuse_loop_cfg_set_idle_threads(cfg, max_threads ? max_threads : 1);
+        fuse_loop_cfg_set_max_threads(cfg, threads);
+        fuse_loop_cfg_set_idle_threads(cfg, threads);
         loop = fuse_session_loop_mt(se, cfg);
         fuse_loop_cfg_destroy(cfg);
     }

@@ -7,6 +7,7 @@
 #include "mount/ckptfs.h"
 #include "cli/cli.h"
 #include "daemon.h"
+#include "loop.h"
 #include "heap.h"
 #include "mountpoint.h"
 #include "stage/stage.h"
@@ -35,6 +36,7 @@ enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT =
 typedef struct options {
     mount_opts m; /* SOURCE MOUNTPOINT, -f -d -s -h allow_other max_threads */
     char *readahead_kb; /* the numbers as given: checked by fs/optval.c */
+    char *spin_us;
     int splice;
     int npy;
     char *timeout;
@@ -67,6 +69,7 @@ enum {
 static const struct fuse_opt option_spec[] = {
     MOUNT_OPTS_SPEC(options, m),
     OPT("readahead_kb=%s", readahead_kb, 0),
+    OPT("spin_us=%s", spin_us, 0),
     OPT("splice", splice, 1),
     OPT("npy", npy, 1),
     OPT("nonpy", npy, 0),
@@ -81,6 +84,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("spool=%s", spool, 0),
     OPT("nocommit", nocommit, 1),
     FUSE_OPT_KEY("readahead_kb=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("spin_us=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("splice", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("nosplice", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("npy", KEY_READ_ONLY_OPT),
@@ -122,7 +126,7 @@ static void usage(FILE *out) {
             "                     the kernel default; needs root)\n"
             "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
             "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
-            "  max_threads=N      worker threads (default 8)\n"
+            "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
             "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
             "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
             "                     shards + index) at the root instead of .ckptfs/hf/\n"
@@ -175,10 +179,11 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
 typedef struct numbers {
     unsigned readahead_kb;
     unsigned max_threads;
+    unsigned spin_us;
     double timeout;
 } numbers;
 
-enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20 };
+enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20, SPIN_US_LIMIT = 100000 };
 
 static bool parse_numbers(const options *o, numbers *n) {
     if (!parse_uint_option(o->m.max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
@@ -189,6 +194,12 @@ static bool parse_numbers(const options *o, numbers *n) {
     if (!parse_uint_option(o->readahead_kb, 0, READAHEAD_KB_LIMIT, &n->readahead_kb)) {
         fprintf(stderr, "ckptfs: readahead_kb=%s: expected a whole number of KiB from 0 to %d\n",
                 o->readahead_kb, READAHEAD_KB_LIMIT);
+        return false;
+    }
+    if (!parse_uint_option(o->spin_us, 0, SPIN_US_LIMIT, &n->spin_us)) {
+        fprintf(stderr,
+                "ckptfs: spin_us=%s: expected a whole number of microseconds from 0 to %d\n",
+                o->spin_us, SPIN_US_LIMIT);
         return false;
     }
     if (!parse_seconds_option(o->timeout, &n->timeout)) {
@@ -258,7 +269,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "serve") == 0) return serve_main(argc - 1, argv + 1);
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.npy = 1};
-    numbers num = {.readahead_kb = 1024, .max_threads = 8, .timeout = 86400};
+    numbers num = {.readahead_kb = 1024, .max_threads = 8, .spin_us = 100, .timeout = 86400};
     ckptfs fs = {.timeout = num.timeout, .uid = getuid(), .gid = getgid()};
     pthread_mutex_init(&fs.doc_lock, NULL);
     pthread_mutex_init(&fs.stats_lock, NULL);
@@ -380,7 +391,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
-    int loop = daemon_serve(se, mnt, o.m.single, num.max_threads, set_readahead, &num.readahead_kb);
+    serve_opts so = {.single = o.m.single != 0,
+                     .max_threads = num.max_threads,
+                     .spin_us = num.spin_us,
+                     .inline_ops = loop_metadata_ops()};
+    int loop = daemon_serve(se, mnt, &so, set_readahead, &num.readahead_kb);
     /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
     status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
 out_unmount:
@@ -403,6 +418,7 @@ out:
     ckpt_close(fs.cat);
     free(o.view);
     free(o.readahead_kb);
+    free(o.spin_us);
     free(o.timeout);
     free(o.max_shard_size);
     free(o.tp_split);

@@ -145,8 +145,9 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
 
 /* Mount options that mean nothing without a mount; accepted so one option string serves both. */
 static const char *const mount_only[] = {
-    "readahead_kb", "splice", "nosplice", "max_threads", "timeout", "view",  "max_shard_size",
-    "allow_other",  "npy",    "ro",       "fsname",      "subtype", "debug", "default_permissions",
+    "readahead_kb", "splice", "nosplice",       "max_threads", "spin_us",
+    "timeout",      "view",   "max_shard_size", "allow_other", "npy",
+    "ro",           "fsname", "subtype",        "debug",       "default_permissions",
 };
 
 static int apply_option(cli_common *c, const char *opt) {

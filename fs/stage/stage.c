@@ -370,7 +370,8 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
      * one thread won (1.2x against 0.8x), as the same thread then takes each request of a
      * sequential writer; -o max_threads=1 gives that. Commits run on threads of their own, so
      * the loop still answers during one. */
-    daemon_serve(se, mnt, req->single, req->max_threads ? req->max_threads : 8, NULL, NULL);
+    serve_opts so = {.single = req->single, .max_threads = req->max_threads ? req->max_threads : 8};
+    daemon_serve(se, mnt, &so, NULL, NULL); /* libfuse's loops: no spinning (ckptfs(1)) */
     while (atomic_load(&st.commit_threads)) /* their replies need the session */
         usleep(10000);
 out_unmount:

@@ -3,7 +3,7 @@
 plain files.
 
 usage: tree_bench.py CKPTFS OUTDIR [--runs N] [--tensors T] [--shards S] [-o OPTS]
-       (`make bench` calls it)
+                    [--also 'ARGS']... [--floor WALKFLOOR]     (`make bench` calls it)
 
 T tensors (default 100,000) of F32 [4,4] named model.layers.{i//20}.mod.p{i%20}.weight are
 written once, round robin, into S safetensors shards (default 64) under OUTDIR/tree-data/ with
@@ -11,13 +11,20 @@ a model.safetensors.index.json (delete the directory to rebuild). The first moun
 (`find MNT`) is copied as empty files and directories under OUTDIR/tree-data/plain/ on the
 local disk (its page and dentry caches warmed by a walk first): the plain-file tree of the same
 names. Then RUNS times (default 3), in the same round: `find DIR -printf '%s\\n'` (a stat of
-every entry) over the plain tree, warm; over a fresh mount of the shards ("first walk", also
-counting the mount's FUSE requests by opcode from the daemon's own counters when -o stats
-is offered, else none); and again over the same mount ("second walk"). Medians and the ratio
-plain/first (the target is >= 0.5: a first walk at most twice the plain tree's time) go to
-OUTDIR/bench-tree.json, a bar chart to OUTDIR/bench-tree.png. Every walk must list as many
-entries as the plain tree, and every file size the mount shows is checked against the tensor's
-64 bytes or its sidecar's own size once (untimed).
+every entry) over the plain tree, warm; over a fresh mount of the shards ("first walk"); and
+again over the same mount ("second walk"); then the same two walks for each --also variant
+(extra mount arguments, e.g. --also='-o spin_us=0' for libfuse's loop, --also=-s), so that
+variants are compared in the same rounds. With --floor, the first and second walks of
+tests/bench/walkfloor (a bare FUSE daemon answering the plain tree's names and attributes from
+memory with libfuse's loop) over the plain tree are timed in the same rounds too: the floor of
+a first walk over FUSE on this machine. Medians and the ratio plain/first (the target is
+>= 0.5: a first walk at most twice the plain tree's time) go to OUTDIR/bench-tree.json with
+the mount options and loop of each variant, a bar chart to OUTDIR/bench-tree.png. Every walk
+must list as many entries as the plain tree, and every file size the mount shows is checked
+against the tensor's 64 bytes once (untimed). The FUSE requests of a first and a second walk
+are counted by opcode once per variant, untimed, with `perf stat` on the kernel's
+fuse:fuse_request_send tracepoint (counted in find's own context, so other mounts do not
+count); without perf or the tracepoint the JSON says why instead.
 """
 
 import argparse
@@ -73,12 +80,12 @@ def make_data(d, tensors, shards):
 
 
 class Mount:
-    def __init__(self, ckptfs, src, opts):
-        self.ckptfs, self.src, self.opts = ckptfs, src, opts
+    def __init__(self, ckptfs, src, args):
+        self.ckptfs, self.src, self.args = ckptfs, src, args
 
     def __enter__(self):
         self.mnt = tempfile.mkdtemp(prefix="ckptfs-tbench.")
-        cmd = [self.ckptfs, self.src, self.mnt] + (["-o", self.opts] if self.opts else [])
+        cmd = [self.ckptfs, self.src, self.mnt] + self.args
         rc, _, err = run_capture(cmd, 300)
         if rc != 0 or not is_mounted(self.mnt):
             unmount(self.mnt)
@@ -96,6 +103,49 @@ def walk(path):
     r = subprocess.run(["find", path, "-printf", "%s\\n"], stdout=subprocess.PIPE, check=True)
     took = time.monotonic() - start
     return took, r.stdout.count(b"\n")
+
+
+OPCODES = {1: "LOOKUP", 2: "FORGET", 3: "GETATTR", 27: "OPENDIR", 28: "READDIR",
+           29: "RELEASEDIR", 42: "BATCH_FORGET", 44: "READDIRPLUS", 52: "STATX"}
+
+
+def count_requests(path):
+    """The FUSE requests a find over path sends, by opcode ({"total": n, name: n...}), or a
+    string saying why they could not be counted."""
+    events = ["-e", "fuse:fuse_request_send"]
+    for op in OPCODES:
+        events += ["-e", "fuse:fuse_request_send", "--filter", "opcode == %d" % op]
+    try:
+        r = subprocess.run(["perf", "stat", "-x,"] + events + ["--", "find", path, "-printf",
+                                                             "%s\\n"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "perf stat failed: %s" % e
+    counts = [line.split(",")[0] for line in r.stderr.splitlines() if "fuse_request_send" in line]
+    if r.returncode != 0 or len(counts) != len(OPCODES) + 1 or not all(c.isdigit() for c in counts):
+        return "perf stat: %s" % r.stderr.strip()[-300:]
+    out = {"total": int(counts[0])}
+    for name, c in zip(OPCODES.values(), counts[1:]):
+        if int(c):
+            out[name] = int(c)
+    return out
+
+
+def loop_of(args):
+    """What the mount arguments say about the request loop (ckptfs(1), -o spin_us=, -s)."""
+    spin, threads = 100, 8
+    for i, a in enumerate(args):
+        opts = args[i + 1] if a == "-o" and i + 1 < len(args) else ""
+        for o in opts.split(","):
+            if o.startswith("spin_us="):
+                spin = int(o[8:])
+            elif o.startswith("max_threads="):
+                threads = int(o[12:])
+        if a == "-s":
+            threads = 1
+    return {"spin_us": spin, "threads": threads,
+            "loop": "libfuse's" if spin == 0 else "ckptfs (spin %d us)" % spin}
 
 
 def make_plain(mnt, plain):
@@ -168,44 +218,78 @@ def main():
     ap.add_argument("--tensors", type=int, default=100000)
     ap.add_argument("--shards", type=int, default=64)
     ap.add_argument("-o", dest="opts", default="")
+    ap.add_argument("--also", action="append", default=[],
+                    help="mount arguments of another variant, measured in the same rounds")
+    ap.add_argument("--floor", help="tests/bench/walkfloor, built")
     a = ap.parse_args()
+    variants = {"first": ["-o", a.opts] if a.opts else []}
+    for extra in a.also:
+        variants[extra] = extra.split()
     ckptfs = os.path.abspath(a.ckptfs)
     d = os.path.join(os.path.abspath(a.outdir), "tree-data")
     src = make_data(d, a.tensors, a.shards)
     plain = os.path.join(d, "plain")
     subprocess.run(["cat"] + [os.path.join(src, f) for f in os.listdir(src)],
                    stdout=subprocess.DEVNULL, check=True)
-    with Mount(ckptfs, src, a.opts) as mnt:
+    with Mount(ckptfs, src, variants["first"]) as mnt:
         make_plain(mnt, plain)
         check_sizes(mnt, a.tensors)
+    requests = {}
+    for key, args in variants.items():
+        with Mount(ckptfs, src, args) as mnt:
+            requests[key] = {"first_walk": count_requests(mnt), "second_walk": count_requests(mnt)}
     walk(plain)  # warm: the plain tree's dentries and inodes in memory, as the mount's will be
     runs = {"plain": [], "first": [], "second": []}
+    for key in variants:
+        if key != "first":
+            runs[key] = []
+            runs[key + " (second)"] = []
+    if a.floor:
+        runs["floor"], runs["floor (second)"] = [], []
     entries = None
     for _ in range(a.runs):
         t, n = walk(plain)
         runs["plain"].append(round(t, 3))
         entries = n
-        with Mount(ckptfs, src, a.opts) as mnt:
-            for k in ("first", "second"):
-                t, m = walk(mnt)
-                if m != n:
-                    sys.exit("tree_bench: FAIL, a walk of the mount listed %d entries, the plain "
-                             "tree %d" % (m, n))
-                runs[k].append(round(t, 3))
+        for key, args in variants.items():
+            with Mount(ckptfs, src, args) as mnt:
+                for k in (key, "second" if key == "first" else key + " (second)"):
+                    t, m = walk(mnt)
+                    if m != n:
+                        sys.exit("tree_bench: FAIL, a walk of the mount listed %d entries, the "
+                                 "plain tree %d" % (m, n))
+                    runs[k].append(round(t, 3))
+        if a.floor:
+            with Mount(os.path.abspath(a.floor), plain, []) as mnt:
+                for k in ("floor", "floor (second)"):
+                    t, m = walk(mnt)
+                    if m != n:
+                        sys.exit("tree_bench: FAIL, a walk of walkfloor listed %d entries, the "
+                                 "plain tree %d" % (m, n))
+                    runs[k].append(round(t, 3))
     med = {k: statistics.median(v) for k, v in runs.items()}
+    version = subprocess.run([ckptfs, "--version"], stdout=subprocess.PIPE, text=True).stdout
     doc = {"when": datetime.datetime.now().isoformat(timespec="seconds"), "tensors": a.tensors,
-           "shards": a.shards, "mount_options": a.opts, "entries": entries, "runs": a.runs,
+           "shards": a.shards, "mount_options": a.opts, "version": version.strip(),
+           "loop": loop_of(variants["first"]), "entries": entries, "runs": a.runs,
            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "median_s": med,
            "ratio_plain_over_first": round(med["plain"] / med["first"], 4),
-           "ratio_plain_over_second": round(med["plain"] / med["second"], 4), "every_run": runs}
+           "ratio_plain_over_second": round(med["plain"] / med["second"], 4), "every_run": runs,
+           "requests": requests,
+           "ratio_plain_over_floor": round(med["plain"] / med["floor"], 4) if a.floor else None,
+           "variants": {k: dict(loop_of(v), args=v,
+                                ratio_plain_over_first=round(med["plain"] / med[k], 4))
+                        for k, v in variants.items() if k != "first"}}
     with open(os.path.join(a.outdir, "bench-tree.json"), "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     plot(doc, os.path.join(a.outdir, "bench-tree.png"))
     print("tree bench: %d tensors in %d shards, %d entries, median of %d"
           % (a.tensors, a.shards, entries, a.runs))
-    for k in ("plain", "first", "second"):
+    for k in runs:
         print("%-8s %7.3f s   %s" % (k, med[k], " ".join("%.3f" % x for x in runs[k])))
+    for k, r in requests.items():
+        print("requests %s: %s" % (k, r))
     print("plain/first %.3f   plain/second %.3f" % (doc["ratio_plain_over_first"],
                                                    doc["ratio_plain_over_second"]))
     return 0
