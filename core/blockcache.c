@@ -19,7 +19,8 @@ typedef struct entry {
     char *data;
     int state, refs, rc;
     bool in_table;
-    char *msg; /* why the fetch failed (FAILED) */
+    bool unread; /* prefetched and not read yet: evicted only after every block read */
+    char *msg;   /* why the fetch failed (FAILED) */
     struct entry *hnext;
     struct entry *older, *newer; /* LRU list of READY entries */
 } entry;
@@ -128,19 +129,24 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-/* Drops least recently used blocks nobody is copying from until RAM is under the cap. */
+/* Drops least recently used blocks nobody is copying from until RAM is under the cap: blocks
+ * read already first, then prefetched ones nobody has read yet (dropping those first would have
+ * two streams, each with its window in flight, throw away each other's next blocks and fetch
+ * them again). */
 static void evict(void) {
-    entry *e = lru_oldest;
-    while (ram_bytes > cfg.ram_cap && e) {
-        entry *next = e->newer;
-        if (e->refs == 0) {
-            lru_remove(e);
-            unlink_table(e);
-            ram_bytes -= e->len;
-            ram_blocks--;
-            entry_free(e);
+    for (int pass = 0; pass < 2 && ram_bytes > cfg.ram_cap; pass++) {
+        entry *e = lru_oldest;
+        while (ram_bytes > cfg.ram_cap && e) {
+            entry *next = e->newer;
+            if (e->refs == 0 && (pass == 1 || !e->unread)) {
+                lru_remove(e);
+                unlink_table(e);
+                ram_bytes -= e->len;
+                ram_blocks--;
+                entry_free(e);
+            }
+            e = next;
         }
-        e = next;
     }
 }
 
@@ -364,6 +370,7 @@ int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, v
     }
     pthread_mutex_lock(&lock);
     entry *e = find(src->id, index);
+    if (e) e->unread = false;
     if (e && e->state == READY) {
         st.hits++;
         lru_remove(e);
@@ -473,6 +480,7 @@ void bc_prefetch(const bc_source *src, uint64_t index, size_t block_len) {
         return;
     }
     e->refs++;
+    e->unread = true;
     st.prefetches++;
     if (src->hold) src->hold(src->ctx);
     queue[(q_head + q_len) % QUEUE_MAX] = (job){*src, e};

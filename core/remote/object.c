@@ -418,9 +418,16 @@ bool remote_changed(const remote_object *o) {
 
 /* The stream a read at off continues (its previous read ended within a block of off: FUSE
  * threads answer readahead slightly out of order), or a fresh one in the least recently used
- * slot. Returns the bytes read in a row, this read included; *ahead is where the nearest other
- * stream after this one began: bytes from there on were read already, so prefetching them
- * again (they may have left the cache since) would be waste. */
+ * slot. Returns the bytes read in a row, this read included; *ahead is where prefetch for it
+ * stops because another stream, begun after this one, read the bytes from there on (they may
+ * have left the cache since: fetching them again would be waste): that stream's start, or the
+ * end of this read once it ran into that stream's bytes (the kernel's readahead past where a
+ * reader stops does). A stream begun inside another's bytes (a second pass over a tensor) is
+ * not held back by it. */
+static uint64_t stream_began(const struct stream *s) {
+    return s->next - (s->run < s->next ? s->run : s->next);
+}
+
 static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
@@ -442,11 +449,14 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
     uint64_t run = hit->run;
+    uint64_t end = off + len, hit_began = stream_began(hit);
     *ahead = UINT64_MAX;
     for (size_t i = 0; i < STREAMS; i++) {
         const struct stream *s = &o->streams[i];
-        uint64_t began = s->next - (s->run < s->next ? s->run : s->next);
-        if (s != hit && s->seen && began > off + len && began < *ahead) *ahead = began;
+        uint64_t began = stream_began(s);
+        if (s == hit || !s->seen || began <= hit_began) continue;
+        uint64_t stop = end <= began ? began : end < s->next ? end : UINT64_MAX;
+        if (stop < *ahead) *ahead = stop;
     }
     pthread_mutex_unlock(&o->streams_lock);
     return run;
