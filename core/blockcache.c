@@ -362,13 +362,10 @@ static void unref(entry *e) {
     evict();
 }
 
-int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, void *out, size_t n,
-            char *msg, size_t cap) {
-    if (at > block_len || n > block_len - at) {
-        snprintf(msg, cap, "read of %zu bytes at %zu past a %zu-byte block", n, at, block_len);
-        return -EINVAL;
-    }
-    pthread_mutex_lock(&lock);
+/* The READY entry of block index with a reference taken (fetched here unless cached or on its
+ * way), or NULL with msg filled and *rc set. Called and returns with the lock held. */
+static entry *acquire(const bc_source *src, uint64_t index, size_t block_len, int *rc, char *msg,
+                      size_t cap) {
     entry *e = find(src->id, index);
     if (e) e->unread = false;
     if (e && e->state == READY) {
@@ -381,9 +378,9 @@ int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, v
         st.misses++;
         e = insert_fetching(src->id, index, block_len);
         if (!e) {
-            pthread_mutex_unlock(&lock);
             snprintf(msg, cap, "out of memory");
-            return -ENOMEM;
+            *rc = -ENOMEM;
+            return NULL;
         }
         e->refs++;
         pthread_mutex_unlock(&lock);
@@ -393,18 +390,48 @@ int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, v
     }
     e->refs++;
     while (e->state == FETCHING) pthread_cond_wait(&done_cond, &lock);
+    if (e->state == READY) return e;
+    *rc = e->rc;
+    snprintf(msg, cap, "%s", e->msg ? e->msg : "fetch failed");
+    unref(e);
+    return NULL;
+}
+
+int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, void *out, size_t n,
+            char *msg, size_t cap) {
+    if (at > block_len || n > block_len - at) {
+        snprintf(msg, cap, "read of %zu bytes at %zu past a %zu-byte block", n, at, block_len);
+        return -EINVAL;
+    }
     int rc = 0;
-    if (e->state == READY) {
+    pthread_mutex_lock(&lock);
+    entry *e = acquire(src, index, block_len, &rc, msg, cap);
+    if (e) {
         pthread_mutex_unlock(&lock);
         memcpy(out, e->data + at, n);
         pthread_mutex_lock(&lock);
-    } else {
-        rc = e->rc;
-        snprintf(msg, cap, "%s", e->msg ? e->msg : "fetch failed");
+        unref(e);
     }
-    unref(e);
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+int bc_pin(const bc_source *src, uint64_t index, size_t block_len, const char **data, void **hold,
+           char *msg, size_t cap) {
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    entry *e = acquire(src, index, block_len, &rc, msg, cap);
+    pthread_mutex_unlock(&lock);
+    *data = e ? e->data : NULL;
+    *hold = e;
+    return rc;
+}
+
+void bc_unpin(void *hold) {
+    if (!hold) return;
+    pthread_mutex_lock(&lock);
+    unref(hold);
+    pthread_mutex_unlock(&lock);
 }
 
 void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t len) {

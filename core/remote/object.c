@@ -556,6 +556,43 @@ ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
     return (ssize_t)len;
 }
 
+int remote_view(remote_object *o, uint64_t off, size_t len, ckpt_view *v) {
+    if (atomic_load(&o->changed)) {
+        snprintf(last_error, sizeof last_error, "%s: the object changed since it was mounted",
+                 o->shown);
+        return -EIO;
+    }
+    if (off > o->size || len > o->size - off) return 0;
+    if (!len) return 1;
+    if (block_of(o, off + len - 1) - block_of(o, off) + 1 > CKPT_VIEW_MAX - v->n) return 0;
+    maybe_prefetch(o, off, len);
+    fetch_span(o, off, len);
+    size_t first = v->n, done = 0;
+    while (done < len) {
+        uint64_t at = off + done;
+        uint64_t k = block_of(o, at);
+        size_t bl = block_size_of(o, k);
+        size_t in = (size_t)(at - block_start(o, k));
+        size_t n = bl - in < len - done ? bl - in : len - done;
+        const char *data;
+        int rc = bc_pin(&o->bc, k, bl, &data, &v->hold[v->n], last_error, sizeof last_error);
+        if (rc) {
+            while (v->n > first) bc_unpin(v->hold[--v->n]);
+            return rc == -ENOMEM ? rc : -EIO;
+        }
+        v->base[v->n] = data + in;
+        v->len[v->n++] = n;
+        done += n;
+    }
+    atomic_fetch_add(&bytes_read, len);
+    atomic_fetch_add(&reads, 1);
+    return 1;
+}
+
+void remote_unview(void *hold) {
+    bc_unpin(hold);
+}
+
 void remote_stats_json(strbuf *sb) {
     http_stats h;
     bc_stats b;
