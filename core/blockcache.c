@@ -19,7 +19,7 @@ typedef struct entry {
     char *data;
     int state, refs, rc;
     bool in_table;
-    bool unread; /* prefetched and not read yet: evicted only after every block read */
+    bool unread; /* prefetched and not read yet: evicted after blocks read (see evict) */
     char *msg;   /* why the fetch failed (FAILED) */
     struct entry *hnext;
     struct entry *older, *newer; /* LRU list of READY entries */
@@ -37,6 +37,7 @@ static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER; /* the queue drained
 static entry *table[NBUCKETS];
 static entry *lru_newest, *lru_oldest;
 static uint64_t ram_bytes, ram_blocks;
+static uint64_t unread_bytes; /* of READY blocks in the table prefetched and not read yet */
 static bc_config cfg = {.ram_cap = 256u << 20, .workers = 4};
 static char *disk_dir;
 static uint64_t disk_used;
@@ -132,17 +133,19 @@ static void entry_free(entry *e) {
 /* Drops least recently used blocks nobody is copying from until RAM is under the cap: blocks
  * read already first, then prefetched ones nobody has read yet (dropping those first would have
  * two streams, each with its window in flight, throw away each other's next blocks and fetch
- * them again). */
+ * them again). Unread blocks over half the cache are the oldest of them first: prefetches of
+ * readers that stopped must not crowd out what is being read. */
 static void evict(void) {
     for (int pass = 0; pass < 2 && ram_bytes > cfg.ram_cap; pass++) {
         entry *e = lru_oldest;
         while (ram_bytes > cfg.ram_cap && e) {
             entry *next = e->newer;
-            if (e->refs == 0 && (pass == 1 || !e->unread)) {
+            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2)) {
                 lru_remove(e);
                 unlink_table(e);
                 ram_bytes -= e->len;
                 ram_blocks--;
+                if (e->unread) unread_bytes -= e->len;
                 entry_free(e);
             }
             e = next;
@@ -336,6 +339,7 @@ static void fill(const bc_source *src, entry *e) {
             lru_push(e);
             ram_bytes += e->len;
             ram_blocks++;
+            if (e->unread) unread_bytes += e->len;
         }
     } else {
         buf_put(data, e->len);
@@ -367,6 +371,7 @@ static void unref(entry *e) {
 static entry *acquire(const bc_source *src, uint64_t index, size_t block_len, int *rc, char *msg,
                       size_t cap) {
     entry *e = find(src->id, index);
+    if (e && e->unread && e->state == READY) unread_bytes -= e->len; /* in the table: found */
     if (e) e->unread = false;
     if (e && e->state == READY) {
         st.hits++;
@@ -549,6 +554,8 @@ void bc_forget(uint64_t id) {
             lru_remove(e);
             ram_bytes -= e->len;
             ram_blocks--;
+            if (e->unread) unread_bytes -= e->len;
+            e->unread = false;
             if (e->refs == 0) entry_free(e);
         }
     }
