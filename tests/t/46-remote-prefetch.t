@@ -11,8 +11,9 @@ A safetensors file of three 12 MiB tensors (random bytes, written here) is mount
     block read when the object was opened): prefetch stops at the next tensor's start;
   - two readers of the two halves of a tensor at once, the first reading a little past the
     middle (as the kernel's readahead does past where a reader stops), with 256 KiB blocks and
-    a RAM cache of twelve (the second reader's first blocks have left it by then): at most one block fetched
-    beyond the bytes read per reader; prefetch does not fetch again what the second one read;
+    a RAM cache of twenty (the second reader's first blocks have left it by then; both windows
+    of unread prefetches fit in half of it): at most one block fetched beyond the bytes read
+    per reader; prefetch does not fetch again what the second one read;
   - a tar of a.safetensors, ten members of random bytes and b.safetensors: reading a's last
     tensor whole fetches at most one block beyond it (prefetch stops at the member's end, not
     at b's first tensor);
@@ -36,7 +37,7 @@ TENSOR = 12 * MIB
 BLOCK = MIB
 HEAD = 256 << 10
 STEP = 256 << 10
-SMALL_BLOCK = 256 << 10  # the halves case: 24 blocks a half, a cache of 12
+SMALL_BLOCK = 256 << 10  # the halves case: 24 blocks a half, a cache of 20
 
 
 def safetensors_bytes(names, data):
@@ -135,7 +136,7 @@ def body(tap, ckptfs, work, server, data, tar_data):
                "block (at most one block each)" % waste, [st])
 
     mounted(tap, ckptfs, url, "two halves of a tensor", halves,
-            options=["-o", "block_size=256KiB,prefetch=4,cache_ram=3MiB"])
+            options=["-o", "block_size=256KiB,prefetch=4,cache_ram=5MiB"])
 
     def member_end(mnt):
         leaf = [os.path.join(dp, f) for dp, _, fs in os.walk(mnt) for f in fs
