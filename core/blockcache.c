@@ -19,7 +19,8 @@ typedef struct entry {
     char *data;
     int state, refs, rc;
     bool in_table;
-    char *msg; /* why the fetch failed (FAILED) */
+    bool unread; /* prefetched and not read yet: evicted after blocks read (see evict) */
+    char *msg;   /* why the fetch failed (FAILED) */
     struct entry *hnext;
     struct entry *older, *newer; /* LRU list of READY entries */
 } entry;
@@ -36,6 +37,7 @@ static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER; /* the queue drained
 static entry *table[NBUCKETS];
 static entry *lru_newest, *lru_oldest;
 static uint64_t ram_bytes, ram_blocks;
+static uint64_t unread_bytes; /* of READY blocks in the table prefetched and not read yet */
 static bc_config cfg = {.ram_cap = 256u << 20, .workers = 4};
 static char *disk_dir;
 static uint64_t disk_used;
@@ -128,19 +130,26 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-/* Drops least recently used blocks nobody is copying from until RAM is under the cap. */
+/* Drops least recently used blocks nobody is copying from until RAM is under the cap: blocks
+ * read already first, then prefetched ones nobody has read yet (dropping those first would have
+ * two streams, each with its window in flight, throw away each other's next blocks and fetch
+ * them again). Unread blocks over half the cache are the oldest of them first: prefetches of
+ * readers that stopped must not crowd out what is being read. */
 static void evict(void) {
-    entry *e = lru_oldest;
-    while (ram_bytes > cfg.ram_cap && e) {
-        entry *next = e->newer;
-        if (e->refs == 0) {
-            lru_remove(e);
-            unlink_table(e);
-            ram_bytes -= e->len;
-            ram_blocks--;
-            entry_free(e);
+    for (int pass = 0; pass < 2 && ram_bytes > cfg.ram_cap; pass++) {
+        entry *e = lru_oldest;
+        while (ram_bytes > cfg.ram_cap && e) {
+            entry *next = e->newer;
+            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2)) {
+                lru_remove(e);
+                unlink_table(e);
+                ram_bytes -= e->len;
+                ram_blocks--;
+                if (e->unread) unread_bytes -= e->len;
+                entry_free(e);
+            }
+            e = next;
         }
-        e = next;
     }
 }
 
@@ -330,6 +339,7 @@ static void fill(const bc_source *src, entry *e) {
             lru_push(e);
             ram_bytes += e->len;
             ram_blocks++;
+            if (e->unread) unread_bytes += e->len;
         }
     } else {
         buf_put(data, e->len);
@@ -356,14 +366,13 @@ static void unref(entry *e) {
     evict();
 }
 
-int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, void *out, size_t n,
-            char *msg, size_t cap) {
-    if (at > block_len || n > block_len - at) {
-        snprintf(msg, cap, "read of %zu bytes at %zu past a %zu-byte block", n, at, block_len);
-        return -EINVAL;
-    }
-    pthread_mutex_lock(&lock);
+/* The READY entry of block index with a reference taken (fetched here unless cached or on its
+ * way), or NULL with msg filled and *rc set. Called and returns with the lock held. */
+static entry *acquire(const bc_source *src, uint64_t index, size_t block_len, int *rc, char *msg,
+                      size_t cap) {
     entry *e = find(src->id, index);
+    if (e && e->unread && e->state == READY) unread_bytes -= e->len; /* in the table: found */
+    if (e) e->unread = false;
     if (e && e->state == READY) {
         st.hits++;
         lru_remove(e);
@@ -374,9 +383,9 @@ int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, v
         st.misses++;
         e = insert_fetching(src->id, index, block_len);
         if (!e) {
-            pthread_mutex_unlock(&lock);
             snprintf(msg, cap, "out of memory");
-            return -ENOMEM;
+            *rc = -ENOMEM;
+            return NULL;
         }
         e->refs++;
         pthread_mutex_unlock(&lock);
@@ -386,18 +395,48 @@ int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, v
     }
     e->refs++;
     while (e->state == FETCHING) pthread_cond_wait(&done_cond, &lock);
+    if (e->state == READY) return e;
+    *rc = e->rc;
+    snprintf(msg, cap, "%s", e->msg ? e->msg : "fetch failed");
+    unref(e);
+    return NULL;
+}
+
+int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, void *out, size_t n,
+            char *msg, size_t cap) {
+    if (at > block_len || n > block_len - at) {
+        snprintf(msg, cap, "read of %zu bytes at %zu past a %zu-byte block", n, at, block_len);
+        return -EINVAL;
+    }
     int rc = 0;
-    if (e->state == READY) {
+    pthread_mutex_lock(&lock);
+    entry *e = acquire(src, index, block_len, &rc, msg, cap);
+    if (e) {
         pthread_mutex_unlock(&lock);
         memcpy(out, e->data + at, n);
         pthread_mutex_lock(&lock);
-    } else {
-        rc = e->rc;
-        snprintf(msg, cap, "%s", e->msg ? e->msg : "fetch failed");
+        unref(e);
     }
-    unref(e);
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+int bc_pin(const bc_source *src, uint64_t index, size_t block_len, const char **data, void **hold,
+           char *msg, size_t cap) {
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    entry *e = acquire(src, index, block_len, &rc, msg, cap);
+    pthread_mutex_unlock(&lock);
+    *data = e ? e->data : NULL;
+    *hold = e;
+    return rc;
+}
+
+void bc_unpin(void *hold) {
+    if (!hold) return;
+    pthread_mutex_lock(&lock);
+    unref(hold);
+    pthread_mutex_unlock(&lock);
 }
 
 void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t len) {
@@ -473,6 +512,7 @@ void bc_prefetch(const bc_source *src, uint64_t index, size_t block_len) {
         return;
     }
     e->refs++;
+    e->unread = true;
     st.prefetches++;
     if (src->hold) src->hold(src->ctx);
     queue[(q_head + q_len) % QUEUE_MAX] = (job){*src, e};
@@ -514,6 +554,8 @@ void bc_forget(uint64_t id) {
             lru_remove(e);
             ram_bytes -= e->len;
             ram_blocks--;
+            if (e->unread) unread_bytes -= e->len;
+            e->unread = false;
             if (e->refs == 0) entry_free(e);
         }
     }

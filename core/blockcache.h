@@ -31,6 +31,11 @@ int bc_configure(const bc_config *c);
  * unless it is cached or on its way. 0 or a negative errno with msg filled. */
 int bc_read(const bc_source *src, uint64_t index, size_t block_len, size_t at, void *out, size_t n,
             char *msg, size_t cap);
+/* The block itself instead of a copy: *data is its first byte (block_len bytes), valid and
+ * kept in the cache until bc_unpin(*hold). 0 or a negative errno with msg filled. */
+int bc_pin(const bc_source *src, uint64_t index, size_t block_len, const char **data, void **hold,
+           char *msg, size_t cap);
+void bc_unpin(void *hold);
 /* Puts a block the caller already has into the cache (the first block of an object, fetched
  * while pinning it). */
 void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t len);

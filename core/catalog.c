@@ -496,9 +496,10 @@ static int by_object(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Tells each remote object where its tensors' bytes start (the members of a remote tar share
- * their archive's object, at their offsets in it), so prefetch stays inside the tensor a reader
- * reads. Only a hint: without memory for it, prefetch just runs further. */
+/* Tells each remote object where its tensors' bytes start and its tar members' bytes start and
+ * end (the members of a remote tar share their archive's object, at their offsets in it), so
+ * prefetch stays inside the tensor or member a reader reads. Only a hint: without memory for
+ * it, prefetch just runs further. */
 static void tell_remote_boundaries(ckpt_catalog *cat) {
     size_t n = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
@@ -506,6 +507,8 @@ static void tell_remote_boundaries(ckpt_catalog *cat) {
             const ckpt_source *s = &cat->sources[cat->tensors[i].pieces[j].source];
             n += s->remote && !s->zst;
         }
+    for (uint32_t i = 0; i < cat->nsources; i++)
+        n += cat->sources[i].remote && !cat->sources[i].zst && cat->sources[i].member_of ? 2 : 0;
     part_start *p = n ? malloc(n * sizeof *p) : NULL;
     uint64_t *offs = n ? malloc(n * sizeof *offs) : NULL;
     if (p && offs) {
@@ -518,6 +521,14 @@ static void tell_remote_boundaries(ckpt_catalog *cat) {
                     p[k++] =
                         (part_start){s->remote, pc->file_offset + (s->member_of ? s->base : 0)};
             }
+        /* A member's bytes end where the next member's header begins: a reader of its last
+         * tensor (or of the member whole) has no use for what follows. */
+        for (uint32_t i = 0; i < cat->nsources; i++) {
+            const ckpt_source *s = &cat->sources[i];
+            if (!s->remote || s->zst || !s->member_of) continue;
+            p[k++] = (part_start){s->remote, s->base};
+            p[k++] = (part_start){s->remote, s->base + s->size};
+        }
         qsort(p, n, sizeof *p, by_object);
         for (size_t a = 0, b; a < n; a = b) {
             for (b = a; b < n && p[b].object == p[a].object; b++) offs[b - a] = p[b].offset;

@@ -122,6 +122,21 @@ typedef struct ckpt_source {
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
  * read (0 at the end), or a negative errno. Safe to call from many threads at once. */
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off);
+/* A remote source's bytes where its block cache holds them, without copying them out: what a
+ * reply that writes them straight from there needs. Up to CKPT_VIEW_MAX pieces. */
+enum { CKPT_VIEW_MAX = 4 };
+typedef struct ckpt_view {
+    size_t n;
+    const void *base[CKPT_VIEW_MAX];
+    size_t len[CKPT_VIEW_MAX];
+    void *hold[CKPT_VIEW_MAX];
+} ckpt_view;
+/* Appends [off, off+len) of s (len bytes, all inside it) to v. 1 when appended, 0 when these
+ * bytes cannot be viewed (a local or .zst source, more pieces than fit: read them instead),
+ * or a negative errno as ckpt_source_pread's. Safe from many threads. */
+int ckpt_source_view(const ckpt_source *s, uint64_t off, size_t len, ckpt_view *v);
+/* Lets the cache drop what v pointed at; v is empty again. */
+void ckpt_view_release(ckpt_view *v);
 /* A new descriptor of the source's file, checked to be the file the catalog saw (device,
  * inode, size, mtime: a file rewritten in place is another file): >= 0, or a negative errno
  * (-EIO for another file). */

@@ -56,6 +56,20 @@ ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t 
     return r;
 }
 
+int ckpt_source_view(const ckpt_source *s, uint64_t off, size_t len, ckpt_view *v) {
+    if (!s->remote || s->zst) return 0;
+    if (s->member_of) {
+        if (off > s->size || len > s->size - off) return 0;
+        off += s->base;
+    }
+    return remote_view(s->remote, off, len, v);
+}
+
+void ckpt_view_release(ckpt_view *v) {
+    for (size_t i = 0; i < v->n; i++) remote_unview(v->hold[i]);
+    v->n = 0;
+}
+
 int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
                 const char *what, ckpt_err *err) {
     const ckpt_source *s = &cat->sources[source];

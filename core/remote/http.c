@@ -219,7 +219,7 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
     char range[64];
     curl_easy_setopt(h, CURLOPT_URL, rq->url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, rq->no_follow ? 0L : 1L);
     curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -260,6 +260,11 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
     if (curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff &&
         strcmp(eff, rq->url) != 0)
         rs->effective_url = strdup(eff);
+    char *to = NULL;
+    free(rs->redirect_url);
+    rs->redirect_url = NULL;
+    if (rq->no_follow && curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
+        rs->redirect_url = strdup(to);
     return c;
 }
 
@@ -280,10 +285,11 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
     for (unsigned attempt = 0;; attempt++) {
         atomic_fetch_add(&n_requests, 1);
         if (rq->body) sb_clear(rq->body);
-        char *link = rs->next_link, *eff = rs->effective_url;
+        char *link = rs->next_link, *eff = rs->effective_url, *to = rs->redirect_url;
         memset(rs, 0, sizeof *rs);
         free(link);
         free(eff);
+        free(to);
         rs->retries = (int)attempt;
         CURLcode c = perform_once(h, rq, rs, hdrs);
         atomic_fetch_add(&n_bytes, rs->got);
@@ -313,7 +319,8 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
 void http_resp_free(http_resp *rs) {
     free(rs->effective_url);
     free(rs->next_link);
-    rs->effective_url = rs->next_link = NULL;
+    free(rs->redirect_url);
+    rs->effective_url = rs->next_link = rs->redirect_url = NULL;
 }
 
 void http_get_stats(http_stats *out) {

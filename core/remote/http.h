@@ -30,7 +30,8 @@ typedef struct http_req {
     void *buf;    /* ranged GET: the body goes here, at most len bytes */
     strbuf *body; /* otherwise the whole body, at most body_cap bytes */
     size_t body_cap;
-    bool once; /* no retries: a probe whose failure has a fallback */
+    bool once;      /* no retries: a probe whose failure has a fallback */
+    bool no_follow; /* answer a redirect with its status and redirect_url, not its target */
 } http_req;
 
 typedef struct http_resp {
@@ -46,6 +47,7 @@ typedef struct http_resp {
     time_t mtime;        /* Last-Modified, 0 if none */
     char *effective_url; /* after redirects (malloc'd, NULL if same) */
     char *next_link;     /* Link: <...>; rel="next" (malloc'd) */
+    char *redirect_url;  /* where a redirect not followed (no_follow) points (malloc'd) */
     int retries;
 } http_resp;
 

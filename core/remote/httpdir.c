@@ -1,5 +1,6 @@
 /* Plain http(s) servers: a directory is a URL whose index page links its entries (nginx
- * autoindex, Apache, python -m http.server); a name is a file when a HEAD of it answers 200. */
+ * autoindex, Apache, python -m http.server), or one a HEAD redirects to the same path with a
+ * slash; a name is a file when a HEAD of it answers 200. */
 #include "remote.h"
 #include "../text.h"
 
@@ -8,16 +9,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The path part of a URL (after scheme://host, before ?query or #fragment). */
+static void url_path(const char *url, const char **p, size_t *n) {
+    const char *s = strstr(url, "://");
+    s = s ? s + 3 : url;
+    s += strcspn(s, "/?#");
+    *p = s;
+    *n = strcspn(s, "?#");
+}
+
+/* A redirect to the same path with a slash added: how servers answer a directory named
+ * without its slash (nginx, Apache, python -m http.server). */
+static bool redirect_adds_slash(const char *url, const char *to) {
+    const char *a, *b;
+    size_t an, bn;
+    url_path(url, &a, &an);
+    url_path(to, &b, &bn);
+    return bn == an + 1 && memcmp(a, b, an) == 0 && b[an] == '/';
+}
+
+/* One HEAD, its redirects not followed: a directory named without its slash is told by the
+ * redirect that adds it, without asking that second URL too (its listing is what comes next).
+ * Any other redirect (a file served from elsewhere) is followed from where it points. */
 int httpdir_kind(const char *path) {
     remote_target t;
     ckpt_err err;
     if (remote_target_of(path, &t, &err) != 0) return REMOTE_MISSING;
     char shown[2048], msg[512];
     remote_shown(path, shown, sizeof shown);
-    http_req rq = {.url = t.url.data, .shown = shown, .head = true};
+    http_req rq = {.url = t.url.data, .shown = shown, .head = true, .no_follow = true};
     http_resp rs;
     int kind = REMOTE_MISSING;
-    if (http_perform(&rq, &rs, msg, sizeof msg) == 0 && rs.status == 200) {
+    int rc = http_perform(&rq, &rs, msg, sizeof msg);
+    if (rc == 0 && rs.status >= 300 && rs.status < 400 && rs.redirect_url) {
+        if (redirect_adds_slash(t.url.data, rs.redirect_url)) {
+            kind = REMOTE_DIR;
+        } else {
+            char *to = rs.redirect_url;
+            rs.redirect_url = NULL;
+            http_resp_free(&rs);
+            http_req follow = {.url = to, .shown = shown, .head = true};
+            rc = http_perform(&follow, &rs, msg, sizeof msg);
+            if (rc == 0 && !rs.effective_url)
+                rs.effective_url = to; /* where it ended is what tells a directory */
+            else
+                free(to);
+        }
+    }
+    if (kind == REMOTE_MISSING && rc == 0 && rs.status == 200) {
         size_t n = strlen(t.url.data);
         const char *eff = rs.effective_url ? rs.effective_url : t.url.data;
         size_t en = strlen(eff);

@@ -418,9 +418,16 @@ bool remote_changed(const remote_object *o) {
 
 /* The stream a read at off continues (its previous read ended within a block of off: FUSE
  * threads answer readahead slightly out of order), or a fresh one in the least recently used
- * slot. Returns the bytes read in a row, this read included; *ahead is where the nearest other
- * stream after this one began: bytes from there on were read already, so prefetching them
- * again (they may have left the cache since) would be waste. */
+ * slot. Returns the bytes read in a row, this read included; *ahead is where prefetch for it
+ * stops because another stream, begun after this one, read the bytes from there on (they may
+ * have left the cache since: fetching them again would be waste): that stream's start, or the
+ * end of this read once it ran into that stream's bytes (the kernel's readahead past where a
+ * reader stops does). A stream begun inside another's bytes (a second pass over a tensor) is
+ * not held back by it. */
+static uint64_t stream_began(const struct stream *s) {
+    return s->next - (s->run < s->next ? s->run : s->next);
+}
+
 static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
@@ -442,11 +449,14 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
     uint64_t run = hit->run;
+    uint64_t end = off + len, hit_began = stream_began(hit);
     *ahead = UINT64_MAX;
     for (size_t i = 0; i < STREAMS; i++) {
         const struct stream *s = &o->streams[i];
-        uint64_t began = s->next - (s->run < s->next ? s->run : s->next);
-        if (s != hit && s->seen && began > off + len && began < *ahead) *ahead = began;
+        uint64_t began = stream_began(s);
+        if (s == hit || !s->seen || began <= hit_began) continue;
+        uint64_t stop = end <= began ? began : end < s->next ? end : UINT64_MAX;
+        if (stop < *ahead) *ahead = stop;
     }
     pthread_mutex_unlock(&o->streams_lock);
     return run;
@@ -544,6 +554,43 @@ ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off) {
     atomic_fetch_add(&bytes_read, len);
     atomic_fetch_add(&reads, 1);
     return (ssize_t)len;
+}
+
+int remote_view(remote_object *o, uint64_t off, size_t len, ckpt_view *v) {
+    if (atomic_load(&o->changed)) {
+        snprintf(last_error, sizeof last_error, "%s: the object changed since it was mounted",
+                 o->shown);
+        return -EIO;
+    }
+    if (off > o->size || len > o->size - off) return 0;
+    if (!len) return 1;
+    if (block_of(o, off + len - 1) - block_of(o, off) + 1 > CKPT_VIEW_MAX - v->n) return 0;
+    maybe_prefetch(o, off, len);
+    fetch_span(o, off, len);
+    size_t first = v->n, done = 0;
+    while (done < len) {
+        uint64_t at = off + done;
+        uint64_t k = block_of(o, at);
+        size_t bl = block_size_of(o, k);
+        size_t in = (size_t)(at - block_start(o, k));
+        size_t n = bl - in < len - done ? bl - in : len - done;
+        const char *data;
+        int rc = bc_pin(&o->bc, k, bl, &data, &v->hold[v->n], last_error, sizeof last_error);
+        if (rc) {
+            while (v->n > first) bc_unpin(v->hold[--v->n]);
+            return rc == -ENOMEM ? rc : -EIO;
+        }
+        v->base[v->n] = data + in;
+        v->len[v->n++] = n;
+        done += n;
+    }
+    atomic_fetch_add(&bytes_read, len);
+    atomic_fetch_add(&reads, 1);
+    return 1;
+}
+
+void remote_unview(void *hold) {
+    bc_unpin(hold);
 }
 
 void remote_stats_json(strbuf *sb) {

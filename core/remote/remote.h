@@ -31,6 +31,11 @@ time_t remote_mtime(const remote_object *o);
 /* Up to len bytes at off: the count, 0 at the end, or a negative errno (EIO once the object is
  * seen changed). remote_last_error() says why, for this thread's last failure. */
 ssize_t remote_pread(remote_object *o, void *buf, size_t len, uint64_t off);
+/* [off, off+len) of o appended to v as pointers into its cached blocks (fetched if need be):
+ * 1, 0 when they need more pieces than v has left (v unchanged), or a negative errno (v
+ * unchanged; remote_last_error() says why). */
+int remote_view(remote_object *o, uint64_t off, size_t len, ckpt_view *v);
+void remote_unview(void *hold);
 bool remote_changed(const remote_object *o);
 const char *remote_last_error(void);
 /* Where the object's parts start (tensor data offsets, any order): a reader's prefetch stops at

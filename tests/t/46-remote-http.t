@@ -14,7 +14,8 @@ URL with user:password@ and ?query never shows them (summary, sidecars, errors);
 shows that a mount of a sharded directory fetched only the first block of each shard.
 The layouts (tar/.nemo, HF cache folders, .bin repos, folders, split GGUF, Meta MP, DeepSpeed:
 tests/lib/remote_layouts.py) mount from URLs too: their own checks pass on the remote mount and
-it equals the local one. A directory probe HEADs each name missing from an index page once.
+it equals the local one. A directory probe HEADs each name missing from an index page once; a
+directory URL without its slash costs one HEAD (the redirect that adds the slash), not two.
 """
 
 import json
@@ -47,6 +48,16 @@ def body(tap, ckptfs, fixtures, served, server):
         tap.ok(rc == 0 and heads and len(heads) == len(set(heads)),
                "%s: the probes HEAD each name missing from index pages once (%d HEADs)"
                % (d, len(heads)), [rc, err] + heads)
+
+    # A directory named without its slash: one HEAD tells it (nginx's redirect to the name
+    # with a slash says so), then its listing; not a second HEAD of the name with the slash.
+    before = len(server.requests())
+    rc, out, err = run_capture([ckptfs, "ls", url + "/sharded"], CLI_TIMEOUT)
+    asked = [l.split('"')[1] for l in server.requests()[before:]]
+    heads = [a for a in asked if a.startswith("HEAD /sharded ") or a.startswith("HEAD /sharded/ ")]
+    tap.ok(rc == 0 and b"model" in out and len(heads) == 1 and "GET /sharded/ HTTP/1.1" in asked,
+           "a directory URL without its slash costs one HEAD and the listing (%d HEADs)"
+           % len(heads), [rc, err] + asked)
 
     # The CLI takes URLs as it takes paths.
     src = url + "/sharded"

@@ -9,13 +9,23 @@ A safetensors file of three 12 MiB tensors (random bytes, written here) is mount
     where one stream per object would restart at every turn and miss every block;
   - a tensor read whole fetches at most one block more than its bytes (plus the first 256 KiB
     block read when the object was opened): prefetch stops at the next tensor's start;
+  - two readers of the two halves of a tensor at once, the first reading a little past the
+    middle (as the kernel's readahead does past where a reader stops), with 256 KiB blocks and
+    a RAM cache of twenty (the second reader's first blocks have left it by then; both windows
+    of unread prefetches fit in half of it): at most one block fetched beyond the bytes read
+    per reader; prefetch does not fetch again what the second one read;
+  - a tar of a.safetensors, ten members of random bytes and b.safetensors: reading a's last
+    tensor whole fetches at most one block beyond it (prefetch stops at the member's end, not
+    at b's first tensor);
   - every byte read equals the file's.
 """
 
+import io
 import json
 import os
 import struct
 import sys
+import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
@@ -27,25 +37,45 @@ TENSOR = 12 * MIB
 BLOCK = MIB
 HEAD = 256 << 10
 STEP = 256 << 10
+SMALL_BLOCK = 256 << 10  # the halves case: 24 blocks a half, a cache of 20
+
+
+def safetensors_bytes(names, data):
+    header, off = {}, 0
+    for n in names:
+        header[n] = {"dtype": "U8", "shape": [len(data[n])],
+                     "data_offsets": [off, off + len(data[n])]}
+        off += len(data[n])
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(data[n] for n in names)
 
 
 def write_file(path):
     names = ["a", "b", "c"]
-    header, off = {}, 0
-    for n in names:
-        header[n] = {"dtype": "U8", "shape": [TENSOR], "data_offsets": [off, off + TENSOR]}
-        off += TENSOR
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
     data = {n: os.urandom(TENSOR) for n in names}
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for n in names:
-            f.write(data[n])
+        f.write(safetensors_bytes(names, data))
     return data
 
 
-def body(tap, ckptfs, work, server, data):
+def write_tar(path):
+    """a.safetensors (x, y), ten 3 MiB members of random bytes (not checkpoints: their
+    headers, read when the archive is indexed, are more than the reader's streams remember),
+    b.safetensors (z)."""
+    data = {n: os.urandom(TENSOR // 2) for n in ("x", "y", "z")}
+    members = [("a.safetensors", safetensors_bytes(["x", "y"], data))]
+    members += [("notes%d.bin" % i, os.urandom(3 * MIB)) for i in range(10)]
+    members += [("b.safetensors", safetensors_bytes(["z"], data))]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, blob in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            t.addfile(info, io.BytesIO(blob))
+    return data
+
+
+def body(tap, ckptfs, work, server, data, tar_data):
     url = server.url + "/three.safetensors"
     opts = ["-o", "block_size=1MiB,prefetch=4"]
 
@@ -84,6 +114,50 @@ def body(tap, ckptfs, work, server, data):
 
     mounted(tap, ckptfs, url, "one tensor of three", one_tensor, options=opts)
 
+    def halves(mnt):
+        half = TENSOR // 2
+        past = STEP  # what the first reader reads past the middle
+        f1 = os.open(os.path.join(mnt, "a"), os.O_RDONLY)
+        f2 = os.open(os.path.join(mnt, "a"), os.O_RDONLY)
+        for fd in (f1, f2):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        ok = True
+        for off in range(0, half + past, STEP):
+            ok &= os.pread(f1, STEP, off) == data["a"][off:off + STEP]
+            if half + off < TENSOR:
+                ok &= os.pread(f2, STEP, half + off) == data["a"][half + off:half + off + STEP]
+        os.close(f1)
+        os.close(f2)
+        st = read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+        tap.ok(ok, "two readers of the halves of a tensor read the right bytes")
+        waste = st["bytes_fetched"] - TENSOR - HEAD
+        tap.ok(waste <= 2 * SMALL_BLOCK,
+               "two readers stopping mid-tensor fetched %d bytes beyond the tensor and the first "
+               "block (at most one block each)" % waste, [st])
+
+    mounted(tap, ckptfs, url, "two halves of a tensor", halves,
+            options=["-o", "block_size=256KiB,prefetch=4,cache_ram=5MiB"])
+
+    def member_end(mnt):
+        leaf = [os.path.join(dp, f) for dp, _, fs in os.walk(mnt) for f in fs
+                if f == "y" and ".ckptfs" not in dp]
+        got = b""
+        # The mount read the members' headers: count from here.
+        st0 = read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+        if len(leaf) == 1:
+            with open(leaf[0], "rb") as f:
+                got = f.read()
+        st = read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+        tap.ok(got == tar_data["y"], "the last tensor of the tar's first member reads right",
+               leaf)
+        waste = st["bytes_fetched"] - st0["bytes_fetched"] - len(tar_data["y"])
+        tap.ok(waste <= BLOCK,
+               "reading the first member's last tensor fetched %d bytes beyond it (at most one "
+               "block: prefetch stops at the member's end)" % waste, [st0, st])
+
+    mounted(tap, ckptfs, server.url + "/two.tar", "a member's last tensor", member_end,
+            options=opts)
+
 
 def main():
     started = start()
@@ -97,8 +171,9 @@ def main():
     work = tempfile.mkdtemp(prefix="ckptfs-t46p.")
     try:
         data = write_file(os.path.join(work, "three.safetensors"))
+        tar_data = write_tar(os.path.join(work, "two.tar"))
         with remote_servers.Nginx(work) as server:
-            body(tap, ckptfs, work, server, data)
+            body(tap, ckptfs, work, server, data, tar_data)
     finally:
         for n in os.listdir(work):
             os.unlink(os.path.join(work, n))
