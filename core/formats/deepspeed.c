@@ -171,7 +171,8 @@ bool deepspeed_probe(const char *dir) {
     tag[n] = '\0';
     bool one_name = n > 0 && strlen(tag) == n && !strchr(tag, '/') && strcmp(tag, ".") != 0 &&
                     strcmp(tag, "..") != 0;
-    w = snprintf(path, sizeof path, "%s/%s", dir, tag);
+    one_name = one_name && n < sizeof((ds *)0)->tag; /* what the load accepts */
+    w = snprintf(path, sizeof path, "%s/%.255s", dir, tag);
     if (one_name && w > 0 && (size_t)w < sizeof path && is_step_dir(path)) return true;
     return has_step_dir(dir) || has_optim_files(dir);
 }
