@@ -628,6 +628,11 @@ def pickle_dom_cases(tap, ckptfs, tmp, asan):
     """Pickles of many tensors, within the bound or not (TODO, see PICKLE_TODO): a torch.save
     zip of 300,000 views and a DCP .metadata of 100,000 tensors (written with
     tests/gen/dcp_fixtures.py's stand-ins of torch's DCP classes, as its hostile cases are)."""
+    if asan:  # expected failures, and minutes of a sanitized parse: nothing to learn there
+        for what in ("torch zip of 300,000 views", "DCP .metadata of 100,000 tensors"):
+            tap.skip("%s: ckptfs ls lists every tensor, within the bound" % what,
+                     "a sanitizer build (the bound is loosened there)")
+        return
     m = 300000
     names = ["model.layers.%d.mlp.experts.%d.w" % (i // 1000, i % 1000) for i in range(m)]
     pkl = views_pickle(names, 2)
