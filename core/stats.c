@@ -776,32 +776,157 @@ size_t ckpt_stats_json_members(const ckpt_stats *s, char *buf) {
     return n;
 }
 
+/* One tensor's entry of stats.json, with the separator before it. */
+static void put_entry(strbuf *sb, const ckpt_tensor *t, const ckpt_stats *s, int status,
+                      const char *msg, bool first) {
+    sb_puts(sb, first ? "\n {\"name\": " : ",\n {\"name\": ");
+    sb_json_str(sb, t->name, t->name_len);
+    if (t->prefix) {
+        sb_puts(sb, ", \"prefix\": ");
+        sb_json_str(sb, t->prefix, strlen(t->prefix));
+    }
+    sb_printf(sb, ", \"dtype\": \"%s\", \"shape\": [", ckpt_dtype_info_of(t->dtype)->name);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        sb_printf(sb, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    sb_puts(sb, "], ");
+    if (status) {
+        sb_puts(sb, "\"error\": ");
+        const char *m = msg ? msg : strerror(-status);
+        sb_json_str(sb, m, strlen(m));
+    } else {
+        char members[CKPT_STATS_JSON_MAX];
+        sb_put(sb, members, ckpt_stats_json_members(s, members));
+    }
+    sb_putc(sb, '}');
+}
+
+static const char DOC_HEAD[] = "{\"tensors\": [", DOC_TAIL[] = "\n]}\n";
+
 char *ckpt_stats_document(const ckpt_tensor *const *t, const ckpt_stats *s, const int *status,
                           const ckpt_err *msgs, size_t n, size_t *len) {
     strbuf sb;
     sb_init(&sb);
-    sb_puts(&sb, "{\"tensors\": [");
-    for (size_t i = 0; i < n; i++) {
-        sb_puts(&sb, i ? ",\n {\"name\": " : "\n {\"name\": ");
-        sb_json_str(&sb, t[i]->name, t[i]->name_len);
-        if (t[i]->prefix) {
-            sb_puts(&sb, ", \"prefix\": ");
-            sb_json_str(&sb, t[i]->prefix, strlen(t[i]->prefix));
-        }
-        sb_printf(&sb, ", \"dtype\": \"%s\", \"shape\": [", ckpt_dtype_info_of(t[i]->dtype)->name);
-        for (uint32_t d = 0; d < t[i]->ndim; d++)
-            sb_printf(&sb, "%s%llu", d ? ", " : "", (unsigned long long)t[i]->shape[d]);
-        sb_puts(&sb, "], ");
-        if (status[i]) {
-            sb_puts(&sb, "\"error\": ");
-            const char *m = msgs ? msgs[i].msg : strerror(-status[i]);
-            sb_json_str(&sb, m, strlen(m));
-        } else {
-            char members[CKPT_STATS_JSON_MAX];
-            sb_put(&sb, members, ckpt_stats_json_members(&s[i], members));
-        }
-        sb_putc(&sb, '}');
-    }
-    sb_puts(&sb, "\n]}\n");
+    sb_puts(&sb, DOC_HEAD);
+    for (size_t i = 0; i < n; i++)
+        put_entry(&sb, t[i], &s[i], status[i], msgs ? msgs[i].msg : NULL, i == 0);
+    sb_puts(&sb, DOC_TAIL);
     return sb_take(&sb, len);
+}
+
+/* ---- stats.json in pages ---- */
+
+typedef struct failed_tensor {
+    size_t index;
+    char *msg;
+} failed_tensor;
+
+struct ckpt_stats_pages {
+    const ckpt_catalog *cat;
+    const ckpt_stats *s;
+    size_t npages;
+    uint64_t *start;       /* npages + 1: where each page's text starts, then the document's size */
+    failed_tensor *failed; /* by index: the tensors whose entry is an error */
+    size_t nfailed;
+};
+
+static const failed_tensor *failure_of(const ckpt_stats_pages *p, size_t i) {
+    size_t lo = 0, hi = p->nfailed;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->failed[mid].index < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->nfailed && p->failed[lo].index == i ? &p->failed[lo] : NULL;
+}
+
+/* Page k's text, appended to sb. */
+static void put_page(const ckpt_stats_pages *p, size_t k, strbuf *sb) {
+    size_t n = p->cat->ntensors, first = k * CKPT_STATS_PAGE;
+    size_t end = first + CKPT_STATS_PAGE < n ? first + CKPT_STATS_PAGE : n;
+    if (k == 0) sb_puts(sb, DOC_HEAD);
+    for (size_t i = first; i < end; i++) {
+        const failed_tensor *f = failure_of(p, i);
+        put_entry(sb, &p->cat->tensors[i], &p->s[i], f ? -EIO : 0, f ? f->msg : NULL, i == 0);
+    }
+    if (k + 1 == p->npages) sb_puts(sb, DOC_TAIL);
+}
+
+void ckpt_stats_pages_free(ckpt_stats_pages *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->nfailed; i++) free(p->failed[i].msg);
+    free(p->failed);
+    free(p->start);
+    free(p);
+}
+
+ckpt_stats_pages *ckpt_stats_pages_new(const ckpt_catalog *cat, const ckpt_stats *s,
+                                       const int *status, const ckpt_err *msgs) {
+    ckpt_stats_pages *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->cat = cat;
+    p->s = s;
+    size_t n = cat->ntensors;
+    p->npages = n ? (n + CKPT_STATS_PAGE - 1) / CKPT_STATS_PAGE : 1;
+    for (size_t i = 0; i < n; i++) p->nfailed += status[i] != 0;
+    p->start = malloc((p->npages + 1) * sizeof *p->start);
+    p->failed = calloc(p->nfailed ? p->nfailed : 1, sizeof *p->failed);
+    bool ok = p->start && p->failed;
+    for (size_t i = 0, k = 0; ok && i < n; i++) {
+        if (!status[i]) continue;
+        const char *m = msgs ? msgs[i].msg : strerror(-status[i]);
+        p->failed[k] = (failed_tensor){i, strdup(m)};
+        ok = p->failed[k++].msg != NULL;
+    }
+    strbuf sb;
+    sb_init(&sb);
+    uint64_t at = 0;
+    for (size_t k = 0; ok && k < p->npages; k++) {
+        p->start[k] = at;
+        sb_clear(&sb);
+        put_page(p, k, &sb);
+        ok = !sb.failed;
+        at += sb.len;
+    }
+    sb_free(&sb);
+    if (!ok) {
+        ckpt_stats_pages_free(p);
+        return NULL;
+    }
+    p->start[p->npages] = at;
+    return p;
+}
+
+uint64_t ckpt_stats_pages_size(const ckpt_stats_pages *p) {
+    return p->start[p->npages];
+}
+
+ssize_t ckpt_stats_pages_read(const ckpt_stats_pages *p, uint64_t off, char *dst, size_t len) {
+    uint64_t size = ckpt_stats_pages_size(p);
+    if (off >= size || len == 0) return 0;
+    if (len > size - off) len = (size_t)(size - off);
+    size_t lo = 0, hi = p->npages; /* the last page starting at or before off */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->start[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    strbuf sb;
+    sb_init(&sb);
+    size_t done = 0;
+    for (size_t k = lo; k < p->npages && done < len; k++) {
+        sb_clear(&sb);
+        put_page(p, k, &sb);
+        if (sb.failed) break;
+        uint64_t skip = off + done - p->start[k];
+        size_t take = sb.len - (size_t)skip < len - done ? sb.len - (size_t)skip : len - done;
+        memcpy(dst + done, sb.data + skip, take);
+        done += take;
+    }
+    bool failed = sb.failed;
+    sb_free(&sb);
+    return failed ? -ENOMEM : (ssize_t)done;
 }

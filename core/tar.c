@@ -169,6 +169,30 @@ static int check_unique(const tar_index *ix, const char *archive, ckpt_err *err)
     return rc;
 }
 
+/* The name a header gives its member (the pax or GNU long name before it, else ustar's prefix
+ * and name fields), into out; NULL when out of memory. */
+static char *header_name(const unsigned char *b, const char *long_name, size_t long_len,
+                         size_t *len) {
+    if (long_name) {
+        char *name = malloc(long_len + 1);
+        if (name) memcpy(name, long_name, long_len + 1);
+        *len = long_len;
+        return name;
+    }
+    /* POSIX ustar puts the start of long paths in the prefix field; GNU does not. */
+    bool posix = memcmp(b + 257, "ustar\0", 6) == 0;
+    size_t pl = posix ? strnlen((const char *)b + 345, 155) : 0;
+    size_t nl = strnlen((const char *)b, 100);
+    char *name = malloc(pl + nl + 2);
+    if (!name) return NULL;
+    memcpy(name, b + 345, pl);
+    if (pl) name[pl] = '/';
+    memcpy(name + pl + (pl ? 1 : 0), b, nl);
+    *len = pl + (pl ? 1 : 0) + nl;
+    name[*len] = '\0';
+    return name;
+}
+
 int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckpt_err *err) {
     memset(out, 0, sizeof *out);
     const ckpt_source *s = &cat->sources[source];
@@ -191,7 +215,15 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
             break;
         }
         if ((rc = source_read(cat, source, at, b, BLOCK, "tar header", err))) break;
-        if (all_zero(b)) break; /* end of archive */
+        if (all_zero(b)) { /* end of archive: a second zero block is expected after it */
+            out->end = at;
+            out->end_blocks = 1;
+            if (s->size - at >= 2 * BLOCK &&
+                !(rc = source_read(cat, source, at + BLOCK, b, BLOCK, "tar end block", err)) &&
+                all_zero(b))
+                out->end_blocks = 2;
+            break;
+        }
         if (!checksum_ok(b)) {
             rc = ckpt_fail(err, -EINVAL,
                            "%s: tar header at offset %llu has a bad checksum (a damaged archive, "
@@ -212,16 +244,26 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
         if (has_size && !meta) size = pax_size;
         uint64_t data = at + BLOCK;
         if (size > s->size - data) {
+            size_t len = 0;
+            char *name = meta ? NULL : header_name(b, long_name, long_len, &len);
             rc = ckpt_fail(err, -EINVAL,
-                           "%s: tar member at offset %llu says it has %llu bytes, but the "
-                           "archive ends %llu bytes after its header (truncated, or its size "
-                           "field lies)",
-                           archive, (unsigned long long)at, (unsigned long long)size,
-                           (unsigned long long)(s->size - data));
+                           "%s: tar member \"%.*s\" (header at offset %llu, data at offset %llu) "
+                           "says it has %llu bytes, but the archive ends %llu bytes after its "
+                           "header (truncated at byte offset %llu, or its size field lies)",
+                           archive,
+                           SHOWN_NAME(name ? name : "(extended header)",
+                                      name ? len : strlen("(extended header)")),
+                           (unsigned long long)at, (unsigned long long)data,
+                           (unsigned long long)size, (unsigned long long)(s->size - data),
+                           (unsigned long long)s->size);
+            free(name);
             break;
         }
         uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
-        if (next > s->size) next = s->size; /* a last member without padding */
+        if (next > s->size) { /* a last member without padding */
+            next = s->size;
+            out->unpadded = true;
+        }
         if (meta) {
             if (type == 'g' || type == 'K') { /* global headers and long link names: unused */
                 at = next;
@@ -255,27 +297,13 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
             at = next;
             continue;
         }
-        char *name;
         size_t len;
-        if (long_name) {
-            name = long_name;
-            len = long_len;
-            long_name = NULL;
-        } else {
-            /* POSIX ustar puts the start of long paths in the prefix field; GNU does not. */
-            bool posix = memcmp(b + 257, "ustar\0", 6) == 0;
-            size_t pl = posix ? strnlen((const char *)b + 345, 155) : 0;
-            size_t nl = strnlen((const char *)b, 100);
-            name = malloc(pl + nl + 2);
-            if (!name) {
-                rc = ckpt_fail(err, -ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(name, b + 345, pl);
-            if (pl) name[pl] = '/';
-            memcpy(name + pl + (pl ? 1 : 0), b, nl);
-            len = pl + (pl ? 1 : 0) + nl;
-            name[len] = '\0';
+        char *name = header_name(b, long_name, long_len, &len);
+        free(long_name);
+        long_name = NULL;
+        if (!name) {
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            break;
         }
         has_size = false;
         if (!normalize(name, len)) {
@@ -307,6 +335,7 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
         at = next;
     }
     free(long_name);
+    if (!rc && !out->end_blocks) out->end = at;
     if (!rc) rc = check_unique(out, archive, err);
     if (rc) tar_index_free(out);
     return rc;

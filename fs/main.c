@@ -5,6 +5,7 @@
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
 #include "mount/ckptfs.h"
+#include "core/stats.h"
 #include "cli/cli.h"
 #include "daemon.h"
 #include "loop.h"
@@ -412,6 +413,7 @@ out:
     free(fs.sha256);
     free(fs.stats);
     free(fs.stats_known);
+    ckpt_stats_pages_free(fs.stats_pages);
     free(fs.alias);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);

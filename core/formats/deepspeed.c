@@ -119,11 +119,62 @@ static bool has_optim_files(const char *dir) {
     return n > 0;
 }
 
+/* A step directory: the files engine.save_checkpoint writes, mp_rank_MM_model_states.pt or
+ * [bf16_]zero_pp_rank_R_mp_rank_MM_{model,optim}_states.pt. */
+static bool is_step_dir(const char *dir) {
+    char **names;
+    size_t n;
+    if (list_files(dir, "_states.pt", &names, &n)) return false;
+    bool found = false;
+    for (size_t i = 0; i < n && !found; i++) {
+        long r, mp;
+        size_t pl;
+        found = strncmp(names[i], "mp_rank_", 8) == 0 ||
+                zero_name(names[i], "optim", &r, &mp, &pl) ||
+                zero_name(names[i], "model", &r, &mp, &pl);
+    }
+    free_files(names, n);
+    return found;
+}
+
+static bool keep_dir(const struct place_entry *e, void *ctx) {
+    (void)ctx;
+    return e->kind == PLACE_DIR;
+}
+
+/* Some directory beside `latest` is a step directory. */
+static bool has_step_dir(const char *dir) {
+    char **names, path[PATH_MAX];
+    size_t n;
+    if (list_dir(dir, keep_dir, NULL, &names, &n)) return false;
+    bool found = false;
+    for (size_t i = 0; i < n && !found; i++) {
+        int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        found = w > 0 && (size_t)w < sizeof path && is_step_dir(path);
+    }
+    free_files(names, n);
+    return found;
+}
+
+/* `latest` alone is a common name (a folder of safetensors may hold an unrelated one): the
+ * directory is DeepSpeed's only if a step directory is there too, the one `latest` names or,
+ * when that tag is unusable, another one (the load then refuses the tag by name). Without
+ * `latest`, a step directory itself is probed by its optimizer files. */
 bool deepspeed_probe(const char *dir) {
     char path[PATH_MAX];
     int w = snprintf(path, sizeof path, "%s/latest", dir);
-    if (w > 0 && (size_t)w < sizeof path && is_file(path)) return true;
-    return has_optim_files(dir);
+    if (w <= 0 || (size_t)w >= sizeof path || !is_file(path)) return has_optim_files(dir);
+    char tag[LATEST_LIMIT + 1];
+    size_t n = 0;
+    if (place_read_head(path, tag, LATEST_LIMIT, &n, NULL)) return false;
+    while (n > 0 && (tag[n - 1] == '\n' || tag[n - 1] == '\r' || tag[n - 1] == ' ')) n--;
+    tag[n] = '\0';
+    bool one_name = n > 0 && strlen(tag) == n && !strchr(tag, '/') && strcmp(tag, ".") != 0 &&
+                    strcmp(tag, "..") != 0;
+    one_name = one_name && n < sizeof((ds *)0)->tag; /* what the load accepts */
+    w = snprintf(path, sizeof path, "%s/%.255s", dir, tag);
+    if (one_name && w > 0 && (size_t)w < sizeof path && is_step_dir(path)) return true;
+    return has_step_dir(dir) || has_optim_files(dir);
 }
 
 static int read_file(ds *d, ds_file *f, const char *name) {

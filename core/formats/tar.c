@@ -54,6 +54,23 @@ static int members_doc(ckpt_catalog *cat, const tar_index *ix, const char *kind,
     return rc;
 }
 
+/* An archive without its end-of-archive blocks may have been cut after a whole member: every
+ * member it lists is complete (a cut inside one is refused), but there may have been more. */
+static void warn_ending(ckpt_catalog *cat, const tar_index *ix, const char *archive) {
+    if (ix->end_blocks == 1)
+        catalog_warn(cat,
+                     "%s: a lone zero block at offset %llu: the second end-of-archive block is "
+                     "missing (the archive may be truncated)",
+                     archive, (unsigned long long)ix->end);
+    else if (ix->end_blocks == 0)
+        catalog_warn(cat,
+                     "%s: the archive ends at offset %llu without its two end-of-archive zero "
+                     "blocks%s (it may be truncated: members after that offset would be "
+                     "missing)",
+                     archive, (unsigned long long)ix->end,
+                     ix->unpadded ? ", and its last member without its padding" : "");
+}
+
 static int load(ckpt_catalog *cat, uint32_t archive, ckpt_err *err) {
     tar_index ix;
     int rc = tar_read_index(cat, archive, &ix, err);
@@ -100,6 +117,7 @@ static int load(ckpt_catalog *cat, uint32_t archive, ckpt_err *err) {
     if (!rc) rc = load_checkpoint_set(cat, srcs, fmts, n, kind, err);
     if (!rc && strcmp(kind, "nemo") == 0) cat->format = n > 1 ? "nemo-model-parallel" : "nemo";
     if (!rc) rc = members_doc(cat, &ix, kind, err);
+    if (!rc) warn_ending(cat, &ix, cat->sources[archive].path);
     free(srcs);
     free(fmts);
     tar_index_free(&ix);

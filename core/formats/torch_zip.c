@@ -38,7 +38,7 @@
 #include <string.h>
 
 #define PICKLE_LIMIT (1ull << 30)
-enum { MAX_DEPTH = 64, MAX_UNWRAP = 8, MAX_SHARED_LISTED = 32 };
+enum { MAX_DEPTH = 64, MAX_UNWRAP = 8, MAX_SHARED_LISTED = 4 };
 /* A dict key that is not a string names what is under it by its JSON text, up to this size. */
 enum { KEY_NAME_MAX = 8192 };
 

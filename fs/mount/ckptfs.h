@@ -34,8 +34,9 @@ typedef struct ckptfs {
     unsigned char (*sha256)[33]; /* per tensor: [0] = known, [1..32] = digest; made on demand */
     struct ckpt_stats *stats;    /* per tensor, valid where stats_known (user.ckpt.stats) */
     bool *stats_known;
-    pthread_mutex_t stats_lock; /* one statistics job at a time: each uses every CPU */
-    struct fuse_session *se;    /* to tell the kernel stats.json got its size */
+    struct ckpt_stats_pages *stats_pages; /* .ckptfs/stats.json, once built */
+    pthread_mutex_t stats_lock;           /* one statistics job at a time: each uses every CPU */
+    struct fuse_session *se;              /* to tell the kernel stats.json got its size */
     open_doc *open_docs;
     char *docs[DOC_COUNT];
     size_t doc_len[DOC_COUNT];

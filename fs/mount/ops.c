@@ -31,16 +31,17 @@ static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
 }
 
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
- * kept with the per-tensor results user.ckpt.stats also answers from. The file is sized 0
- * until then (a stat must not read the checkpoint) and opened with direct_io, so reads reach
- * the daemon whatever size the kernel holds; once built, the kernel is told to ask again. */
-static const char *get_stats_doc(ckptfs *fs, fuse_ino_t ino, size_t *len) {
+ * kept with the per-tensor results user.ckpt.stats also answers from; the document's text is
+ * not kept but rendered from them a page at a time when read (ckpt_stats_pages), so it costs
+ * no more than the results. The file is sized 0 until then (a stat must not read the
+ * checkpoint) and opened with direct_io, so reads reach the daemon whatever size the kernel
+ * holds; once built, the kernel is told to ask again. */
+static const ckpt_stats_pages *get_stats_pages(ckptfs *fs, fuse_ino_t ino) {
     pthread_mutex_lock(&fs->stats_lock);
     pthread_mutex_lock(&fs->doc_lock);
-    const char *doc = fs->docs[DOC_STATS];
-    *len = fs->doc_len[DOC_STATS];
+    const ckpt_stats_pages *pages = fs->stats_pages;
     pthread_mutex_unlock(&fs->doc_lock);
-    if (!doc) {
+    if (!pages) {
         const ckpt_catalog *cat = fs->cat;
         size_t n = cat->ntensors;
         const ckpt_tensor **t = calloc(n ? n : 1, sizeof *t);
@@ -48,34 +49,34 @@ static const char *get_stats_doc(ckptfs *fs, fuse_ino_t ino, size_t *len) {
         int *status = calloc(n ? n : 1, sizeof *status);
         ckpt_err *msgs = calloc(n ? n : 1, sizeof *msgs);
         for (size_t i = 0; t && i < n; i++) t[i] = &cat->tensors[i];
-        char *built = NULL;
-        size_t blen = 0;
-        if (t && s && status && msgs &&
-            ckpt_stats_run(cat, t, n, 0, s, status, msgs, NULL, NULL) == 0)
-            built = ckpt_stats_document(t, s, status, msgs, n, &blen);
+        bool done = t && s && status && msgs &&
+                    ckpt_stats_run(cat, t, n, 0, s, status, msgs, NULL, NULL) == 0;
         pthread_mutex_lock(&fs->doc_lock);
-        if (built && !fs->stats) {
-            fs->stats = s;
+        if (done && !fs->stats) {
             fs->stats_known = calloc(n ? n : 1, sizeof *fs->stats_known);
-            for (size_t i = 0; fs->stats_known && i < n; i++) fs->stats_known[i] = !status[i];
-            s = NULL;
-        } else if (built && fs->stats_known) {
+            if (fs->stats_known) {
+                fs->stats = s;
+                s = NULL;
+                for (size_t i = 0; i < n; i++) fs->stats_known[i] = !status[i];
+            }
+        } else if (done && fs->stats_known) {
             for (size_t i = 0; i < n; i++)
                 if (!status[i]) fs->stats[i] = s[i], fs->stats_known[i] = true;
         }
-        fs->docs[DOC_STATS] = built;
-        fs->doc_len[DOC_STATS] = blen;
+        /* Tensors that failed here keep their error in the document even if user.ckpt.stats
+         * later computes them: the document's size never changes once given. */
+        if (done && fs->stats) pages = ckpt_stats_pages_new(cat, fs->stats, status, msgs);
+        fs->stats_pages = (ckpt_stats_pages *)pages;
+        fs->doc_len[DOC_STATS] = pages ? (size_t)ckpt_stats_pages_size(pages) : 0;
         pthread_mutex_unlock(&fs->doc_lock);
         free(t);
         free(s);
         free(status);
         free(msgs);
-        doc = built;
-        *len = blen;
-        if (built && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+        if (pages && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
     }
     pthread_mutex_unlock(&fs->stats_lock);
-    return doc;
+    return pages;
 }
 
 /* Generated documents are built once, on first use, and kept: they are small next to the
@@ -567,8 +568,8 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
             mem_len = d->len;
             break;
         }
-        mem = n->ref == DOC_STATS ? get_stats_doc(fs, (fuse_ino_t)(n - fs->tr.nodes) + 1, &mem_len)
-                                  : get_doc(fs, n->ref, &mem_len);
+        if (n->ref == DOC_STATS) return 0; /* read_stats */
+        mem = get_doc(fs, n->ref, &mem_len);
         break;
     case NODE_DIR:
         return 0;
@@ -690,11 +691,29 @@ static bool reply_view(fuse_req_t req, const ckptfs *fs, const ckpt_segment *seg
     return ok;
 }
 
+static void read_stats(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off) {
+    const ckpt_stats_pages *pages = get_stats_pages(fs, ino);
+    char *read_buf = thread_buffer(read_buf_key, MAX_READ);
+    if (!pages || !read_buf) {
+        fuse_reply_err(req, pages ? ENOMEM : EIO);
+        return;
+    }
+    ssize_t got = ckpt_stats_pages_read(pages, (uint64_t)off, read_buf, size);
+    if (got < 0)
+        fuse_reply_err(req, (int)-got);
+    else
+        fuse_reply_buf(req, read_buf, (size_t)got);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
     const node *n = &fs->tr.nodes[node_of(ino)];
     if (size > MAX_READ) size = MAX_READ;
+    if (n->kind == NODE_DOC && n->ref == DOC_STATS) {
+        read_stats(req, fs, ino, size, off);
+        return;
+    }
     if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
         read_converted(req, fs, &fs->cat->tensors[n->ref], (uint64_t)off, size);
         return;

@@ -425,7 +425,8 @@ def gen_tars(out, rng, cases, hostile):
     hostile.row("tar_deep_dotdot.tar", "refuse", "leave the archive", "member named a/../../x")
     data = tar_with("tar_truncated.tar", [("model.safetensors", st_bytes)])
     write(os.path.join(h, "tar_truncated.tar"), bytes(data[:512 + len(st_bytes) // 2]))
-    hostile.row("tar_truncated.tar", "refuse", "truncated", "archive cut inside the member's data")
+    hostile.row("tar_truncated.tar", "refuse", "\"model.safetensors\"&truncated at byte offset %d"
+                % (512 + len(st_bytes) // 2), "archive cut inside the member's data")
 
     def patch_size(data, at, size):
         data[at + 124:at + 136] = b"%011o\0" % size
@@ -480,14 +481,18 @@ def gen_tar_bounds(root, h_root, hostile, cases, base, st, st_bytes, cfg):
     padded_end = cfg_blocks + 512 + -(-len(st_bytes) // 512) * 512
     name = "bound-one-end-block.tar"
     write(os.path.join(root, name), full[:padded_end] + bytes(512))
+    # One end block of two: accepted, as GNU tar does ("A lone zero block"), with a warning.
     cases.append(dict(base, name=name, src="tars/" + name, format="safetensors",
                       tensors=records(st), aux={"config.json": "tars/config.json"},
-                      hf_view=True, archive="tars/" + name))
+                      hf_view=True, archive="tars/" + name,
+                      warnings=["a lone zero block at offset %d" % padded_end]))
     # Without padding Python's tarfile (the tests' reader of member offsets) gives up, so this
     # one is a hostile case that must mount.
     write(os.path.join(h_root, "tar_bound_data_to_eof.tar"), full[:member_end])
-    hostile.row("tar_bound_data_to_eof.tar", "mount", "",
-                "the last member's data ends the archive: no padding, no end blocks")
+    hostile.row("tar_bound_data_to_eof.tar", "mount",
+                "ends at offset %d without its two end-of-archive zero blocks&without its "
+                "padding" % member_end,
+                "the last member's data ends the archive: no padding, no end blocks (warned)")
     hostile.names["tar_bound_data_to_eof.tar"] = sorted(st)
     at = cfg_blocks  # the model's header
     over = bytearray(full[:member_end])
@@ -496,7 +501,9 @@ def gen_tar_bounds(root, h_root, hostile, cases, base, st, st_bytes, cfg):
     over[at + 148:at + 156] = b"%06o\0 " % sum(over[at:at + 512])
     write(os.path.join(h_root, "tar_bound_size_plus_1.tar"), bytes(over))
     hostile.row("tar_bound_size_plus_1.tar", "refuse",
-                "says it has %d bytes&ends %d bytes after" % (len(st_bytes) + 1, len(st_bytes)),
+                "\"model.safetensors\"&data at offset %d&says it has %d bytes&ends %d bytes "
+                "after&truncated at byte offset %d" % (at + 512, len(st_bytes) + 1, len(st_bytes),
+                                                      member_end),
                 "the last member's size field one byte more than the archive holds")
     write(os.path.join(h_root, "tar_bound_header_511.tar"), full[:padded_end] + bytes(511))
     write(os.path.join(h_root, "tar_bound_header_1.tar"), full[:padded_end] + bytes(1))
@@ -512,8 +519,23 @@ def gen_tar_bounds(root, h_root, hostile, cases, base, st, st_bytes, cfg):
     st_blocks = 512 + -(-len(st_bytes) // 512) * 512
     write(os.path.join(h_root, "tar_bound_last_511.tar"),
           buf.getvalue()[:st_blocks + 512 + 511])
-    hostile.row("tar_bound_last_511.tar", "mount", "",
-                "the last member (511 bytes) ends the archive, one byte short of its block")
+    hostile.row("tar_bound_last_511.tar", "mount",
+                "without its two end-of-archive zero blocks&without its padding",
+                "the last member (511 bytes) ends the archive, one byte short of its block "
+                "(warned)")
+    # Cut right after a whole member's padding: the members before are whole, the ones after
+    # are lost without a trace but the missing end blocks: warned, naming the offset.
+    write(os.path.join(h_root, "tar_cut_between_members.tar"), buf.getvalue()[:st_blocks])
+    hostile.row("tar_cut_between_members.tar", "mount",
+                "ends at offset %d without its two end-of-archive zero blocks&may be truncated"
+                % st_blocks, "the archive cut after its first member's blocks (warned)")
+    hostile.names["tar_cut_between_members.tar"] = sorted(st)
+    # Cut inside the last member's data: refused, naming the member and where the data ends.
+    cut = st_blocks + 512 + 100
+    write(os.path.join(h_root, "tar_cut_last_member.tar"), buf.getvalue()[:cut])
+    hostile.row("tar_cut_last_member.tar", "refuse",
+                "\"config.json\"&says it has 511 bytes&truncated at byte offset %d" % cut,
+                "the archive cut 100 bytes into its last member's data")
     hostile.names["tar_bound_last_511.tar"] = sorted(st)
     hostile.row("tar_bound_header_511.tar", "refuse", "ends inside a header block",
                 "511 zero bytes after the last member: less than a header block")

@@ -155,7 +155,9 @@ def run(group, extra=None):
     names = read_json(names_file) if os.path.exists(names_file) else {}
     for row in rows:
         if row["expect"] == "mount":
-            hostile.check_mount(tap, ckptfs, hdir, row, names.get(row["path"]))
+            # A mount row's needle, when it has one, is a warning summary.json must give.
+            hostile.check_mount(tap, ckptfs, hdir, row, names.get(row["path"]),
+                                warning=bool(row["needle"]))
         else:
             hostile.check_refuse(tap, ckptfs, hdir, row)
     if extra:

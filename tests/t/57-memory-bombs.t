@@ -421,6 +421,264 @@ def catalog_cases(tap, ckptfs, tmp, asan):
               os.path.join(tmp, "mnt"))
 
 
+# ---------------------------------------------------------------------------
+# Documents the mount computes on demand (appended cases)
+
+def vm_field(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def stats_cases(tap, ckptfs, tmp, asan):
+    """.ckptfs/stats.json of 200,000 tensors: reading it used to keep its text (~300 B a
+    tensor) besides the per-tensor results (96 B) for the life of the mount; it is now rendered
+    from the results when read. The document must still be what `ckptfs stats --json -a`
+    prints, byte for byte, whole and read in odd-sized pieces."""
+    import random
+    m = 200000
+    src = os.path.join(tmp, "stats.safetensors")
+    rnd = random.Random(7)
+    size = write_safetensors(src, ('"t%07d":{"dtype":"F32","shape":[4],"data_offsets":[%d,%d]}'
+                                   % (i, 16 * i, 16 * i + 16) for i in range(m)), 0)
+    with open(src, "r+b") as f:
+        f.seek(8 + size)
+        f.write(struct.pack("<%df" % (4 * m), *(rnd.gauss(0, 1) for _ in range(4 * m))))
+    limit = bound(size, asan)
+    mnt = os.path.join(tmp, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    errf = tempfile.TemporaryFile()
+    p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
+                         preexec_fn=address_limit(asan))
+    deadline = time.time() + TIMEOUT
+    while not is_mounted(mnt) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    mounted = is_mounted(mnt)
+    tap.ok(mounted, "stats.json of 200,000 tensors: mounts")
+    if not mounted:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        return
+    try:
+        path = os.path.join(mnt, ".ckptfs", "stats.json")
+        with open(os.path.join(mnt, ".ckptfs", "summary.json"), "rb") as f:
+            f.read()
+        before, rss_before = vm_field(p.pid, "VmHWM"), vm_field(p.pid, "VmRSS")
+        with open(path, "rb") as f:
+            whole = f.read()
+        after, rss = vm_field(p.pid, "VmHWM"), vm_field(p.pid, "VmRSS")
+        pieces = []
+        with open(path, "rb") as f:
+            while True:
+                b = f.read(4093)
+                if not b:
+                    break
+                pieces.append(b)
+        stat_size = os.stat(path).st_size
+    finally:
+        unmount(mnt)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    rc, cli, err, _ = run_rss([ckptfs, "stats", "--json", "-a", src], asan)
+    tap.ok(rc == 0 and whole == cli and b"".join(pieces) == whole and stat_size == len(whole),
+           "stats.json of 200,000 tensors: what `ckptfs stats --json -a` prints, byte for byte "
+           "(whole, in 4093-byte reads, and its size in a stat)",
+           ["exit %r, %d vs %d bytes, pieces %s, stat %d" % (rc, len(whole), len(cli),
+                                                             b"".join(pieces) == whole, stat_size),
+            err.decode()[:200]])
+    doc = json.loads(whole) if whole else {}
+    t = doc.get("tensors", [])
+    vals = struct.unpack("<4f", open(src, "rb").read()[8 + size + 16 * 123:8 + size + 16 * 124])
+    tap.ok(len(t) == m and t[123]["name"] == "t0000123" and t[123]["max"] == max(vals)
+           and t[123]["min"] == min(vals), "stats.json of 200,000 tensors: every tensor, "
+           "figures as the file holds them", [repr(t[123] if len(t) > 123 else None)[:300]])
+    # What a mount of minimal entries holds before (catalog, tree, HF view: the TODO of the
+    # million-tensor case above) is over the bound already; what stats.json adds is checked.
+    grown, kept = (after - before) / m, (rss - rss_before) / m
+    figures = ["VmHWM %.1f -> %.1f MiB, VmRSS %.1f -> %.1f MiB (bound %.1f MiB)"
+               % (before / MIB, after / MIB, rss_before / MIB, rss / MIB, limit / MIB)]
+    what = " (not checked under ASan)" if asan else ""
+    tap.ok(asan or grown < 160, "stats.json of 200,000 tensors: the mount's peak grows %.0f B a "
+           "tensor when it is read (the results are 96; the text is %.0f)%s"
+           % (grown, len(whole) / m, what), figures)
+    tap.ok(asan or kept < 200, "stats.json of 200,000 tensors: the mount keeps %.0f B a tensor "
+           "once it was read (the results are 96)%s" % (kept, what), figures)
+    os.unlink(src)
+
+
+def stored_zip(records):
+    """A stored-only zip of (name, bytes), each record's data 64-byte aligned as torch.save
+    aligns them."""
+    out, central = bytearray(), []
+    for name, data in records:
+        full = name.encode()
+        start = len(out)
+        pad = (-(start + 30 + len(full) + 4)) % 64
+        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        crc = zlib.crc32(data)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0x0800, 0, 0, 0, crc, len(data),
+                           len(data), len(full), len(extra)) + full + extra + data
+        central.append((full, crc, len(data), start))
+    cd = len(out)
+    for full, crc, size, off in central:
+        out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0x0800, 0, 0, 0, crc, size,
+                           size, len(full), 0, 0, 0, 0, 0, off) + full
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), len(out) - cd,
+                       cd, 0)
+    return bytes(out)
+
+
+def views_pickle(names, numel):
+    """An OrderedDict of 1-D float32 tensors of `numel` elements, tensor i viewing elements
+    [i*numel, (i+1)*numel) of ONE storage "0", as torch.save pickles a state dict of views
+    (protocol 2, globals and the storage tuple's strings memoized, like Python's pickler)."""
+    def memo_get(i):
+        return b"h" + bytes([i]) if i < 256 else b"j" + struct.pack("<I", i)
+    b = bytearray(b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01(")
+    total = numel * len(names)
+    for i, name in enumerate(names):
+        if i and i % 1000 == 0:
+            b += b"u("  # SETITEMS in batches of 1000, as Python's pickler writes them
+        b += short_str(name)
+        if i == 0:
+            b += (b"ctorch._utils\n_rebuild_tensor_v2\nq\x02((" + short_str("storage") +
+                  b"q\x03ctorch\nFloatStorage\nq\x04" + short_str("0") + b"q\x05" +
+                  short_str("cpu") + b"q\x06J" + struct.pack("<i", total) + b"tq\x07Q")
+        else:
+            b += memo_get(2) + b"(" + memo_get(7) + b"Q"
+        b += (b"J" + struct.pack("<i", i * numel) + b"J" + struct.pack("<i", numel) +
+              b"\x85K\x01\x85\x89" + memo_get(0) + b")RtR")
+    b += b"u."
+    return bytes(b)
+
+
+def shared_storage_cases(tap, ckptfs, tmp, asan):
+    """30,000 tensors viewing one storage (a flat parameter buffer): each sidecar named up to 32
+    of the others, ~1.1 KB of names a tensor (1.7 GB held for 300,000 such tensors); now 4 and
+    "...", with storage_users saying how many."""
+    m, numel = 30000, 2
+    names = ["model.layers.%d.mlp.experts.%d.w" % (i // 1000, i % 1000) for i in range(m)]
+    pkl = views_pickle(names, numel)
+    data = struct.pack("<%df" % (m * numel), *range(m * numel))
+    src = os.path.join(tmp, "views.pt")
+    with open(src, "wb") as f:
+        f.write(stored_zip([("archive/data.pkl", pkl), ("archive/data/0", data),
+                            ("archive/version", b"3\n")]))
+    del data
+    check_big(tap, ckptfs, src, len(pkl), "30,000 views of one storage", asan,
+              os.path.join(tmp, "mnt"))
+    rc, out, err = run_rss([ckptfs, "cat", src, "model.layers.7.mlp.experts.123.w"], asan)[:3]
+    tap.ok(rc == 0 and out == struct.pack("<2f", 7123 * 2, 7123 * 2 + 1),
+           "30,000 views of one storage: a view reads its own elements", [err.decode()[:200]])
+    mnt = os.path.join(tmp, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    errf = tempfile.TemporaryFile()
+    p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
+    deadline = time.time() + TIMEOUT
+    while not is_mounted(mnt) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    sidecar = {}
+    try:
+        if is_mounted(mnt):
+            with open(os.path.join(mnt, "model", "layers", "7", "mlp", "experts", "123",
+                                   "w.json"), "rb") as f:
+                sidecar = json.loads(f.read())
+        else:
+            errf.seek(0)
+            tap.diag("not mounted: %s" % errf.read().decode(errors="replace")[:300])
+    except (OSError, ValueError) as e:
+        tap.diag("sidecar: %r" % e)
+    finally:
+        if is_mounted(mnt):
+            unmount(mnt)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    shared = sidecar.get("shared_with", [])
+    tap.ok(len(shared) == 5 and shared[-1] == "..." and
+           all(n in names and n != names[7123] for n in shared[:4]) and
+           sidecar.get("storage_users") == m and sidecar.get("storage_offset") == 7123 * numel,
+           "30,000 views of one storage: the sidecar names 4 others and \"...\", "
+           "storage_users 30000", [repr(sidecar)[:400]])
+
+
+def todo_ok(tap, good, text, todo):
+    """An expected failure: prove shows when it starts to pass."""
+    tap.n += 1  # printed by hand: Tap.ok would escape the '#' of the directive
+    print("%s %d - %s # TODO %s" % ("ok" if good else "not ok", tap.n, text, todo))
+
+
+# Pickles are parsed into a whole tree of 48-byte values before they are read: torch ~15
+# values (~870 B) a tensor against ~110 B of pickle, DCP ~33 values and planner_data's strings
+# (~2.8 KB) against ~250 B. Only a reader that streams the state dict would fit 4x.
+PICKLE_TODO = "the pickle is held as a tree of 48-byte values, 8-11x its size"
+
+
+def pickle_dom_cases(tap, ckptfs, tmp, asan):
+    """Pickles of many tensors, within the bound or not (TODO, see PICKLE_TODO): a torch.save
+    zip of 300,000 views and a DCP .metadata of 100,000 tensors (written with
+    tests/gen/dcp_fixtures.py's stand-ins of torch's DCP classes, as its hostile cases are)."""
+    if asan:  # expected failures, and minutes of a sanitized parse: nothing to learn there
+        for what in ("torch zip of 300,000 views", "DCP .metadata of 100,000 tensors"):
+            tap.skip("%s: ckptfs ls lists every tensor, within the bound" % what,
+                     "a sanitizer build (the bound is loosened there)")
+        return
+    m = 300000
+    names = ["model.layers.%d.mlp.experts.%d.w" % (i // 1000, i % 1000) for i in range(m)]
+    pkl = views_pickle(names, 2)
+    src = os.path.join(tmp, "views300k.pt")
+    with open(src, "wb") as f:
+        f.write(stored_zip([("archive/data.pkl", pkl), ("archive/data/0", bytes(8 * m)),
+                            ("archive/version", b"3\n")]))
+    cases = [(src, len(pkl), "torch zip of 300,000 views", m)]
+    del pkl
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "gen"))
+    import pickle
+    import dcp_fixtures
+    base = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "fixtures", "dcp",
+                        "v2x_layout")
+    with open(os.path.join(base, "manifest.json")) as f:
+        spec = json.load(f)["rebuild"]
+    norm = next(e for e in spec["entries"] if e["fqn"] == "model.norm.weight")
+    n = 100000
+    entries = []
+    for i in range(n):
+        e = dict(norm, chunks=[dict(norm["chunks"][0])])
+        e["fqn"] = "model.layers.%d.experts.%d.w" % (i // 1000, i % 1000)
+        entries.append(e)
+    d = os.path.join(tmp, "dcp100k")
+    os.makedirs(d)
+    for name in os.listdir(base):
+        if name.endswith(".distcp"):
+            with open(os.path.join(base, name), "rb") as fi, \
+                    open(os.path.join(d, name), "wb") as fo:
+                fo.write(fi.read())
+    meta = pickle.dumps(dcp_fixtures.build_metadata(dcp_fixtures.Standins(None), {
+        "entries": entries, "version": "1.0.0", "storage_meta": None}), protocol=4)
+    with open(os.path.join(d, ".metadata"), "wb") as f:
+        f.write(meta)
+    cases.append((d, len(meta), "DCP .metadata of 100,000 tensors", n))
+    del meta, entries
+    for path, size, what, count in cases:  # info and a mount parse the same tree as ls
+        limit = bound(size, asan)
+        rc, out, err, rss = run_rss([ckptfs, "ls", path], asan)
+        lines = out.count(b"\n")
+        tap.ok(rc == 0 and lines == count, "%s: ckptfs ls lists every tensor" % what,
+               ["exit %r, %d lines: %s" % (rc, lines, err.decode(errors="replace")[:300])])
+        todo_ok(tap, rss < limit, "%s: ckptfs ls peak RSS %.1f MiB < %.1f MiB"
+                % (what, rss / MIB, limit / MIB), PICKLE_TODO)
+
+
 def main():
     ckptfs = os.environ.get("CKPTFS", "")
     if not ckptfs or not os.access(ckptfs, os.X_OK):
@@ -436,6 +694,9 @@ def main():
             pickle_cases(tap, ckptfs, tmp, asan)
             json_cases(tap, ckptfs, tmp, asan)
             catalog_cases(tap, ckptfs, tmp, asan)
+            stats_cases(tap, ckptfs, tmp, asan)
+            shared_storage_cases(tap, ckptfs, tmp, asan)
+            pickle_dom_cases(tap, ckptfs, tmp, asan)
         finally:
             mnt = os.path.join(tmp, "mnt")
             if os.path.isdir(mnt) and is_mounted(mnt):

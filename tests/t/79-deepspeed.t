@@ -13,8 +13,10 @@ param_shapes past the partitions, a rank's optimizer file missing, the model sta
 what is wrong.
 """
 import hashlib
+import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import zipfile
@@ -46,6 +48,46 @@ def copy_case(tmp, label):
     d = os.path.join(tmp, label)
     shutil.copytree(os.path.join(COMMITTED, "zero2_fp16_ws2"), d)
     return d, os.path.join(d, "global_step100")
+
+
+def write_safetensors(path, fill):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + struct.pack("<2f", fill, fill))
+
+
+def unrelated_latest(tap, ckptfs, tmp):
+    """A file named `latest` alone is no DeepSpeed checkpoint: a folder of safetensors with one
+    (naming nothing, or a directory of unrelated files) mounts as a folder; the DeepSpeed cases
+    above (latest naming global_step100/ of ranks' files) are still taken as DeepSpeed."""
+    for label, tag, step_files in (("nothing", "run 7 finished\n", None),
+                                   ("notes", "global_step5\n", ["notes.txt"]),
+                                   ("empty_step", "global_step5", [])):
+        d = os.path.join(tmp, "latest_" + label)
+        os.makedirs(d)
+        write_safetensors(os.path.join(d, "a.safetensors"), 1.5)
+        write_safetensors(os.path.join(d, "b.safetensors"), -2.0)
+        with open(os.path.join(d, "latest"), "w") as f:
+            f.write(tag)
+        if step_files is not None:
+            os.makedirs(os.path.join(d, "global_step5"))
+            for name in step_files:
+                with open(os.path.join(d, "global_step5", name), "w") as f:
+                    f.write("lr 0.1\n")
+        rc, out, err = run_capture([ckptfs, "info", d], 60)
+        text = out.decode("utf-8", "replace")
+        fmt = [ln.split()[1] for ln in text.splitlines() if ln.startswith("format")]
+        tap.ok(rc == 0 and fmt == ["folder"],
+               "an unrelated `latest` (%s) beside safetensors: mounted as a folder" % label,
+               ["exit %r" % rc, "format %r" % fmt, "stderr: " + err.decode()[:300]])
+        rc, out, err = run_capture([ckptfs, "cat", d, "b.safetensors/w"], 60)
+        tap.ok(rc == 0 and out == struct.pack("<2f", -2.0, -2.0),
+               "an unrelated `latest` (%s): the folder's tensors read back" % label,
+               ["exit %r" % rc, "got %r" % out[:16], "stderr: " + err.decode()[:300]])
+    rc, out, _ = run_capture([ckptfs, "info", os.path.join(COMMITTED, "zero2_fp16_ws2")], 60)
+    tap.ok(rc == 0 and b"deepspeed" in out,
+           "latest naming a step directory of ranks' files: still a DeepSpeed checkpoint",
+           [out.decode()[:200]])
 
 
 def main():
@@ -86,6 +128,7 @@ def main():
         os.unlink(os.path.join(d, "latest"))
         os.mkfifo(os.path.join(d, "latest"))
         refused(tap, ckptfs, d, [d], "latest a FIFO: not waited on, refused")
+        unrelated_latest(tap, ckptfs, tmp)
         d, step = copy_case(tmp, "compressed")
         victim = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
         with zipfile.ZipFile(victim) as zin:
