@@ -293,6 +293,8 @@ typedef struct ckpt_vfile {
     uint64_t size;
 } ckpt_vfile;
 
+/* Room for nparts parts in all, so that a file of a million parts is not grown by doubling. */
+int ckpt_vfile_reserve(ckpt_vfile *vf, size_t nparts);
 int ckpt_vfile_add_mem(ckpt_vfile *vf, const void *mem, uint64_t len);
 int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, uint64_t len);
 void ckpt_vfile_free(ckpt_vfile *vf);
