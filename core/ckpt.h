@@ -308,6 +308,8 @@ typedef struct ckpt_vfile {
     uint64_t size;
 } ckpt_vfile;
 
+/* Room for nparts parts in all, so that a file of a million parts is not grown by doubling. */
+int ckpt_vfile_reserve(ckpt_vfile *vf, size_t nparts);
 int ckpt_vfile_add_mem(ckpt_vfile *vf, const void *mem, uint64_t len);
 int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, uint64_t len);
 void ckpt_vfile_free(ckpt_vfile *vf);
@@ -341,6 +343,9 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
  * of an earlier one (tied weights: one source, offset and size); returns how many. */
 size_t ckpt_mark_aliases(const ckpt_catalog *cat, bool *is_alias);
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
+/* The same with the aliases already marked (ckpt_mark_aliases): marking them again takes 32
+ * bytes a tensor for a moment, at a million tensors more than a mount's bound leaves. */
+char *ckpt_summary_json_marked(const ckpt_catalog *cat, const bool *marked, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);
 /* The .npy header for the tensor's bytes (not NUL-terminated), NULL when numpy has no such

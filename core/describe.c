@@ -88,12 +88,22 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
 }
 
 char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
+    return ckpt_summary_json_marked(cat, NULL, len);
+}
+
+char *ckpt_summary_json_marked(const ckpt_catalog *cat, const bool *marked, size_t *len) {
     uint64_t params = 0, bytes = 0, by_dtype[CKPT_DTYPE_COUNT] = {0};
     size_t count_dtype[CKPT_DTYPE_COUNT] = {0}, incomplete = 0, model = 0, copies = 0;
     uint64_t alias_params = 0;
-    bool *alias = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *alias);
-    if (!alias) return NULL;
-    size_t aliases = ckpt_mark_aliases(cat, alias);
+    bool *alias = NULL;
+    size_t aliases = 0;
+    if (!marked) {
+        if (!(alias = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *alias))) return NULL;
+        aliases = ckpt_mark_aliases(cat, alias);
+        marked = alias;
+    } else {
+        for (size_t i = 0; i < cat->ntensors; i++) aliases += marked[i];
+    }
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) {
@@ -101,7 +111,7 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len) {
             continue;
         }
         model++;
-        if (alias[i])
+        if (marked[i])
             alias_params += t->numel; /* its storage is another tensor's: counted there */
         else
             params += t->numel;

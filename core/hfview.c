@@ -79,47 +79,216 @@ static int add_file(ckpt_hfview *v, const char *name, ckpt_err *err) {
     return 0;
 }
 
-/* One shard: header + the tensors order[first..last). */
-static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *order, size_t first,
-                       size_t last, ckpt_err *err) {
-    ckpt_hfview_file *f = &v->files[v->nfiles - 1];
-    strbuf sb;
-    sb_init(&sb);
-    /* The length goes in front once known: the header is built in place, not copied (at a
-     * million tensors it is as big as the source's header). */
-    sb_put(&sb, "\0\0\0\0\0\0\0\0", 8);
-    sb_puts(&sb, "{\"__metadata__\":{\"format\":\"pt\"}");
+/* One tensor's entry of a header: ,"NAME":{"dtype":...,"data_offsets":[at,at+nbytes]}. */
+static void put_entry(strbuf *sb, const ckpt_tensor *t, uint64_t at) {
+    sb_putc(sb, ',');
+    sb_json_str(sb, t->name, t->name_len);
+    sb_puts(sb, ":{\"dtype\":\"");
+    sb_puts(sb, ckpt_dtype_info_of(t->dtype)->name);
+    sb_puts(sb, "\",\"shape\":[");
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        if (d) sb_putc(sb, ',');
+        sb_u64(sb, t->shape[d]);
+    }
+    sb_puts(sb, "],\"data_offsets\":[");
+    sb_u64(sb, at);
+    sb_putc(sb, ',');
+    sb_u64(sb, at + t->nbytes);
+    sb_puts(sb, "]}");
+}
+
+static const char header_start[] = "{\"__metadata__\":{\"format\":\"pt\"}";
+
+static void span_init(ckpt_hfview_span *sp, uint32_t source, uint64_t off, uint64_t len) {
+    memset(sp, 0, sizeof *sp);
+    sp->len = len;
+    sp->piece =
+        (ckpt_piece){.source = source, .file_offset = off, .offsets = &sp->zero, .sizes = &sp->len};
+    sp->t = (ckpt_tensor){.name = "",
+                          .dtype = CKPT_U8,
+                          .ndim = 1,
+                          .shape = &sp->len,
+                          .numel = len,
+                          .nbytes = len,
+                          .pieces = &sp->piece,
+                          .npieces = 1,
+                          .aside = true};
+}
+
+/* True when tensors order[first..last) lie in one local source, each whole and contiguous, in
+ * view order with nothing between them: the shard's data section is then bytes [*base, *base +
+ * total) of *source. */
+static bool data_is_one_run(const ckpt_catalog *cat, const size_t *order, size_t first, size_t last,
+                            uint32_t *source, uint64_t *base) {
     uint64_t at = 0;
+    bool have = false;
     for (size_t i = first; i < last; i++) {
         const ckpt_tensor *t = &cat->tensors[order[i]];
-        sb_putc(&sb, ',');
-        sb_json_str(&sb, t->name, t->name_len);
-        sb_puts(&sb, ":{\"dtype\":\"");
-        sb_puts(&sb, ckpt_dtype_info_of(t->dtype)->name);
-        sb_puts(&sb, "\",\"shape\":[");
-        for (uint32_t d = 0; d < t->ndim; d++) {
-            if (d) sb_putc(&sb, ',');
-            sb_u64(&sb, t->shape[d]);
+        if (!t->nbytes) continue;
+        if (t->npieces != 1 || t->index) return false;
+        const ckpt_piece *p = &t->pieces[0];
+        if (p->strides) return false;
+        for (uint32_t d = 0; d < t->ndim; d++)
+            if (p->offsets[d] || p->sizes[d] != t->shape[d]) return false;
+        if (!have) {
+            const ckpt_source *s = &cat->sources[p->source];
+            if (s->remote || s->zst || p->file_offset < at) return false;
+            *source = p->source;
+            *base = p->file_offset - at;
+            have = true;
         }
-        sb_puts(&sb, "],\"data_offsets\":[");
-        sb_u64(&sb, at);
-        sb_putc(&sb, ',');
-        sb_u64(&sb, at + t->nbytes);
-        sb_puts(&sb, "]}");
+        if (p->source != *source || p->file_offset != *base + at) return false;
         at += t->nbytes;
     }
-    sb_putc(&sb, '}');
-    while (sb.len % 8) sb_putc(&sb, ' ');
-    size_t total;
-    char *header = sb_take(&sb, &total);
-    if (!header) return ckpt_fail(err, -ENOMEM, "out of memory");
-    size_t hlen = total - 8;
-    put_le64((unsigned char *)header, hlen);
-    f->owned = header;
-    int rc = ckpt_vfile_add_mem(&f->vf, header, 8 + hlen);
-    for (size_t i = first; !rc && i < last; i++) {
+    return have;
+}
+
+/* Compares the rendered entries of a header with a source's bytes from `pos` on, a window at a
+ * time. */
+typedef struct source_match {
+    const ckpt_catalog *cat;
+    uint32_t source;
+    uint64_t pos, end; /* next byte to compare, end of the source's header */
+    char *window;
+    size_t wlen, wat;
+    bool ok;
+} source_match;
+
+enum { MATCH_WINDOW = 1 << 20 };
+
+static void match_bytes(source_match *m, const char *p, size_t n) {
+    while (m->ok && n) {
+        if (m->wat == m->wlen) {
+            uint64_t left = m->end - m->pos;
+            m->wlen = left < MATCH_WINDOW ? (size_t)left : MATCH_WINDOW;
+            m->wat = 0;
+            ckpt_err ignored;
+            if (!m->wlen ||
+                source_read(m->cat, m->source, m->pos, m->window, m->wlen, "header", &ignored)) {
+                m->ok = false;
+                return;
+            }
+            m->pos += m->wlen;
+        }
+        size_t k = m->wlen - m->wat < n ? m->wlen - m->wat : n;
+        if (memcmp(m->window + m->wat, p, k)) m->ok = false;
+        m->wat += k;
+        p += k;
+        n -= k;
+    }
+}
+
+/* Where the entries of a safetensors source's header start (after "{", or after a metadata
+ * member written as the view writes it), and where the header ends; false if it has none. */
+static bool source_entries(const ckpt_catalog *cat, uint32_t source, uint64_t data_base,
+                           uint64_t *start, uint64_t *end) {
+    unsigned char head[8 + sizeof header_start];
+    ckpt_err ignored;
+    if (source_read(cat, source, 0, head, sizeof head, "header", &ignored)) return false;
+    uint64_t n = le64(head);
+    if (n > data_base || data_base - n != 8 || head[8] != '{') return false;
+    *end = 8 + n;
+    size_t meta = sizeof header_start - 1;
+    *start = memcmp(head + 8, header_start, meta) == 0 && head[8 + meta] == ',' ? 8 + meta + 1 : 9;
+    return true;
+}
+
+/* One shard: header + the tensors order[first..last). The header is measured first and then
+ * written into a buffer of exactly its size: at a million tensors it is as big as the source's
+ * header, and growing it by doubling held up to 3x that while copying. With `spans`, runs of
+ * a source that hold the same bytes are served from it instead (ckpt_hfview_build_spans). */
+static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *order, size_t first,
+                       size_t last, bool spans, ckpt_err *err) {
+    ckpt_hfview_file *f = &v->files[v->nfiles - 1];
+    uint32_t source = 0;
+    uint64_t base = 0, entries_at = 0, header_end = 0;
+    bool run = spans && data_is_one_run(cat, order, first, last, &source, &base);
+    source_match m = {.cat = cat, .source = source, .ok = false};
+    if (run && source_entries(cat, source, base, &entries_at, &header_end) &&
+        (m.window = malloc(MATCH_WINDOW))) {
+        m.pos = entries_at;
+        m.end = header_end;
+        m.ok = true;
+    }
+    strbuf entry;
+    sb_init(&entry);
+    size_t hlen = sizeof header_start - 1 + 1; /* and the closing brace */
+    uint64_t at = 0, entries_len = 0;
+    for (size_t i = first; i < last; i++) {
         const ckpt_tensor *t = &cat->tensors[order[i]];
-        rc = ckpt_vfile_add_tensor(&f->vf, t, 0, t->nbytes);
+        sb_clear(&entry);
+        put_entry(&entry, t, at);
+        entries_len += entry.len;
+        if (m.ok && !entry.failed) /* the source has no comma before its first entry */
+            match_bytes(&m, entry.data + (i == first), entry.len - (i == first));
+        hlen += entry.len;
+        at += t->nbytes;
+    }
+    free(m.window);
+    hlen += (8 - hlen % 8) % 8;
+    if (entry.failed) {
+        sb_free(&entry);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    if (run && !(f->spans = calloc(2, sizeof *f->spans))) {
+        sb_free(&entry);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    int rc = 0;
+    if (m.ok && first < last) {
+        /* [length]{"__metadata__":...}, | the entries, from the source | } and padding */
+        static const char tail[] = "}       ";
+        size_t lead = 8 + sizeof header_start - 1 + 1;
+        uint64_t from_source = entries_len - 1; /* but the comma in front of the first */
+        char *head = malloc(lead);
+        if (!head) {
+            sb_free(&entry);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        put_le64((unsigned char *)head, hlen);
+        memcpy(head + 8, header_start, sizeof header_start - 1);
+        head[lead - 1] = ',';
+        f->owned = head;
+        span_init(&f->spans[0], source, entries_at, from_source);
+        rc = ckpt_vfile_reserve(&f->vf, 4);
+        if (!rc) rc = ckpt_vfile_add_mem(&f->vf, head, lead);
+        if (!rc) rc = ckpt_vfile_add_tensor(&f->vf, &f->spans[0].t, 0, from_source);
+        if (!rc) rc = ckpt_vfile_add_mem(&f->vf, tail, 8 + hlen - lead - from_source);
+        sb_free(&entry);
+    } else {
+        char *header = malloc(8 + hlen);
+        if (!header) {
+            sb_free(&entry);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        put_le64((unsigned char *)header, hlen);
+        size_t pos = 8;
+        memcpy(header + pos, header_start, sizeof header_start - 1);
+        pos += sizeof header_start - 1;
+        at = 0;
+        for (size_t i = first; i < last; i++) {
+            const ckpt_tensor *t = &cat->tensors[order[i]];
+            sb_clear(&entry);
+            put_entry(&entry, t, at);
+            memcpy(header + pos, entry.data, entry.len);
+            pos += entry.len;
+            at += t->nbytes;
+        }
+        sb_free(&entry);
+        header[pos++] = '}';
+        memset(header + pos, ' ', 8 + hlen - pos);
+        f->owned = header;
+        rc = ckpt_vfile_reserve(&f->vf, run ? 2 : 1 + (last - first));
+        if (!rc) rc = ckpt_vfile_add_mem(&f->vf, header, 8 + hlen);
+    }
+    if (run) {
+        span_init(&f->spans[1], source, base, at);
+        if (!rc) rc = ckpt_vfile_add_tensor(&f->vf, &f->spans[1].t, 0, at);
+    } else {
+        for (size_t i = first; !rc && i < last; i++) {
+            const ckpt_tensor *t = &cat->tensors[order[i]];
+            rc = ckpt_vfile_add_tensor(&f->vf, t, 0, t->nbytes);
+        }
     }
     return rc ? ckpt_fail(err, rc, "out of memory") : 0;
 }
@@ -168,7 +337,7 @@ static int build_index(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     return ckpt_vfile_add_mem(&f->vf, f->owned, len) ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
 }
 
-int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
+static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spans, ckpt_hfview *v,
                       ckpt_err *err) {
     memset(v, 0, sizeof *v);
     size_t n = 0;
@@ -219,7 +388,7 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
     int rc = 0;
     if (nshards <= 1) {
         rc = add_file(v, "model.safetensors", err);
-        if (!rc) rc = build_shard(v, cat, order, 0, n, err);
+        if (!rc) rc = build_shard(v, cat, order, 0, n, spans, err);
     } else {
         size_t first = 0;
         for (size_t s = 0; !rc && s < nshards; s++) {
@@ -228,7 +397,7 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
             size_t last = first;
             while (last < n && shard_of[last] == s) last++;
             rc = add_file(v, name, err);
-            if (!rc) rc = build_shard(v, cat, order, first, last, err);
+            if (!rc) rc = build_shard(v, cat, order, first, last, spans, err);
             first = last;
         }
         if (!rc) rc = build_index(v, cat, order, n, shard_of, total, err);
@@ -245,10 +414,21 @@ int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfv
     return rc;
 }
 
+int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
+                      ckpt_err *err) {
+    return build_view(cat, max_shard_size, false, v, err);
+}
+
+int ckpt_hfview_build_spans(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
+                            ckpt_err *err) {
+    return build_view(cat, max_shard_size, true, v, err);
+}
+
 void ckpt_hfview_free(ckpt_hfview *v) {
     for (size_t i = 0; i < v->nfiles; i++) {
         ckpt_vfile_free(&v->files[i].vf);
         free(v->files[i].owned);
+        free(v->files[i].spans);
     }
     free(v->files);
     memset(v, 0, sizeof *v);

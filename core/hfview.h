@@ -4,10 +4,20 @@
 
 #include "ckpt.h"
 
+/* A run of a source's bytes that a view file shows as they are: a one-piece U8 tensor over
+ * them, so that the run is one part of the file (see ckpt_hfview_build_spans). */
+typedef struct ckpt_hfview_span {
+    ckpt_tensor t;
+    ckpt_piece piece;
+    uint64_t len;
+    uint64_t zero;
+} ckpt_hfview_span;
+
 typedef struct ckpt_hfview_file {
     char name[64]; /* model.safetensors, model-00001-of-00002.safetensors, the index */
     ckpt_vfile vf;
-    char *owned;   /* the synthesized header or index text */
+    char *owned;             /* the synthesized header or index text */
+    ckpt_hfview_span *spans; /* the source's header entries and data section, or NULL */
 } ckpt_hfview_file;
 
 typedef struct ckpt_hfview {
@@ -23,6 +33,14 @@ typedef struct ckpt_hfview {
 /* max_shard_size 0 = never split. */
 int ckpt_hfview_build(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
                       ckpt_err *err);
+/* The same files, byte for byte, but where a shard's data section is one source's bytes in view
+ * order (a safetensors file as its writer laid it out), that section is one part instead of one
+ * a tensor, and where the source's header holds the shard's entries as the view writes them,
+ * they are served from the source rather than kept in memory: at a million tensors, a mount
+ * would otherwise hold a header as big as the source's and 40 bytes a tensor. Its parts then
+ * name no tensor of the catalog (the mount's view; not for counting the view's tensors). */
+int ckpt_hfview_build_spans(const ckpt_catalog *cat, uint64_t max_shard_size, ckpt_hfview *v,
+                            ckpt_err *err);
 void ckpt_hfview_free(ckpt_hfview *v);
 
 /* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config;

@@ -3,6 +3,7 @@
 #include "ckpt.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static int add_part(ckpt_vfile *vf, ckpt_vpart part) {
@@ -18,6 +19,16 @@ static int add_part(ckpt_vfile *vf, ckpt_vpart part) {
     part.start = vf->size;
     vf->parts[vf->nparts++] = part;
     vf->size += part.length;
+    return 0;
+}
+
+int ckpt_vfile_reserve(ckpt_vfile *vf, size_t nparts) {
+    if (nparts <= vf->cap) return 0;
+    if (nparts > SIZE_MAX / sizeof(ckpt_vpart)) return -ENOMEM;
+    ckpt_vpart *p = realloc(vf->parts, nparts * sizeof *p);
+    if (!p) return -ENOMEM;
+    vf->parts = p;
+    vf->cap = nparts;
     return 0;
 }
 

@@ -86,7 +86,9 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
     if (!fs->docs[which]) {
         switch (which) {
         case DOC_SUMMARY:
-            fs->docs[which] = ckpt_summary_json(fs->cat, &fs->doc_len[which]);
+            fs->docs[which] =
+                fs->alias ? ckpt_summary_json_marked(fs->cat, fs->alias, &fs->doc_len[which])
+                          : ckpt_summary_json(fs->cat, &fs->doc_len[which]);
             break;
         case DOC_METADATA:
             fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]);

@@ -238,8 +238,9 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
         get_view(view_ctx, &view, err); /* lets a thread building it finish */
         return ckpt_fail(err, -E2BIG, "%zu tensors: more than a tree can index", cat->ntensors);
     }
-    /* About one directory per tensor in real models; the map grows if there are more. */
-    if (!hm_init(&b.dirs, cat->ntensors + cat->naux + 16)) {
+    /* The map starts small and grows with the directories: sized for one a tensor, it was
+     * 64 MiB at a million tensors in one directory, cleared (so resident) for nothing. */
+    if (!hm_init(&b.dirs, 4096)) {
         get_view(view_ctx, &view, err);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }

@@ -2,7 +2,7 @@
 
 static void *build(void *arg) {
     view_job *job = arg;
-    job->rc = ckpt_hfview_build(job->cat, job->max_shard_size, job->view, &job->err);
+    job->rc = ckpt_hfview_build_spans(job->cat, job->max_shard_size, job->view, &job->err);
     return NULL;
 }
 
