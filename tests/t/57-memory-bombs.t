@@ -43,23 +43,7 @@ TIMEOUT = 120
 
 def torch_zip(pickle_bytes):
     """A torch.save-style zip: archive/data.pkl and archive/version, stored, 64-byte aligned."""
-    out, central = bytearray(), []
-    for name, data in (("archive/data.pkl", pickle_bytes), ("archive/version", b"3\n")):
-        full = name.encode()
-        start = len(out)
-        pad = (-(start + 30 + len(full) + 4)) % 64
-        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
-        crc = zlib.crc32(data)
-        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0x0800, 0, 0, 0, crc, len(data),
-                           len(data), len(full), len(extra)) + full + extra + data
-        central.append((full, crc, len(data), start))
-    cd = len(out)
-    for full, crc, size, off in central:
-        out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0x0800, 0, 0, 0, crc, size,
-                           size, len(full), 0, 0, 0, 0, 0, off) + full
-    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), len(out) - cd,
-                       cd, 0)
-    return bytes(out)
+    return stored_zip([("archive/data.pkl", pickle_bytes), ("archive/version", b"3\n")])
 
 
 def short_str(s):

@@ -53,6 +53,21 @@ CHECK_TIMEOUT = 120
 KILLS = 20
 
 
+def commit_or_kill(s, i, durations):
+    """Round 0 commits and times it (durations[0]); later rounds kill -9 the daemon at a random
+    point of that time while `ckptfs commit` waits."""
+    client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    if i > 0:
+        time.sleep(random.uniform(0, durations[0] * 1.1))
+        s.kill()
+    client.wait(120)
+    if i == 0:
+        durations.append(time.time() - t0)
+        s.close()
+
+
 def pack_inode(out):
     return spool_inodes(out)
 
@@ -416,16 +431,7 @@ def kill_from_dir_commit(tap, work):
             bad.append("stage %d: %s" % (i, s.err))
             continue
         put(s.mnt, "t3", new["t3"])
-        client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        t0 = time.time()
-        if i > 0:
-            time.sleep(random.uniform(0, durations[0] * 1.1))
-            s.kill()
-        client.wait(120)
-        if i == 0:
-            durations.append(time.time() - t0)
-            s.close()
+        commit_or_kill(s, i, durations)
 
         def state():
             try:
@@ -601,16 +607,7 @@ def kill_clone(tap, fs, what):
             bad.append("stage %d: %s" % (i, s.err))
             continue
         put(s.mnt, "t2", new["t2"])
-        client = subprocess.Popen([CKPTFS, "commit", s.mnt], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        t0 = time.time()
-        if i > 0:
-            time.sleep(random.uniform(0, durations[0] * 1.1))
-            s.kill()
-        client.wait(120)
-        if i == 0:
-            durations.append(time.time() - t0)
-            s.close()
+        commit_or_kill(s, i, durations)
         state = expect_old_or_new(out, old_sha, new)
         seen[state] = seen.get(state, 0) + 1
         if state not in ("old", "new"):
