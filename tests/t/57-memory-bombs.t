@@ -135,8 +135,9 @@ def walk_tree(mnt):
     return total
 
 
-def mount_rss(ckptfs, src, mnt, asan):
-    """(mounted, peak RSS of the daemon after the tree was read, stderr text, files)."""
+def start_mount(ckptfs, src, mnt, asan):
+    """(daemon, its stderr file, None) once `ckptfs SRC MNT -f` is mounted, or
+    (None, None, stderr text) when it is not."""
     os.makedirs(mnt, exist_ok=True)
     errf = tempfile.TemporaryFile()
     p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
@@ -150,7 +151,15 @@ def mount_rss(ckptfs, src, mnt, asan):
             p.kill()
         p.wait()
         errf.seek(0)
-        return False, None, errf.read().decode(errors="replace"), {}
+        return None, None, errf.read().decode(errors="replace")
+    return p, errf, None
+
+
+def mount_rss(ckptfs, src, mnt, asan):
+    """(mounted, peak RSS of the daemon after the tree was read, stderr text, files)."""
+    p, errf, failed = start_mount(ckptfs, src, mnt, asan)
+    if failed is not None:
+        return False, None, failed, {}
     files = {}
     try:
         walk_tree(mnt)
@@ -318,20 +327,9 @@ def light_mount_rss(ckptfs, src, mnt, asan):
     built when it starts (catalog, tree, HF view) or on the first read of a document, so this
     reads the documents, the HF view's header, lists the root and one directory, and reads
     every file of that directory (not .ckptfs/stats.json: it reads every tensor)."""
-    os.makedirs(mnt, exist_ok=True)
-    errf = tempfile.TemporaryFile()
-    p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
-                         preexec_fn=address_limit(asan))
-    deadline = time.time() + TIMEOUT
-    while not is_mounted(mnt) and p.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    if not is_mounted(mnt):
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        errf.seek(0)
-        return False, None, errf.read().decode(errors="replace")
+    p, errf, failed = start_mount(ckptfs, src, mnt, asan)
+    if failed is not None:
+        return False, None, failed
     try:
         for name in ("summary.json", "metadata.json", "tensors.tsv"):
             with open(os.path.join(mnt, ".ckptfs", name), "rb") as f:
