@@ -332,6 +332,12 @@ typedef struct ckpt_write_opts {
      * OUT that holds a file of the catalog's sources is refused before anything is written. */
     bool replaces_own_source;
     ckpt_progress progress;
+    /* Called with the finished, fsynced temporary file (or directory) just before it is
+     * renamed into place as OUT; a negative errno stops the write there (OUT untouched). Why:
+     * a stage --from OUT records what becomes OUT first, so that after a kill it still knows
+     * the new OUT as its own commit. */
+    int (*before_publish)(void *ctx, const char *tmp_path);
+    void *publish_ctx;
 } ckpt_write_opts;
 
 /* ---- documents shown by the mount (malloc'd, NUL-terminated; NULL on ENOMEM) ---- */

@@ -105,6 +105,7 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
     out_limit_mode(&f, out_data_sources_mode(cat));
     uint64_t done = 0;
     f.progress = &opts->progress;
+    f.publish = opts;
     f.progress_done = &done;
     for (size_t i = 0; i < cat->ntensors; i++)
         if (!cat->tensors[i].aside) f.progress_total += cat->tensors[i].nbytes;

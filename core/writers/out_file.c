@@ -468,6 +468,13 @@ int out_commit(out_file *f) {
         f->failed = -errno;
         ckpt_fail(f->err, f->failed, "%s: fsync: %s", f->final_path, strerror(errno));
     }
+    if (!f->failed && f->publish && f->publish->before_publish) {
+        int rc = f->publish->before_publish(f->publish->publish_ctx, f->temp_path);
+        if (rc < 0) {
+            f->failed = rc;
+            ckpt_fail(f->err, rc, "%s: not put in place: %s", f->final_path, strerror(-rc));
+        }
+    }
     if (!f->failed && rename(f->temp_path, f->final_path) != 0) {
         f->failed = -errno;
         ckpt_fail(f->err, f->failed, "%s: rename into place: %s", f->final_path, strerror(errno));

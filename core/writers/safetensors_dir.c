@@ -146,6 +146,10 @@ int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err) {
 
 int writer_publish_dir(const char *tmp, const char *out, const ckpt_write_opts *opts,
                        ckpt_err *err) {
+    if (opts->before_publish) {
+        int rc = opts->before_publish(opts->publish_ctx, tmp);
+        if (rc < 0) return ckpt_fail(err, rc, "%s: not put in place: %s", out, strerror(-rc));
+    }
     int rename_errno = rename(tmp, out) != 0 ? errno : 0;
     bool exists = rename_errno == ENOTEMPTY || rename_errno == EEXIST;
     int rc = 0;

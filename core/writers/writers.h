@@ -20,7 +20,8 @@ typedef struct out_file {
     uint64_t progress_total;
     uint64_t *progress_done; /* shared across the files of one job */
     ckpt_err *err;
-    int failed; /* sticky negative errno */
+    const ckpt_write_opts *publish; /* OUT itself (not a shard): its before_publish hook */
+    int failed;                     /* sticky negative errno */
 } out_file;
 
 /* One row of the writer table (writer.c), defined at the end of the writer's file (writer.h

@@ -6,6 +6,7 @@
  * prints; it is kept in memory for .ckptfs/status and in SPOOL/last-commit for after a
  * restart. */
 #include "stage_fs.h"
+#include "stage_pack.h"
 
 #include "core/arena.h"
 #include "core/staged.h"
@@ -99,6 +100,13 @@ static void put_lines(strbuf *sb, char *const *lines, size_t n, const char *pref
     }
 }
 
+/* A stage --from OUT written whole (not its pack): what becomes OUT is recorded before it is
+ * put in place, as the pack's commit does, so that a stage taken up after a kill between that
+ * rename and the rebase knows the new OUT as its own. */
+static int landing_before_publish(void *ctx, const char *tmp_path) {
+    return note_landing(ctx, -1, tmp_path);
+}
+
 static int check_and_write(stage *st, listing *l, strbuf *report) {
     ckpt_catalog *cat = NULL;
     staged_report rep;
@@ -127,7 +135,14 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
         atomic_store(&st->progress_total, rep.nbytes);
         /* Into the pack when its tensors tile it; else written whole (the compaction) */
         rc = stage_pack_commit(st, cat, &opts, &err);
-        if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
+        if (rc == 1) {
+            ckpt_write_opts whole = opts;
+            if (opts.replaces_own_source) {
+                whole.before_publish = landing_before_publish;
+                whole.publish_ctx = st;
+            }
+            rc = ckpt_write(cat, st->out, &whole, &err);
+        }
         if (rc) {
             pthread_mutex_lock(&st->lock);
             spool_clear_landing(st); /* OUT was not replaced */
