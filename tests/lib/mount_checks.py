@@ -8,8 +8,10 @@ Tests import it with:  sys.path.insert(0, os.path.join(os.path.dirname(__file__)
 import hashlib
 import json
 import os
+import re
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -96,6 +98,27 @@ def mounted(tap, ckptfs, src, label, checks, options=(), mount_desc=None,
 
 # ---------------------------------------------------------------------------
 # Files of a mount
+
+def check_help(tap, ckptfs, cmd):
+    """--help of a subcommand fits a screen, every option it lists is in ckptfs(1), and
+    `ckptfs help CMD` says the same."""
+    def ck(*args):
+        p = subprocess.run([ckptfs] + list(args), capture_output=True, timeout=60)
+        return p.returncode, p.stdout, p.stderr
+    rc, out, _ = ck(cmd, "--help")
+    text = out.decode()
+    lines = text.splitlines()
+    tap.ok(rc == 0 and text.startswith("Usage: ckptfs " + cmd) and len(lines) <= 24 and
+           max(map(len, lines)) <= 80, "ckptfs %s --help fits a screen" % cmd)
+    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "man",
+                           "ckptfs.1")) as f:
+        man = f.read()
+    opts = set(re.findall(r"^ +(?:-\w, )?(--?[a-z][a-z-]*)", text, re.M))
+    missing = [o for o in opts if o.replace("-", "\\-") not in man]
+    tap.ok(opts and not missing, "ckptfs %s: every option of --help is in ckptfs(1)" % cmd, missing)
+    rc2, out2, _ = ck("help", cmd)
+    tap.ok(rc2 == 0 and out2 == out, "ckptfs help %s = ckptfs %s --help" % (cmd, cmd))
+
 
 def read_bytes(path):
     with open(path, "rb") as f:

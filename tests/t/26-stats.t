@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from mount_checks import mounted, read_json, run  # noqa: E402
+from mount_checks import check_help, mounted, read_json, run  # noqa: E402
 
 AS_DTYPE = importlib.machinery.SourceFileLoader("as_dtype", os.path.join(HERE, "38-as-dtype.t")
                                                 ).load_module()
@@ -194,23 +194,6 @@ def check_source(tap, ckptfs, src, label, values):
     rc1, out1, _ = ck(ckptfs, "stats", "--json", "-j", "1", src)
     tap.ok(rc1 == 0 and out1 == out, "%s: one thread gives the same bytes as all CPUs" % label)
     return doc
-
-
-def check_help(tap, ckptfs, cmd):
-    """--help fits a screen and every option it lists is in ckptfs(1)."""
-    rc, out, _ = ck(ckptfs, cmd, "--help")
-    text = out.decode()
-    lines = text.splitlines()
-    tap.ok(rc == 0 and text.startswith("Usage: ckptfs " + cmd) and len(lines) <= 24 and
-           max(map(len, lines)) <= 80, "ckptfs %s --help fits a screen" % cmd)
-    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "man",
-                           "ckptfs.1")) as f:
-        man = f.read()
-    opts = set(re.findall(r"^ +(?:-\w, )?(--?[a-z][a-z-]*)", text, re.M))
-    missing = [o for o in opts if o.replace("-", "\\-") not in man]
-    tap.ok(opts and not missing, "ckptfs %s: every option of --help is in ckptfs(1)" % cmd, missing)
-    rc2, out2, _ = ck(ckptfs, "help", cmd)
-    tap.ok(rc2 == 0 and out2 == out, "ckptfs help %s = ckptfs %s --help" % (cmd, cmd))
 
 
 def main(tap, ckptfs, fixtures):

@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from mount_checks import run  # noqa: E402
+from mount_checks import check_help, run  # noqa: E402
 
 TIMEOUT = 120
 np.seterr(all="ignore")
@@ -61,23 +61,6 @@ def result(out):
 
 def close(a, b, rel=1e-12):
     return a is not None and b is not None and abs(a - b) <= rel * max(abs(b), 1e-300)
-
-
-def check_help(tap, ckptfs, cmd):
-    """--help fits a screen and every option it lists is in ckptfs(1)."""
-    rc, out, _ = ck(ckptfs, cmd, "--help")
-    text = out.decode()
-    lines = text.splitlines()
-    tap.ok(rc == 0 and text.startswith("Usage: ckptfs " + cmd) and len(lines) <= 24 and
-           max(map(len, lines)) <= 80, "ckptfs %s --help fits a screen" % cmd)
-    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "man",
-                           "ckptfs.1")) as f:
-        man = f.read()
-    opts = set(re.findall(r"^ +(?:-\w, )?(--?[a-z][a-z-]*)", text, re.M))
-    missing = [o for o in opts if o.replace("-", "\\-") not in man]
-    tap.ok(opts and not missing, "ckptfs %s: every option of --help is in ckptfs(1)" % cmd, missing)
-    rc2, out2, _ = ck(ckptfs, "help", cmd)
-    tap.ok(rc2 == 0 and out2 == out, "ckptfs help %s = ckptfs %s --help" % (cmd, cmd))
 
 
 def main(tap, ckptfs, fixtures):
