@@ -344,6 +344,23 @@ with open(progress, "w") as f:
 """
 
 
+def start_reader(mnt, t, npasses, progress):
+    """READER over tensor t of the mount, in its own session, NPASSES passes: (the process, the
+    passes it finished) once it has done 2 passes, died, or 30 s went by."""
+    reader = subprocess.Popen([sys.executable, "-c", READER, os.path.join(mnt, t["path"]),
+                               t["sha256"], str(npasses), progress], start_new_session=True)
+    deadline = time.monotonic() + 30
+    passes = 0
+    while time.monotonic() < deadline and passes < 2 and reader.poll() is None:
+        try:
+            with open(progress) as f:
+                passes = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        time.sleep(0.02)
+    return reader, passes
+
+
 def case_lazy_unmount(tap, ckptfs, fixtures, scratch):
     case_dir = os.path.join(fixtures, "dcphf", "big_dim1")
     t = load_manifest(case_dir)["tensors"][0]
@@ -354,17 +371,7 @@ def case_lazy_unmount(tap, ckptfs, fixtures, scratch):
                       [fg.output()]):
             return
         progress = os.path.join(scratch, "progress")
-        reader = subprocess.Popen([sys.executable, "-c", READER, os.path.join(mnt, t["path"]),
-                                   t["sha256"], "4", progress], start_new_session=True)
-        deadline = time.monotonic() + 30
-        passes = 0
-        while time.monotonic() < deadline and passes < 2 and reader.poll() is None:
-            try:
-                with open(progress) as f:
-                    passes = int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-            time.sleep(0.02)
+        reader, passes = start_reader(mnt, t, 4, progress)
         t0 = time.monotonic()
         rc, _, err = run_capture(["fusermount3", "-u", "-z", mnt], UMOUNT_TIMEOUT)
         took = time.monotonic() - t0
@@ -405,17 +412,7 @@ def case_signal_in_flight(tap, ckptfs, fixtures, scratch):
                       [fg.output()]):
             return
         progress = os.path.join(scratch, "progress")
-        reader = subprocess.Popen([sys.executable, "-c", READER, os.path.join(mnt, t["path"]),
-                                   t["sha256"], "20", progress], start_new_session=True)
-        deadline = time.monotonic() + 30
-        passes = 0
-        while time.monotonic() < deadline and passes < 2 and reader.poll() is None:
-            try:
-                with open(progress) as f:
-                    passes = int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-            time.sleep(0.02)
+        reader, passes = start_reader(mnt, t, 20, progress)
         fg.p.send_signal(signal.SIGTERM)
         status = fg.wait(EXIT_TIMEOUT)
         tap.ok(passes >= 2 and status == 0 and not is_mounted(mnt),
