@@ -72,7 +72,7 @@ $(B)/tools/%: tests/unit/%.c $(B)/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Icore $(LDSAN) -o $@ $< $(B)/libckpt.a $(CORE_LIBS)
 
-$(B)/bench/passthrough $(B)/bench/walkfloor: $(B)/bench/%: tests/bench/%.c
+$(B)/bench/passthrough $(B)/bench/walkfloor: $(B)/bench/%: tests/bench/%.c tests/bench/bench_session.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUSE_CFLAGS) -o $@ $< $(FUSE_LIBS) -lpthread
 

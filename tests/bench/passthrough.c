@@ -18,6 +18,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "bench_session.h"
+
 #define TIMEOUT 86400.0
 struct ent {
     char *name;
@@ -211,6 +213,12 @@ static void set_readahead(const char *mnt, unsigned kb) {
                 dev[0] ? path : "read_ahead_kb (mount not in mountinfo)", kb, strerror(errno));
 }
 
+static unsigned readahead_kb; /* -o readahead_kb, applied once mounted */
+
+static void apply_readahead(const char *mnt) {
+    set_readahead(mnt, readahead_kb);
+}
+
 static int cmp_ent(const void *a, const void *b) {
     return strcmp(((const struct ent *)a)->name, ((const struct ent *)b)->name);
 }
@@ -238,34 +246,23 @@ static int load_dir(const char *src) {
 int main(int argc, char *argv[]) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     struct fuse_cmdline_opts co = {0};
-    struct fuse_session *se = NULL;
-    int ret = 1;
     if (fuse_opt_parse(&args, &o, opt_spec, opt_proc) != 0 || fuse_parse_cmdline(&args, &co) != 0)
         return 1;
     if (!o.src || !co.mountpoint) {
         fprintf(stderr, "usage: %s SRCDIR MNT [-f] [-s] [-o readahead_kb=N] [-o splice]\n",
                 argv[0]);
-        goto out;
+        goto fail;
     }
     if (load_dir(o.src) != 0) {
         fprintf(stderr, "passthrough: %s: %s\n", o.src, strerror(errno));
-        goto out;
+        goto fail;
     }
     pthread_key_create(&buf_key, free);
-    fuse_opt_add_arg(&args, "-oro,default_permissions,fsname=passthrough");
-    if (!(se = fuse_session_new(&args, &ops, sizeof ops, NULL))) goto out;
-    if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, co.mountpoint) != 0) goto out;
-    if (o.ra_kb) set_readahead(co.mountpoint, o.ra_kb);
-    fuse_daemonize(co.foreground);
-    struct fuse_loop_config lc = {.clone_fd = 1, .max_idle_threads = 10};
-    ret = co.singlethread ? fuse_session_loop(se) : fuse_session_loop_mt(se, &lc);
-    fuse_session_unmount(se);
-out:
-    if (se) {
-        fuse_remove_signal_handlers(se);
-        fuse_session_destroy(se);
-    }
+    readahead_kb = o.ra_kb;
+    return bench_serve(&args, &co, &ops, sizeof ops, "-oro,default_permissions,fsname=passthrough",
+                       10, o.ra_kb ? apply_readahead : NULL);
+fail:
     free(co.mountpoint);
     fuse_opt_free_args(&args);
-    return ret ? 1 : 0;
+    return 1;
 }

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_session.h"
+
 #define TIMEOUT 86400.0
 
 typedef struct node {
@@ -167,22 +169,10 @@ int main(int argc, char *argv[]) {
     argv[1] = argv[0]; /* fuse_parse_cmdline sees: PROG MNT [-f] [-s] */
     struct fuse_args args = FUSE_ARGS_INIT(argc - 1, argv + 1);
     struct fuse_cmdline_opts co = {0};
-    struct fuse_session *se = NULL;
-    int ret = 1;
-    if (fuse_parse_cmdline(&args, &co) != 0 || !co.mountpoint) goto out;
-    fuse_opt_add_arg(&args, "-oro,fsname=walkfloor");
-    if (!(se = fuse_session_new(&args, &ops, sizeof ops, NULL))) goto out;
-    if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, co.mountpoint) != 0) goto out;
-    fuse_daemonize(co.foreground);
-    struct fuse_loop_config lc = {.clone_fd = 1, .max_idle_threads = 8};
-    ret = co.singlethread ? fuse_session_loop(se) : fuse_session_loop_mt(se, &lc);
-    fuse_session_unmount(se);
-out:
-    if (se) {
-        fuse_remove_signal_handlers(se);
-        fuse_session_destroy(se);
+    if (fuse_parse_cmdline(&args, &co) != 0 || !co.mountpoint) {
+        free(co.mountpoint);
+        fuse_opt_free_args(&args);
+        return 1;
     }
-    free(co.mountpoint);
-    fuse_opt_free_args(&args);
-    return ret ? 1 : 0;
+    return bench_serve(&args, &co, &ops, sizeof ops, "-oro,fsname=walkfloor", 8, NULL);
 }
