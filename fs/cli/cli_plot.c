@@ -193,6 +193,23 @@ static double axis_pos(const axis *a, double v) {
     return (u - a->lo) / (a->hi - a->lo);
 }
 
+/* The plot area and its horizontal grid lines, labelled with the y axis's values. */
+static void put_frame(strbuf *sb, const axis *ay, double px, double py, double pw, double ph) {
+    sb_printf(sb,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
+              "stroke=\"#888\"/>\n",
+              px, py, pw, ph);
+    for (double t = ay->lo; t <= ay->hi + ay->step / 2; t += ay->step) {
+        double fy = py + ph - (t - ay->lo) / (ay->hi - ay->lo) * ph;
+        sb_printf(sb,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
+                  px, fy, px + pw, fy, px - 5, fy + 4);
+        put_num(sb, ay->log ? pow(10, t) : t);
+        sb_puts(sb, "</text>\n");
+    }
+}
+
 static void svg_open(strbuf *sb, int height, const char *title) {
     sb_printf(sb,
               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -249,19 +266,7 @@ static void panel_svg(strbuf *sb, const plot_panel *p, double x0, double y0, dou
     double xspan = xmax > xmin ? (double)(xmax - xmin) : 1;
     double xpad = xmax > xmin ? 0.03 : 0.5;
     /* frame and grid */
-    sb_printf(sb,
-              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
-              "stroke=\"#888\"/>\n",
-              px, py, pw, ph);
-    for (double t = ay.lo; t <= ay.hi + ay.step / 2; t += ay.step) {
-        double fy = py + ph - (t - ay.lo) / (ay.hi - ay.lo) * ph;
-        sb_printf(sb,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
-                  px, fy, px + pw, fy, px - 5, fy + 4);
-        put_num(sb, ay.log ? pow(10, t) : t);
-        sb_puts(sb, "</text>\n");
-    }
+    put_frame(sb, &ay, px, py, pw, ph);
     double xstep = ceil(nice_step(xspan, 8));
     if (xstep < 1) xstep = 1;
     for (double t = ceil((double)xmin / xstep) * xstep; t <= (double)xmax; t += xstep) {
@@ -373,19 +378,7 @@ void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi, con
     axis_fit(&ay, 0, (double)top, false);
     axis ax = {.lo = lo, .hi = hi > lo ? hi : lo + 1};
     ax.step = nice_step(ax.hi - ax.lo, 10);
-    sb_printf(sb,
-              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
-              "stroke=\"#888\"/>\n",
-              px, py, pw, ph);
-    for (double t = ay.lo; t <= ay.hi + ay.step / 2; t += ay.step) {
-        double fy = py + ph - (t - ay.lo) / (ay.hi - ay.lo) * ph;
-        sb_printf(sb,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
-                  px, fy, px + pw, fy, px - 5, fy + 4);
-        put_num(sb, t);
-        sb_puts(sb, "</text>\n");
-    }
+    put_frame(sb, &ay, px, py, pw, ph);
     double bw = pw / (double)nbins;
     for (size_t i = 0; i < nbins; i++) {
         if (!bins[i]) continue;
