@@ -148,6 +148,26 @@ class Watchdog:
         return False
 
 
+def run_cases(prefix, *cases):
+    """The main of a test made of cases, each called as case(tap, work): a SKIP when CKPTFS,
+    FIXTURES or FUSE are missing, one scratch directory (removed at the end), and the exit
+    status prove expects."""
+    import shutil
+    why = skip_reason(os.environ.get("CKPTFS"), os.environ.get("FIXTURES"))
+    if why:
+        print("1..0 # SKIP %s" % why)
+        return 0
+    tap = Tap()
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        for case in cases:
+            case(tap, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tap.done()
+    return 0 if tap.failed == 0 else 1
+
+
 def skip_reason(ckptfs, fixtures):
     if not ckptfs or not os.access(ckptfs, os.X_OK):
         return "CKPTFS (%r) is not an executable" % ckptfs

@@ -37,7 +37,7 @@ warnings.simplefilter("ignore", RuntimeWarning)  # the reference casts overflow 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib", "readers"))
-from ckptfs_test import Tap, Watchdog, run_capture, skip_reason, unmount  # noqa: E402
+from ckptfs_test import Watchdog, run_cases, run_capture, unmount  # noqa: E402
 import gguf_reader  # noqa: E402
 
 CKPTFS = os.environ.get("CKPTFS")
@@ -158,22 +158,7 @@ def special_values():
 
 
 def main():
-    tap = Tap()
-    why = skip_reason(CKPTFS, FIXTURES)
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    work = tempfile.mkdtemp(prefix="ckptfs-trust-")
-    try:
-        refusals(tap, work)
-        selection(tap, work)
-        casting(tap, work)
-        quantized(tap, work)
-        counts(tap, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    return run_cases("ckptfs-trust-", refusals, selection, casting, quantized, counts)
 
 
 def refusals(tap, work):

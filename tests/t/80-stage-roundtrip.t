@@ -31,10 +31,8 @@ Environment: CKPTFS, FIXTURES (tests/gen wrote sharded/, an HF folder with a man
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -44,7 +42,7 @@ import burnpack_reader  # noqa: E402
 import gguf_reader  # noqa: E402
 import gptrs_reader  # noqa: E402
 import lwt_reader  # noqa: E402
-from ckptfs_test import Tap, Watchdog, skip_reason  # noqa: E402
+from ckptfs_test import Watchdog, run_cases  # noqa: E402
 from staging import (RESERVED, StageSession, put, remove, rnd, spool_inodes,  # noqa: E402
                      strict_read, strict_read_dir, write_st)
 
@@ -304,21 +302,7 @@ def answers_during_commit(tap, work):
 
 
 def main():
-    tap = Tap()
-    why = skip_reason(CKPTFS, FIXTURES)
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    work = tempfile.mkdtemp(prefix="ckptfs-t80w.")
-    try:
-        round_trips(tap, work)
-        hf_directory(tap, work)
-        guard(tap, work)
-        answers_during_commit(tap, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    return run_cases("ckptfs-t80w.", round_trips, hf_directory, guard, answers_during_commit)
 
 
 if __name__ == "__main__":

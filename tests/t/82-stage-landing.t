@@ -22,14 +22,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib", "readers"))
 import gguf_reader  # noqa: E402
-from ckptfs_test import Tap, skip_reason  # noqa: E402
+from ckptfs_test import run_cases  # noqa: E402
 from staging import (StageSession, put, rnd, strict_read, strict_read_dir, write_st,  # noqa: E402
                      write_st_dir)
 
@@ -139,6 +138,20 @@ def make_st(work, out, tensors):
     return True
 
 
+def gguf_case(tap, work):
+    case(tap, work, "GGUF OUT --from itself", ".gguf", gguf_tensors, make_gguf, stage_plain)
+
+
+def safetensors_case(tap, work):
+    case(tap, work, "safetensors OUT --from itself, written whole (a hole)", ".safetensors",
+         st_tensors, make_st, stage_with_hole)
+
+
+def dir_case(tap, work):
+    case(tap, work, "HF directory OUT/ --from itself, written whole (a hole)", "/", dir_tensors,
+         make_dir, stage_with_hole)
+
+
 def make_dir(work, out, tensors):
     write_st_dir(out, [{k: ("F32", [len(v) // 4], v) for k, v in tensors.items()}])
     return True
@@ -149,23 +162,7 @@ def dir_tensors(out):
 
 
 def main():
-    tap = Tap()
-    why = skip_reason(CKPTFS, FIXTURES)
-    if why:
-        print("1..0 # SKIP %s" % why)
-        return 0
-    work = tempfile.mkdtemp(prefix="ckptfs-t82w.")
-    try:
-        case(tap, work, "GGUF OUT --from itself", ".gguf", gguf_tensors, make_gguf,
-             stage_plain)
-        case(tap, work, "safetensors OUT --from itself, written whole (a hole)", ".safetensors",
-             st_tensors, make_st, stage_with_hole)
-        case(tap, work, "HF directory OUT/ --from itself, written whole (a hole)", "/",
-             dir_tensors, make_dir, stage_with_hole)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    tap.done()
-    return 0 if tap.failed == 0 else 1
+    return run_cases("ckptfs-t82w.", gguf_case, safetensors_case, dir_case)
 
 
 if __name__ == "__main__":
