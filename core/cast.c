@@ -59,29 +59,71 @@ uint32_t ckpt_round_float(double x, int mbits, int ebits) {
     return sign | (uint32_t)(E + bias) << mbits | (uint32_t)(m - (1ull << mbits));
 }
 
-/* One chunk of whole blocks decoded into doubles. */
-static void decode(ckpt_dtype dt, const unsigned char *src, size_t nblocks, float *f32,
-                   double *out) {
-    if (dt == CKPT_F64) {
-        memcpy(out, src, nblocks * sizeof *out);
-        return;
-    }
-    size_t n = nblocks * ckpt_dtype_info_of(dt)->block;
+/* One chunk of whole blocks as floats (every source dtype but F64, whose values a float may not
+ * hold). */
+static void decode_f32(ckpt_dtype dt, const unsigned char *src, size_t nblocks, float *f32) {
     if (dt == CKPT_F32)
-        memcpy(f32, src, n * sizeof *f32);
+        memcpy(f32, src, nblocks * sizeof *f32);
     else
         ckpt_to_f32(dt, src, nblocks, f32);
-    for (size_t i = 0; i < n; i++) out[i] = f32[i];
 }
 
-static size_t encode(ckpt_dtype to, const double *in, size_t n, unsigned char *out) {
+/* The float conversions below give what ckpt_round_float gives for a float's value (an
+ * exhaustive comparison over all 2^32 patterns is in tests/unit/cast.c), on its bits: the
+ * general routine goes through frexp/ldexp/nearbyint, ~17 ns a value. */
+uint32_t ckpt_f32_to_f32(uint32_t u) {
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? u | 0x400000u : u; /* NaN: quiet */
+}
+
+uint16_t ckpt_f32_to_bf16(uint32_t u) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(u >> 16 | 0x40); /* NaN: quiet */
+    return (uint16_t)((u + 0x7FFFu + (u >> 16 & 1)) >> 16); /* ties to even; may carry to inf */
+}
+
+uint16_t ckpt_f32_to_f16(uint32_t u) {
+    uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00 | (uint16_t)(a >> 13 & 0x3FF); /* NaN: quiet */
+    if (a >= 0x477FF000u) return sign | 0x7C00; /* 65520 and up: the tie above 65504 is odd */
+    if (a >= 0x38800000u) {                     /* normal in F16: rebias, round off 13 bits */
+        a += 0xFFFu + (a >> 13 & 1);
+        return sign | (uint16_t)((a - 0x38000000u) >> 13);
+    }
+    if (a <= 0x33000000u) return sign; /* at most half the least subnormal (2^-25): to zero */
+    /* subnormal in F16: the value in units of 2^-24 is m * 2^(e - 126), e <= 112 */
+    uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - e;
+    uint32_t q = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1))) q++;
+    return sign | (uint16_t)q; /* q may reach 0x400: the least normal, encoded alike */
+}
+
+static size_t encode_f32(ckpt_dtype to, const float *in, size_t n, unsigned char *out) {
     for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], 4);
         if (to == CKPT_F32) {
-            uint32_t v = ckpt_round_float(in[i], 23, 8);
+            u = ckpt_f32_to_f32(u);
+            memcpy(out + 4 * i, &u, 4);
+        } else {
+            uint16_t v = to == CKPT_F16 ? ckpt_f32_to_f16(u) : ckpt_f32_to_bf16(u);
+            memcpy(out + 2 * i, &v, 2);
+        }
+    }
+    return n * (to == CKPT_F32 ? 4 : 2);
+}
+
+/* F64 values rounded once, straight to the target (through a float they would be rounded
+ * twice, which is not always the nearest). */
+static size_t encode_f64(ckpt_dtype to, const unsigned char *src, size_t n, unsigned char *out) {
+    for (size_t i = 0; i < n; i++) {
+        double x;
+        memcpy(&x, src + 8 * i, 8);
+        if (to == CKPT_F32) {
+            uint32_t v = ckpt_round_float(x, 23, 8);
             memcpy(out + 4 * i, &v, 4);
         } else {
-            uint16_t v = (uint16_t)(to == CKPT_F16 ? ckpt_round_float(in[i], 10, 5)
-                                                   : ckpt_round_float(in[i], 7, 8));
+            uint16_t v =
+                (uint16_t)(to == CKPT_F16 ? ckpt_round_float(x, 10, 5) : ckpt_round_float(x, 7, 8));
             memcpy(out + 2 * i, &v, 2);
         }
     }
@@ -91,7 +133,8 @@ static size_t encode(ckpt_dtype to, const double *in, size_t n, unsigned char *o
 static int write_all(int fd, const void *p, size_t n, uint64_t at, const char *dir, ckpt_err *err) {
     size_t done = 0;
     while (done < n) {
-        ssize_t w = pwrite(fd, (const char *)p + done, n - done, (off_t)(at + done));
+        size_t want = n - done < OUT_WRITE_PIECE ? n - done : OUT_WRITE_PIECE;
+        ssize_t w = pwrite(fd, (const char *)p + done, want, (off_t)(at + done));
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
@@ -106,7 +149,6 @@ static int write_all(int fd, const void *p, size_t n, uint64_t at, const char *d
 typedef struct cast_buffers {
     unsigned char *src, *dst;
     float *f32;
-    double *wide;
 } cast_buffers;
 
 /* Writes tensor t cast to `to` at *at of fd, advancing *at. */
@@ -119,8 +161,13 @@ static int cast_one(const ckpt_catalog *cat, const ckpt_tensor *t, ckpt_dtype to
         size_t n = nblocks - k < per_chunk ? (size_t)(nblocks - k) : per_chunk;
         int rc = tensor_read(cat, t, k * info->block_bytes, b->src, n * info->block_bytes, err);
         if (rc) return rc;
-        decode(t->dtype, b->src, n, b->f32, b->wide);
-        size_t len = encode(to, b->wide, n * info->block, b->dst);
+        size_t len;
+        if (t->dtype == CKPT_F64) {
+            len = encode_f64(to, b->src, n, b->dst);
+        } else {
+            decode_f32(t->dtype, b->src, n, b->f32);
+            len = encode_f32(to, b->f32, n * info->block, b->dst);
+        }
         if ((rc = write_all(fd, b->dst, len, *at, dir, err))) return rc;
         *at += len;
         k += n;
@@ -157,10 +204,10 @@ int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool kee
                          ckpt_dtype_info_of(to)->name);
     uint64_t *offset = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *offset);
     cast_buffers b = {malloc(CHUNK_ELEMS * 8), malloc(CHUNK_ELEMS * 4),
-                      malloc(CHUNK_ELEMS * sizeof(float)), malloc(CHUNK_ELEMS * sizeof(double))};
+                      malloc(CHUNK_ELEMS * sizeof(float))};
     char path[64 + 4096];
     int fd = -1, rc = 0;
-    if (!offset || !b.src || !b.dst || !b.f32 || !b.wide)
+    if (!offset || !b.src || !b.dst || !b.f32)
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
     else if ((fd = open_spool(spool_dir, path, sizeof path, err)) < 0)
         rc = fd;
@@ -208,6 +255,5 @@ int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool kee
     free(b.src);
     free(b.dst);
     free(b.f32);
-    free(b.wide);
     return rc;
 }

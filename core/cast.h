@@ -14,6 +14,12 @@ bool ckpt_cast_applies(ckpt_dtype from, ckpt_dtype to, bool quantized);
  * infinity; NaN stays NaN (sign and leading payload bits kept, quiet bit set). */
 uint32_t ckpt_round_float(double x, int mbits, int ebits);
 
+/* The same for a float's bits (as uint32_t) rounded to F32 (NaN quieted), BF16 or F16: the
+ * very results of ckpt_round_float((double)value, ...), at the speed of a few integer ops. */
+uint32_t ckpt_f32_to_f32(uint32_t u);
+uint16_t ckpt_f32_to_bf16(uint32_t u);
+uint16_t ckpt_f32_to_f16(uint32_t u);
+
 /* Casts every model tensor (not aside) that ckpt_cast_applies to `to` (F32, F16 or BF16): the
  * converted bytes are written to an unlinked temporary file in spool_dir, which becomes a
  * source of the catalog, and the tensor then reads from there with its new dtype. For a
