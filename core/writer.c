@@ -86,6 +86,11 @@ static int resolve(const char *out, uint64_t max_shard_size, target *t, ckpt_err
     return 0;
 }
 
+int ckpt_write_check_name(const char *out, const ckpt_write_opts *opts, ckpt_err *err) {
+    target t;
+    return resolve(out, opts ? opts->max_shard_size : 0, &t, err);
+}
+
 const ckpt_writer *ckpt_writer_for(const char *out) {
     target t;
     ckpt_err ignored;

@@ -15,6 +15,10 @@
 int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
                ckpt_err *err);
 
+/* Whether ckpt_write would know what to write for OUT's name (and opts' sharding): 0, or the
+ * message ckpt_write would fail with, for a caller that refuses before doing any work. */
+int ckpt_write_check_name(const char *out, const ckpt_write_opts *opts, ckpt_err *err);
+
 typedef struct ckpt_writer ckpt_writer;
 /* The writer ckpt_write would use for OUT (a trailing '/' or an existing directory asks for a
  * directory), or NULL when the name says no format ckptfs writes. */
@@ -34,7 +38,6 @@ int ckpt_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_op
                    ckpt_err *err);
 /* The config and tokenizer files of cat into tmp, and tmp's mode as the writer gives it. */
 int ckpt_dir_add_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err);
-int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts,
-                     ckpt_err *err);
+int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts, ckpt_err *err);
 
 #endif

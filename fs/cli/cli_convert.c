@@ -234,6 +234,12 @@ int cli_convert(int argc, char **argv) {
         rc = CLI_USAGE;
     }
     const char *source = rc == 0 ? argv[optind] : NULL, *out = rc == 0 ? argv[optind + 1] : NULL;
+    ckpt_err name_err;
+    if (rc == 0 && ckpt_write_check_name(out, &o.wo, &name_err) != 0) {
+        /* before any work (a cast can take minutes), with the status ckpt_write gives it */
+        cli_error(c.cmd, "%s", name_err.msg);
+        rc = CLI_SOURCE;
+    }
     if (rc == 0) rc = convert_guard_out(c.cmd, source, out, o.force, &o.wo.replace_dir);
     ckpt_catalog *cat = NULL;
     if (rc == 0) rc = cli_open(&c, source, &cat);

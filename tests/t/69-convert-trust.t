@@ -204,6 +204,11 @@ def refusals(tap, work):
     # a directory source reached through a symlink
     rc, err = convert(src + "/", os.path.realpath(src) + "/../src/y.gguf")
     tap.ok(rc == 1, "OUT inside the source named another way (../src/): refused", [rc, err])
+    # the name is checked before the source is opened: a cast would come before the write
+    rc, err = convert(os.path.join(work, "no-such-source"), os.path.join(work, "out.npz"),
+                      "--dtype", "bf16")
+    tap.ok(rc == 2 and "cannot tell the output format" in err and "no-such-source" not in err,
+           "an OUT name no writer takes: refused before the source is read", [rc, err])
     after = {n: digest(os.path.join(src, n)) for n in os.listdir(src)}
     tap.ok(after == before, "the source directory is byte-identical after all refusals",
            [sorted(set(after) ^ set(before))])
