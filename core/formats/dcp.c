@@ -1086,7 +1086,7 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
     if (!rc) {
         /* torch's own globals (Size, dtypes, _get_layout ...) plus the DCP classes. */
         pk_table tables[2] = {pk_torch_globals, dcp_table};
-        pk_options opt = {d.path, 0, tables, 2, {0, 0, 0}};
+        pk_options opt = {d.path, 0, tables, 2, {0, 0, 0}, NULL};
         rc = pk_parse(&pd, data, (size_t)size, &opt, err);
         /* Every way the pickle can end early says so. */
         size_t used = strlen(err->msg);

@@ -855,7 +855,7 @@ static int load_zip(loader *l, strbuf *doc) {
     if (!rc) {
         const pk_table tables[2] = {pk_torch_globals,
                                     l->extra_globals ? *l->extra_globals : pk_torch_globals};
-        pk_options opt = {l->label, pkl_offset, tables, l->extra_globals ? 2 : 1, {0, 0, 0}};
+        pk_options opt = {l->label, pkl_offset, tables, l->extra_globals ? 2 : 1, {0, 0, 0}, NULL};
         rc = pk_parse(&pd, data, len, &opt, l->err);
     }
     if (!rc) {
@@ -931,7 +931,7 @@ static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
         int i;
         for (i = 0; i < 5 && !rc; i++) {
             snprintf(l->label, sizeof l->label, "%s: %s pickle", l->path, what[i]);
-            pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}};
+            pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}, NULL};
             rc = pk_parse(&pd[i], *buf + at, (size_t)window - at, &opt, l->err);
             if (!rc) at += pd[i].end;
         }

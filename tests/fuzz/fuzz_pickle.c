@@ -66,7 +66,7 @@ static void parse_once(const uint8_t *data, size_t size, pk_limits lim) {
     pk_doc doc;
     ckpt_err err;
     err.msg[0] = '\0';
-    pk_options opt = {"fuzz.pkl", 1000, &pk_torch_globals, 1, lim};
+    pk_options opt = {"fuzz.pkl", 1000, &pk_torch_globals, 1, lim, NULL};
     int rc = pk_parse(&doc, (const char *)data, size, &opt, &err);
     if (rc) {
         FZ_CHECK(rc < 0 && err.msg[0], "pk_parse failed (%d) without a message", rc);
