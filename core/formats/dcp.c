@@ -469,14 +469,13 @@ static item *find_item(dcp *d, const char *fqn, size_t fqn_len, const uint64_t *
     return he ? &d->items[he->value] : NULL;
 }
 
-/* "dir/__0_0.distcp [offset 862]": names one item in messages. */
-static const char *item_label(dcp *d, const item *it) {
+/* "dir/__0_0.distcp [offset 862]": names one item in messages. Written into the caller's
+ * buffer: one kept per chunk would add up to megabytes. */
+static const char *item_label(dcp *d, const item *it, char *buf, size_t size) {
     const ckpt_source *src = &d->cat->sources[d->files[it->file].source];
-    char buf[LABEL_MAX];
-    snprintf(buf, sizeof buf, "%s [item at offset %llu, %llu bytes]", src->path,
+    snprintf(buf, size, "%s [item at offset %llu, %llu bytes]", src->path,
              (unsigned long long)it->offset, (unsigned long long)it->length);
-    const char *s = arena_strdup(&d->mem, buf);
-    return s ? s : "?";
+    return buf;
 }
 
 /* ---- where a key is shown ---- */
@@ -644,7 +643,8 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
                      d->path, k, SHOWN_NAME(fqn, len));
         return 0;
     }
-    const char *label = item_label(d, it);
+    char label_buf[LABEL_MAX];
+    const char *label = item_label(d, it, label_buf, sizeof label_buf);
     torch_embedded e;
     int rc = torch_zip_read_embedded(d->cat, d->files[it->file].source, it->offset, it->length,
                                      label, fqn, len, &e, d->err);
@@ -1038,7 +1038,8 @@ static int load_bytes(dcp *d, const pk_value *key) {
                      d->path, SHOWN_NAME(fqn, len));
         return 0;
     }
-    const char *label = item_label(d, it);
+    char label_buf[LABEL_MAX];
+    const char *label = item_label(d, it, label_buf, sizeof label_buf);
     torch_embedded e;
     ckpt_err why;
     int rc = torch_zip_read_embedded(d->cat, d->files[it->file].source, it->offset, it->length,
