@@ -5,6 +5,7 @@
 #include "pickle.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,8 +420,11 @@ static pk_value *take_node(pk_doc *doc) {
     return v;
 }
 
+static pk_value **grow_big(pk_doc *doc, pk_value **old, size_t cap);
+
 static pk_value **take_items(pk_doc *doc, size_t cap) {
-    if (cap < PK_SPARE_CLASSES && doc->spare_items[cap]) {
+    if (cap >= PK_SPARE_CLASSES) return grow_big(doc, NULL, cap);
+    if (doc->spare_items[cap]) {
         void **a = doc->spare_items[cap];
         doc->spare_items[cap] = *a;
         return (pk_value **)a;
@@ -428,8 +432,39 @@ static pk_value **take_items(pk_doc *doc, size_t cap) {
     return arena_array(&doc->mem, cap, sizeof(pk_value *));
 }
 
+/* Arrays of PK_SPARE_CLASSES slots or more (a state dict's pairs) are malloc'd behind a header
+ * naming their entry in doc->big: a dict that doubles to 2^k pairs then leaves no copies of its
+ * smaller arrays behind. */
+typedef struct big_items {
+    size_t slot;
+    pk_value *items[];
+} big_items;
+
+static pk_value **grow_big(pk_doc *doc, pk_value **old, size_t cap) {
+    big_items *h = old ? (big_items *)((char *)old - offsetof(big_items, items)) : NULL;
+    if (cap > (SIZE_MAX - sizeof *h) / sizeof(pk_value *)) return NULL;
+    if (!h && doc->nbig == doc->cap_big) {
+        size_t n = doc->cap_big ? 2 * doc->cap_big : 16;
+        void **b = realloc(doc->big, n * sizeof *b);
+        if (!b) return NULL;
+        doc->big = b;
+        doc->cap_big = n;
+    }
+    big_items *nh = realloc(h, sizeof *nh + cap * sizeof(pk_value *));
+    if (!nh) return NULL;
+    if (!h) nh->slot = doc->nbig++;
+    doc->big[nh->slot] = nh;
+    return nh->items;
+}
+
 static void give_items(pk_doc *doc, pk_value **items, size_t cap) {
-    if (!items || !cap || cap >= PK_SPARE_CLASSES) return;
+    if (!items || !cap) return;
+    if (cap >= PK_SPARE_CLASSES) {
+        big_items *h = (big_items *)((char *)items - offsetof(big_items, items));
+        doc->big[h->slot] = NULL;
+        free(h);
+        return;
+    }
     *(void **)items = doc->spare_items[cap];
     doc->spare_items[cap] = items;
 }
@@ -552,10 +587,15 @@ static int reserve(parser *p, pk_value *c, size_t more) {
     size_t cap = c->u.c.cap ? c->u.c.cap : c->kind == PK_TUPLE || more > 4 ? more : 4;
     while (cap - used < more) cap *= 2;
     if (cap > UINT32_MAX) return fail(p, -E2BIG, "a container holds more than 2^32 items");
-    pk_value **items = take_items(p->doc, cap);
-    if (!items) return ckpt_fail(p->err, -ENOMEM, "out of memory");
-    if (used) memcpy(items, c->u.c.items, used * sizeof *items);
-    give_items(p->doc, c->u.c.items, c->u.c.cap);
+    pk_value **items;
+    if (c->u.c.cap >= PK_SPARE_CLASSES) { /* grown in place */
+        if (!(items = grow_big(p->doc, c->u.c.items, cap)))
+            return ckpt_fail(p->err, -ENOMEM, "out of memory");
+    } else {
+        if (!(items = take_items(p->doc, cap))) return ckpt_fail(p->err, -ENOMEM, "out of memory");
+        if (used) memcpy(items, c->u.c.items, used * sizeof *items);
+        give_items(p->doc, c->u.c.items, c->u.c.cap);
+    }
     c->u.c.items = items;
     c->u.c.cap = (uint32_t)cap;
     return 0;
@@ -1290,6 +1330,10 @@ int pk_parse(pk_doc *doc, const char *data, size_t len, const pk_options *opt, c
 }
 
 void pk_free(pk_doc *doc) {
+    for (size_t i = 0; i < doc->nbig; i++) free(doc->big[i]);
+    free(doc->big);
+    doc->big = NULL;
+    doc->nbig = doc->cap_big = 0;
     arena_free(&doc->mem);
     doc->root = NULL;
 }

@@ -174,6 +174,8 @@ struct pk_doc {
     size_t values;
     pk_value *spare_values;              /* recycled nodes */
     void *spare_items[PK_SPARE_CLASSES]; /* recycled item arrays by slot count */
+    void **big;                          /* item arrays of more slots: malloc'd, grown in place */
+    size_t nbig, cap_big;
 };
 
 /* Parses one pickle from data[0, len) up to its STOP. On failure *doc is freed and the message
