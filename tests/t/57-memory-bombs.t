@@ -698,21 +698,21 @@ def pickle_dom_cases(tap, ckptfs, tmp, asan):
         lines = out.count(b"\n")
         tap.ok(rc == 0 and lines == count, "%s: ckptfs ls lists every tensor" % what,
                ["exit %r, %d lines: %s" % (rc, lines, err.decode(errors="replace")[:300])])
-        check_rss(tap, rss < limit, "%s: ckptfs ls peak RSS %.1f MiB < %.1f MiB"
+        rss_ok(tap, rss < limit, "%s: ckptfs ls peak RSS %.1f MiB < %.1f MiB"
                   % (what, rss / MIB, limit / MIB), todo)
         rc, _, err, rss = run_rss([ckptfs, "info", path], asan)
         tap.ok(rc == 0, "%s: ckptfs info works" % what, [err.decode(errors="replace")[:300]])
-        check_rss(tap, rss < limit, "%s: ckptfs info peak RSS %.1f MiB < %.1f MiB"
+        rss_ok(tap, rss < limit, "%s: ckptfs info peak RSS %.1f MiB < %.1f MiB"
                   % (what, rss / MIB, limit / MIB), todo)
         mounted, hwm, err = light_mount_rss(ckptfs, path, os.path.join(tmp, "mnt"), asan)
         tap.ok(mounted, "%s: mounts" % what, [err[:300]])
         if mounted:
-            check_rss(tap, hwm is not None and hwm < limit,
+            rss_ok(tap, hwm is not None and hwm < limit,
                       "%s: mount peak RSS (VmHWM) %.1f MiB < %.1f MiB"
                       % (what, (hwm or 0) / MIB, limit / MIB), todo)
 
 
-def check_rss(tap, good, text, todo):
+def rss_ok(tap, good, text, todo):
     if todo is None:
         tap.ok(good, text)
     else:
