@@ -5,6 +5,7 @@
 #include "pickle.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,8 +365,14 @@ typedef struct parser {
     size_t sp, stack_cap;
     size_t *marks;
     size_t nmarks, marks_cap;
-    pk_value **memo;
+    pk_value **memo; /* all_fetched: by memo index; else by rank among fetched indexes */
     size_t memo_cap, memo_count, memo_limit;
+    /* From the first pass: which memo indexes GET ever fetches (bit i), the number of fetched
+     * indexes in the words before each word, and which indexes were stored so far. */
+    bool all_fetched; /* the first pass could not tell: keep every entry, as if fetched */
+    uint64_t *fetched, *stored;
+    uint32_t *rank;
+    size_t memo_words; /* words in fetched, stored and rank */
     ckpt_err *err;
 } parser;
 
@@ -403,12 +410,116 @@ static uint64_t rd_le(const unsigned char *b, size_t n) {
     return v;
 }
 
+/* ---- recycling: nodes and small item arrays only the released value held ---- */
+
+static pk_value *take_node(pk_doc *doc) {
+    pk_value *v = doc->spare_values;
+    if (!v) return arena_alloc(&doc->mem, sizeof *v);
+    doc->spare_values = v->u.persid;
+    memset(v, 0, sizeof *v);
+    return v;
+}
+
+static pk_value **grow_big(pk_doc *doc, pk_value **old, size_t cap);
+
+static pk_value **take_items(pk_doc *doc, size_t cap) {
+    if (cap >= PK_SPARE_CLASSES) return grow_big(doc, NULL, cap);
+    if (doc->spare_items[cap]) {
+        void **a = doc->spare_items[cap];
+        doc->spare_items[cap] = *a;
+        return (pk_value **)a;
+    }
+    return arena_array(&doc->mem, cap, sizeof(pk_value *));
+}
+
+/* Arrays of PK_SPARE_CLASSES slots or more (a state dict's pairs) are malloc'd behind a header
+ * naming their entry in doc->big: a dict that doubles to 2^k pairs then leaves no copies of its
+ * smaller arrays behind. */
+typedef struct big_items {
+    size_t slot;
+    pk_value *items[];
+} big_items;
+
+static pk_value **grow_big(pk_doc *doc, pk_value **old, size_t cap) {
+    big_items *h = old ? (big_items *)((char *)old - offsetof(big_items, items)) : NULL;
+    if (cap > (SIZE_MAX - sizeof *h) / sizeof(pk_value *)) return NULL;
+    if (!h && doc->nbig == doc->cap_big) {
+        size_t n = doc->cap_big ? 2 * doc->cap_big : 16;
+        void **b = realloc(doc->big, n * sizeof *b);
+        if (!b) return NULL;
+        doc->big = b;
+        doc->cap_big = n;
+    }
+    big_items *nh = realloc(h, sizeof *nh + cap * sizeof(pk_value *));
+    if (!nh) return NULL;
+    if (!h) nh->slot = doc->nbig++;
+    doc->big[nh->slot] = nh;
+    return nh->items;
+}
+
+static void give_items(pk_doc *doc, pk_value **items, size_t cap) {
+    if (!items || !cap) return;
+    if (cap >= PK_SPARE_CLASSES) {
+        big_items *h = (big_items *)((char *)items - offsetof(big_items, items));
+        doc->big[h->slot] = NULL;
+        free(h);
+        return;
+    }
+    *(void **)items = doc->spare_items[cap];
+    doc->spare_items[cap] = items;
+}
+
+/* Deeper values are left in the arena (freed with the document) rather than recursed into. */
+enum { RELEASE_DEPTH = 64 };
+
+/* Recycles v and what only v holds. A value with one owner is reached once: cycles and sharing
+ * need a memo fetch or DUP, which mark the value shared, and shared values are kept. */
+static void release(pk_doc *doc, pk_value *v, int depth) {
+    if (!v || pk_shared(v) || depth > RELEASE_DEPTH) return;
+    switch ((pk_kind)v->kind) {
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET:
+    case PK_DICT: {
+        size_t used = v->kind == PK_DICT ? 2 * (size_t)v->n : v->n;
+        for (size_t i = 0; i < used; i++) release(doc, v->u.c.items[i], depth + 1);
+        if (v->kind == PK_DICT) release(doc, v->u.c.state, depth + 1);
+        give_items(doc, v->u.c.items, v->u.c.cap);
+        break;
+    }
+    case PK_CALL:
+        release(doc, v->u.call.fn, depth + 1);
+        release(doc, v->u.call.args, depth + 1);
+        release(doc, v->u.call.kwargs, depth + 1);
+        release(doc, v->u.call.state, depth + 1);
+        break;
+    case PK_PERSID:
+        release(doc, v->u.persid, depth + 1);
+        break;
+    default:
+        break;
+    }
+    v->kind = PK_MARK; /* a recycled node: a stale pointer to it shows as what it is */
+    v->u.persid = doc->spare_values;
+    doc->spare_values = v;
+}
+
+pk_value *pk_new_record(pk_doc *doc, uint32_t tag, const void *data, uint64_t pos) {
+    pk_value *v = take_node(doc);
+    if (!v) return NULL;
+    v->kind = PK_RECORD;
+    v->n = tag;
+    v->pos = pos;
+    v->u.record = data;
+    return v;
+}
+
 static pk_value *new_value(parser *p, pk_kind kind, int *rc) {
     if (p->doc->values >= p->lim.max_values) {
         *rc = fail(p, -E2BIG, "the pickle holds more than %zu values (limit)", p->lim.max_values);
         return NULL;
     }
-    pk_value *v = arena_alloc(&p->doc->mem, sizeof *v);
+    pk_value *v = take_node(p->doc);
     if (!v) {
         *rc = ckpt_fail(p->err, -ENOMEM, "out of memory");
         return NULL;
@@ -476,9 +587,15 @@ static int reserve(parser *p, pk_value *c, size_t more) {
     size_t cap = c->u.c.cap ? c->u.c.cap : c->kind == PK_TUPLE || more > 4 ? more : 4;
     while (cap - used < more) cap *= 2;
     if (cap > UINT32_MAX) return fail(p, -E2BIG, "a container holds more than 2^32 items");
-    pk_value **items = arena_array(&p->doc->mem, cap, sizeof *items);
-    if (!items) return ckpt_fail(p->err, -ENOMEM, "out of memory");
-    if (used) memcpy(items, c->u.c.items, used * sizeof *items);
+    pk_value **items;
+    if (c->u.c.cap >= PK_SPARE_CLASSES) { /* grown in place */
+        if (!(items = grow_big(p->doc, c->u.c.items, cap)))
+            return ckpt_fail(p->err, -ENOMEM, "out of memory");
+    } else {
+        if (!(items = take_items(p->doc, cap))) return ckpt_fail(p->err, -ENOMEM, "out of memory");
+        if (used) memcpy(items, c->u.c.items, used * sizeof *items);
+        give_items(p->doc, c->u.c.items, c->u.c.cap);
+    }
     c->u.c.items = items;
     c->u.c.cap = (uint32_t)cap;
     return 0;
@@ -503,15 +620,34 @@ static int push_seq(parser *p, pk_kind kind, pk_value **items, size_t n) {
     return rc ? rc : push(p, v);
 }
 
-static int add_pairs(parser *p, pk_value *dict, pk_value **kv, size_t n) {
+/* Offers the caller's hook the pairs from index `first` on; `nbelow` values of the stack lie
+ * under the dict. */
+static int offer_pairs(parser *p, pk_value *dict, uint32_t first, size_t nbelow) {
+    const pk_hooks *h = p->opt->hooks;
+    if (!h || !h->on_pair) return 0;
+    pk_pair_site site = {dict, p->stack, nbelow};
+    for (uint32_t i = first; i < dict->n; i++) {
+        pk_value **slot = dict->u.c.items + 2 * (size_t)i;
+        pk_value *k = slot[0], *v = slot[1];
+        if (pk_shared(v)) continue;
+        int rc = h->on_pair(h->ctx, p->doc, &site, &slot[0], &slot[1], p->err);
+        if (rc) return rc;
+        if (slot[0] != k) release(p->doc, k, 0);
+        if (slot[1] != v) release(p->doc, v, 0);
+    }
+    return 0;
+}
+
+static int add_pairs(parser *p, pk_value *dict, pk_value **kv, size_t n, size_t nbelow) {
     if (n % 2) return fail(p, -EINVAL, "odd number of items (%zu) for key/value pairs", n);
     if (dict->kind != PK_DICT)
         return fail(p, -EINVAL, "sets items on a %s, not a dict", pk_kind_name(dict->kind));
     int rc = reserve(p, dict, n);
     if (rc) return rc;
+    uint32_t first = dict->n;
     if (n) memcpy(dict->u.c.items + 2 * (size_t)dict->n, kv, n * sizeof *kv);
     dict->n += (uint32_t)(n / 2);
-    return 0;
+    return offer_pairs(p, dict, first, nbelow);
 }
 
 static int add_items(parser *p, pk_value *c, pk_kind want, pk_value **items, size_t n) {
@@ -714,6 +850,16 @@ static int op_build(parser *p) {
     return 0;
 }
 
+static bool bit(const uint64_t *bits, size_t i) {
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+/* The memo slot of a fetched index: its rank among the fetched indexes. */
+static size_t memo_slot(const parser *p, size_t idx) {
+    uint64_t below = p->fetched[idx / 64] & ((UINT64_C(1) << (idx % 64)) - 1);
+    return p->rank[idx / 64] + (size_t)__builtin_popcountll(below);
+}
+
 static int memo_put(parser *p, size_t idx) {
     pk_value *v = NULL;
     int rc = top(p, &v);
@@ -721,6 +867,17 @@ static int memo_put(parser *p, size_t idx) {
     if (idx >= p->memo_limit)
         return fail(p, -EINVAL, "memo index %zu is beyond the %zu entries this pickle can hold",
                     idx, p->memo_limit);
+    if (!p->all_fetched) {
+        /* The first pass saw every index stored before STOP. */
+        if (idx / 64 >= p->memo_words) return 0;
+        if (!bit(p->stored, idx)) p->memo_count++;
+        p->stored[idx / 64] |= UINT64_C(1) << (idx % 64);
+        if (bit(p->fetched, idx)) {
+            v->flags |= PK_SHARED;
+            p->memo[memo_slot(p, idx)] = v;
+        }
+        return 0;
+    }
     if (idx >= p->memo_cap) {
         size_t cap = p->memo_cap ? p->memo_cap : 64;
         while (cap <= idx) cap *= 2;
@@ -732,14 +889,19 @@ static int memo_put(parser *p, size_t idx) {
         p->memo_cap = cap;
     }
     if (!p->memo[idx]) p->memo_count++;
+    v->flags |= PK_SHARED;
     p->memo[idx] = v;
     return 0;
 }
 
 static int memo_get(parser *p, size_t idx) {
-    if (idx >= p->memo_cap || !p->memo[idx])
-        return fail(p, -EINVAL, "memo index %zu was never stored", idx);
-    return push(p, p->memo[idx]);
+    pk_value *v = NULL;
+    if (p->all_fetched)
+        v = idx < p->memo_cap ? p->memo[idx] : NULL;
+    else if (idx / 64 < p->memo_words && bit(p->stored, idx) && bit(p->fetched, idx))
+        v = p->memo[memo_slot(p, idx)];
+    if (!v) return fail(p, -EINVAL, "memo index %zu was never stored", idx);
+    return push(p, v);
 }
 
 static int read_uint(parser *p, size_t width, size_t *out) {
@@ -756,6 +918,182 @@ static int push_simple(parser *p, pk_kind kind, bool b) {
     if (!v) return rc;
     v->u.b = b;
     return push(p, v);
+}
+
+/* ---- the first pass: which memo entries are ever fetched ---- */
+
+static bool cover(uint64_t **a, uint64_t **b, size_t *words, size_t idx) {
+    if (idx / 64 < *words) return true;
+    size_t n = *words ? *words : 16;
+    while (n <= idx / 64) n *= 2;
+    uint64_t *x = realloc(*a, n * sizeof *x);
+    if (x) *a = x;
+    uint64_t *y = x ? realloc(*b, n * sizeof *y) : NULL;
+    if (y) *b = y;
+    if (!x || !y) return false;
+    memset(x + *words, 0, (n - *words) * sizeof *x);
+    memset(y + *words, 0, (n - *words) * sizeof *y);
+    *words = n;
+    return true;
+}
+
+/* Reads the opcodes up to STOP as the parser will, noting only memo stores and fetches. When it
+ * cannot reach STOP (the parse will fail on the way) every entry is kept, as before. */
+static void plan_memo(parser *p) {
+    const unsigned char *d = p->d;
+    size_t len = p->len, at = 0, count = 0, words = 0;
+    uint64_t *stored = NULL, *fetched = NULL;
+    bool reached = false, ok = true;
+    while (ok && !reached && at < len) {
+        unsigned op = d[at++];
+        size_t skip = 0, width = 0, idx = 0;
+        bool put = false, get = false, sized = false, is_signed = false;
+        int lines = 0;
+        switch (op) {
+        case OP_STOP:
+            reached = true;
+            break;
+        case OP_PROTO:
+        case OP_BININT1:
+            skip = 1;
+            break;
+        case OP_BININT2:
+            skip = 2;
+            break;
+        case OP_BININT:
+            skip = 4;
+            break;
+        case OP_BINFLOAT:
+        case OP_FRAME:
+            skip = 8;
+            break;
+        case OP_BINGET:
+        case OP_LONG_BINGET:
+        case OP_BINPUT:
+        case OP_LONG_BINPUT:
+            width = op == OP_BINGET || op == OP_BINPUT ? 1 : 4;
+            get = op == OP_BINGET || op == OP_LONG_BINGET;
+            put = !get;
+            break;
+        case OP_MEMOIZE:
+            put = true;
+            idx = count;
+            break;
+        case OP_SHORT_BINUNICODE:
+        case OP_SHORT_BINSTRING:
+        case OP_SHORT_BINBYTES:
+        case OP_LONG1:
+            width = 1;
+            sized = true;
+            break;
+        case OP_BINSTRING:
+        case OP_LONG4:
+            is_signed = true;
+            /* fall through */
+        case OP_BINUNICODE:
+        case OP_BINBYTES:
+            width = 4;
+            sized = true;
+            break;
+        case OP_BINUNICODE8:
+        case OP_BINBYTES8:
+        case OP_BYTEARRAY8:
+            width = 8;
+            sized = true;
+            break;
+        case OP_GLOBAL:
+            lines = 2;
+            break;
+        case OP_PERSID:
+            lines = 1;
+            break;
+        case OP_MARK:
+        case OP_POP:
+        case OP_POP_MARK:
+        case OP_DUP:
+        case OP_NONE:
+        case OP_NEWTRUE:
+        case OP_NEWFALSE:
+        case OP_EMPTY_TUPLE:
+        case OP_TUPLE:
+        case OP_TUPLE1:
+        case OP_TUPLE2:
+        case OP_TUPLE3:
+        case OP_EMPTY_LIST:
+        case OP_LIST:
+        case OP_APPEND:
+        case OP_APPENDS:
+        case OP_EMPTY_DICT:
+        case OP_DICT:
+        case OP_SETITEM:
+        case OP_SETITEMS:
+        case OP_EMPTY_SET:
+        case OP_ADDITEMS:
+        case OP_FROZENSET:
+        case OP_STACK_GLOBAL:
+        case OP_REDUCE:
+        case OP_NEWOBJ:
+        case OP_NEWOBJ_EX:
+        case OP_BUILD:
+        case OP_BINPERSID:
+            break;
+        default:
+            ok = false;
+        }
+        if (!ok || reached) break;
+        if (width) {
+            if (len - at < width) break;
+            uint64_t v = rd_le(d + at, width);
+            at += width;
+            if (is_signed && (v & 0x80000000u)) break;
+            if (sized) {
+                if (v > len - at) break;
+                skip = (size_t)v;
+            } else {
+                idx = (size_t)v;
+            }
+        }
+        for (int i = 0; i < lines; i++) {
+            size_t avail = len - at;
+            if (avail > MAX_GLOBAL_LINE + 1) avail = MAX_GLOBAL_LINE + 1;
+            const unsigned char *nl = memchr(d + at, '\n', avail);
+            if (!nl) {
+                ok = false;
+                break;
+            }
+            at = (size_t)(nl - d) + 1;
+        }
+        if (!ok || len - at < skip) break;
+        at += skip;
+        if (put) {
+            if (idx >= p->memo_limit || !cover(&stored, &fetched, &words, idx)) break;
+            if (!bit(stored, idx)) count++;
+            stored[idx / 64] |= UINT64_C(1) << (idx % 64);
+        } else if (get && idx < p->memo_limit) {
+            if (!cover(&stored, &fetched, &words, idx)) break;
+            fetched[idx / 64] |= UINT64_C(1) << (idx % 64);
+        }
+    }
+    size_t nfetched = 0;
+    uint32_t *rank = reached ? malloc((words ? words : 1) * sizeof *rank) : NULL;
+    for (size_t w = 0; rank && w < words; w++) {
+        rank[w] = (uint32_t)nfetched;
+        nfetched += (size_t)__builtin_popcountll(fetched[w]);
+        stored[w] = 0; /* the parse records its own stores */
+    }
+    pk_value **memo = rank ? calloc(nfetched ? nfetched : 1, sizeof *memo) : NULL;
+    if (!memo) {
+        free(stored);
+        free(fetched);
+        free(rank);
+        p->all_fetched = true;
+        return;
+    }
+    p->stored = stored;
+    p->fetched = fetched;
+    p->rank = rank;
+    p->memo_words = words;
+    p->memo = memo;
 }
 
 /* Executes one opcode; *stop is set by STOP. */
@@ -810,7 +1148,9 @@ static int step(parser *p, bool *stop) {
     case OP_POP_MARK:
         return pop_mark(p, &items, &n);
     case OP_DUP:
-        return (rc = top(p, &a)) ? rc : push(p, a);
+        if ((rc = top(p, &a))) return rc;
+        a->flags |= PK_SHARED;
+        return push(p, a);
     case OP_NONE:
         return push_simple(p, PK_NONE, false);
     case OP_NEWTRUE:
@@ -892,17 +1232,17 @@ static int step(parser *p, bool *stop) {
     case OP_DICT: {
         if ((rc = pop_mark(p, &items, &n))) return rc;
         pk_value *v = new_value(p, PK_DICT, &rc);
-        if (!v || (rc = add_pairs(p, v, items, n))) return rc;
+        if (!v || (rc = add_pairs(p, v, items, n, p->sp))) return rc;
         return push(p, v);
     }
     case OP_SETITEM: {
         pk_value *kv[2];
         if ((rc = pop(p, &kv[1])) || (rc = pop(p, &kv[0])) || (rc = top(p, &b))) return rc;
-        return add_pairs(p, b, kv, 2);
+        return add_pairs(p, b, kv, 2, p->sp - 1);
     }
     case OP_SETITEMS:
         if ((rc = pop_mark(p, &items, &n)) || (rc = top(p, &b))) return rc;
-        return add_pairs(p, b, items, n);
+        return add_pairs(p, b, items, n, p->sp - 1);
     case OP_EMPTY_SET:
         return push_seq(p, PK_SET, NULL, 0);
     case OP_ADDITEMS:
@@ -971,12 +1311,16 @@ int pk_parse(pk_doc *doc, const char *data, size_t len, const pk_options *opt, c
     /* A writer numbers memo entries from 0 as it stores them, and each store takes at least one
      * byte, so no honest index reaches the pickle's length. */
     p.memo_limit = len < p.lim.max_values ? len + 1 : p.lim.max_values;
+    plan_memo(&p);
     bool stop = false;
     int rc = 0;
     while (!stop && !rc) rc = step(&p, &stop);
     free(p.stack);
     free(p.marks);
     free(p.memo);
+    free(p.stored);
+    free(p.fetched);
+    free(p.rank);
     if (rc) {
         pk_free(doc);
         return rc;
@@ -986,20 +1330,24 @@ int pk_parse(pk_doc *doc, const char *data, size_t len, const pk_options *opt, c
 }
 
 void pk_free(pk_doc *doc) {
+    for (size_t i = 0; i < doc->nbig; i++) free(doc->big[i]);
+    free(doc->big);
+    doc->big = NULL;
+    doc->nbig = doc->cap_big = 0;
     arena_free(&doc->mem);
     doc->root = NULL;
 }
 
 const char *pk_kind_name(pk_kind k) {
     static const char *const names[] = {
-        [PK_NONE] = "None",   [PK_BOOL] = "bool",
-        [PK_INT] = "int",     [PK_BIGINT] = "int",
-        [PK_FLOAT] = "float", [PK_STR] = "str",
-        [PK_BYTES] = "bytes", [PK_TUPLE] = "tuple",
-        [PK_LIST] = "list",   [PK_SET] = "set",
-        [PK_DICT] = "dict",   [PK_GLOBAL] = "global",
-        [PK_CALL] = "object", [PK_PERSID] = "persistent id",
-        [PK_MARK] = "mark",
+        [PK_NONE] = "None",     [PK_BOOL] = "bool",
+        [PK_INT] = "int",       [PK_BIGINT] = "int",
+        [PK_FLOAT] = "float",   [PK_STR] = "str",
+        [PK_BYTES] = "bytes",   [PK_TUPLE] = "tuple",
+        [PK_LIST] = "list",     [PK_SET] = "set",
+        [PK_DICT] = "dict",     [PK_GLOBAL] = "global",
+        [PK_CALL] = "object",   [PK_PERSID] = "persistent id",
+        [PK_RECORD] = "object", [PK_MARK] = "mark",
     };
     return k <= PK_MARK ? names[k] : "?";
 }
@@ -1269,6 +1617,7 @@ static bool to_json(strbuf *sb, const pk_value *v, render *r, int depth) {
         if (!to_json(sb, v->u.persid, r, depth + 1)) return false;
         sb_putc(sb, '}');
         return true;
+    case PK_RECORD:
     case PK_MARK:
         break;
     }

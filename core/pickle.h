@@ -10,6 +10,11 @@
  * - BINPERSID / PERSID give a PK_PERSID node holding the id (torch: a storage reference).
  * - The stack, the mark stack, the memo and the number of values are bounded; memo indexes are
  *   checked. Values may be shared (memo) and even cyclic: walkers must bound their depth.
+ * - A first pass over the opcodes finds the memo entries that are ever fetched: only those are
+ *   kept (and their values marked shared), so every other value has exactly one owner. A
+ *   caller's hook (pk_hooks) may then swap a dict's freshly set key or value for a compact
+ *   record of its own while the pickle is read; the parser recycles the nodes only the old
+ *   value held, so a pickle of many similar objects never stands whole as a tree.
  *
  * Strings and bytes point into the pickle buffer, which must outlive the parsed document.
  * The JSON of a call node says "new" instead of "call" when NEWOBJ made it. */
@@ -37,7 +42,8 @@ typedef enum pk_kind {
     PK_GLOBAL,
     PK_CALL,
     PK_PERSID,
-    PK_MARK /* internal: never in a finished tree */
+    PK_RECORD, /* a caller's compact stand-in for a value it has read (pk_hooks) */
+    PK_MARK    /* internal: never in a finished tree */
 } pk_kind;
 
 /* What an allowlisted global is, for the code that interprets the tree. */
@@ -88,10 +94,11 @@ extern const pk_table pk_torch_globals;
 typedef struct pk_value pk_value;
 
 struct pk_value {
-    uint8_t kind; /* pk_kind */
-    bool newobj;  /* PK_CALL made by NEWOBJ / NEWOBJ_EX rather than REDUCE */
-    uint32_t n;   /* items in a tuple/list/set, pairs in a dict */
-    uint64_t pos; /* file offset of the opcode that made it */
+    uint8_t kind;  /* pk_kind */
+    bool newobj;   /* PK_CALL made by NEWOBJ / NEWOBJ_EX rather than REDUCE */
+    uint8_t flags; /* PK_SHARED ... */
+    uint32_t n;    /* items in a tuple/list/set, pairs in a dict; PK_RECORD: the caller's tag */
+    uint64_t pos;  /* file offset of the opcode that made it */
     union {
         bool b;
         int64_t i;
@@ -115,8 +122,12 @@ struct pk_value {
             pk_value *state;  /* from BUILD, or NULL */
         } call;
         pk_value *persid;
+        const void *record; /* PK_RECORD: the caller's data */
     } u;
 };
+
+/* flags: the value may be reached more than once (memo fetches, DUP). */
+enum { PK_SHARED = 1 };
 
 typedef struct pk_limits {
     size_t max_stack;  /* values on the stack at once */
@@ -124,20 +135,48 @@ typedef struct pk_limits {
     size_t max_values; /* values created + items stored in containers */
 } pk_limits;
 
+typedef struct pk_doc pk_doc;
+
+/* Where a dict's new pair was set: the dict, and the stack under it (bottom first) — for a
+ * dict filled inside a SETITEMS, the last of those is the key it will be stored under. */
+typedef struct pk_pair_site {
+    const pk_value *dict;
+    pk_value *const *below;
+    size_t nbelow;
+} pk_pair_site;
+
+typedef struct pk_hooks {
+    void *ctx;
+    /* Called for each pair DICT, SETITEM or SETITEMS sets, unless the value is shared. It may
+     * replace *key (when not shared) and *value by values of its own (pk_new_record); the
+     * parser then recycles the nodes only the replaced values held, so the hook must keep no
+     * pointer to them (strings' bytes live in the pickle buffer and stay). A non-zero return
+     * (a negative errno, with err filled) stops the parse with that error. */
+    int (*on_pair)(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **key,
+                   pk_value **value, ckpt_err *err);
+} pk_hooks;
+
 typedef struct pk_options {
     const char *label; /* names the pickle in messages, e.g. "m.pt: archive/data.pkl" */
     uint64_t base;     /* file offset of the pickle's first byte, for messages */
     const pk_table *tables;
     size_t ntables;
-    pk_limits limits; /* zeros = defaults */
+    pk_limits limits;      /* zeros = defaults */
+    const pk_hooks *hooks; /* or NULL */
 } pk_options;
 
-typedef struct pk_doc {
+enum { PK_SPARE_CLASSES = 17 }; /* recycled item arrays of 1..16 slots */
+
+struct pk_doc {
     arena mem;
     pk_value *root;
     size_t end; /* bytes consumed, up to and including STOP */
     size_t values;
-} pk_doc;
+    pk_value *spare_values;              /* recycled nodes */
+    void *spare_items[PK_SPARE_CLASSES]; /* recycled item arrays by slot count */
+    void **big;                          /* item arrays of more slots: malloc'd, grown in place */
+    size_t nbig, cap_big;
+};
 
 /* Parses one pickle from data[0, len) up to its STOP. On failure *doc is freed and the message
  * names the label, the opcode or value and its file offset. PK_ETRUNC means the data ended
@@ -145,6 +184,13 @@ typedef struct pk_doc {
 #define PK_ETRUNC (-ENODATA)
 int pk_parse(pk_doc *doc, const char *data, size_t len, const pk_options *opt, ckpt_err *err);
 void pk_free(pk_doc *doc);
+
+/* A PK_RECORD standing for a value a hook has read; tag tells the caller's kinds apart, pos is
+ * the offset messages name. NULL when out of memory. */
+pk_value *pk_new_record(pk_doc *doc, uint32_t tag, const void *data, uint64_t pos);
+static inline bool pk_shared(const pk_value *v) {
+    return v->flags & PK_SHARED;
+}
 
 /* Helpers for walkers. */
 const char *pk_kind_name(pk_kind k);

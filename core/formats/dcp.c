@@ -109,8 +109,7 @@ static const pk_table dcp_table = {dcp_globals, sizeof dcp_globals / sizeof *dcp
 
 /* One storage_data entry: where an item's torch.save archive lives. */
 typedef struct item {
-    const pk_value *at; /* the MetadataIndex, for messages */
-    uint32_t file;      /* index in dcp.files */
+    uint32_t file; /* index in dcp.files */
     uint64_t offset, length;
     const pk_value *transforms; /* a non-empty transform_descriptors list, or NULL */
     bool used;
@@ -138,11 +137,39 @@ typedef struct dcp {
     size_t nitems;
     strbuf values; /* members of "values" */
     size_t nvalues;
-    bool values_full; /* "values" reached CKPT_DOC_LIMIT: later ones are left out */
+    bool values_full;  /* "values" reached CKPT_DOC_LIMIT: later ones are left out */
+    pk_value *dropped; /* stands for every planner_data value (only their number is shown) */
     size_t ntensors, nbytes_items, nchunks, nreplicas, nblob_tensors, nunreadable, nwarned;
 } dcp;
 
 #define POS(v) ((unsigned long long)(v)->pos)
+
+/* ---- compact records of entries read while the pickle is parsed ---- */
+
+enum { REC_TENSOR = 1, REC_STORAGE, REC_DROPPED };
+
+/* A checked TensorStorageMetadata: v holds size[ndim], then per chunk its position, offsets
+ * and sizes. */
+typedef struct tensor_rec {
+    ckpt_dtype dt;
+    bool requires_grad;
+    uint32_t ndim, n;
+    uint64_t v[];
+} tensor_rec;
+
+/* A storage_data pair read as far as it can be without the file system. */
+typedef struct storage_rec {
+    const char *fqn, *rp; /* in the pickle buffer */
+    size_t fqn_len, rp_len;
+    uint64_t index_pos, info_pos, rp_pos, offset, length;
+    uint32_t n;
+    bool has_offsets;
+    uint64_t offsets[];
+} storage_rec;
+
+static bool is_rec(const pk_value *v, uint32_t tag) {
+    return v && v->kind == PK_RECORD && v->n == tag;
+}
 
 /* ---- reading the object graph ---- */
 
@@ -244,20 +271,12 @@ static char *item_key(dcp *d, const char *fqn, size_t fqn_len, const uint64_t *o
 }
 
 /* relative_path: a plain relative name inside the directory, also after symlinks. */
-static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *index) {
-    char kb[160];
-    if (!rp || rp->kind != PK_STR)
-        return ckpt_fail(d->err, -EINVAL,
-                         "%s: relative_path of the storage entry at offset %llu is %s, not a "
-                         "string",
-                         d->path, POS(rp ? rp : at), rp ? kind_of(rp, kb, sizeof kb) : "missing");
-    const hm_entry *he = hm_get(&d->file_by_name, rp->u.s.p, rp->u.s.len);
+static int open_path(dcp *d, const char *s, size_t n, uint64_t rp_pos, uint32_t *index) {
+    const hm_entry *he = hm_get(&d->file_by_name, s, n);
     if (he) {
         *index = (uint32_t)he->value;
         return 0;
     }
-    const char *s = rp->u.s.p;
-    size_t n = rp->u.s.len;
     bool bad = n == 0 || n > 1024 || s[0] == '/' || memchr(s, '\0', n);
     for (size_t b = 0, i = 0; !bad && i <= n; i++) {
         if (i == n || s[i] == '/') {
@@ -269,30 +288,30 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu is not a file name inside the "
                          "checkpoint directory",
-                         d->path, SHOWN_NAME(s, n), POS(rp));
+                         d->path, SHOWN_NAME(s, n), (unsigned long long)rp_pos);
     char path[PATH_MAX], real[PATH_MAX], rel[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/%.*s", d->dir, (int)n, s) >= (int)sizeof path ||
         snprintf(rel, sizeof rel, "%s%.*s", d->rel_prefix, (int)n, s) >= (int)sizeof rel)
         return ckpt_fail(d->err, -ENAMETOOLONG, "%s: relative_path at offset %llu is too long",
-                         d->path, POS(rp));
+                         d->path, (unsigned long long)rp_pos);
     int prc = place_resolve(path, real), kind = prc ? PLACE_MISSING : place_kind(real);
     if (kind == PLACE_MISSING) {
         int e = prc ? -prc : ENOENT;
         return ckpt_fail(d->err, -ENOENT,
                          "%s: relative_path \"%.*s\" at offset %llu names a file that cannot be "
                          "opened (%s)",
-                         d->path, SHOWN_NAME(s, n), POS(rp), strerror(e));
+                         d->path, SHOWN_NAME(s, n), (unsigned long long)rp_pos, strerror(e));
     }
     size_t rl = strlen(d->real);
     if (strncmp(real, d->real, rl) != 0 || real[rl] != '/')
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu resolves outside the "
                          "checkpoint directory (to %s)",
-                         d->path, SHOWN_NAME(s, n), POS(rp), real);
+                         d->path, SHOWN_NAME(s, n), (unsigned long long)rp_pos, real);
     if (kind != PLACE_FILE)
         return ckpt_fail(d->err, -EINVAL,
                          "%s: relative_path \"%.*s\" at offset %llu is not a regular file", d->path,
-                         SHOWN_NAME(s, n), POS(rp));
+                         SHOWN_NAME(s, n), (unsigned long long)rp_pos);
     uint32_t src;
     int rc = catalog_add_source(d->cat, path, rel, &src, d->err);
     if (rc) return rc;
@@ -306,7 +325,18 @@ static int open_file(dcp *d, const pk_value *rp, const pk_value *at, uint32_t *i
     return 0;
 }
 
-static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *info) {
+/* A storage_data pair as far as it is read without the file system. */
+typedef struct storage_fields {
+    const char *fqn;
+    size_t fqn_len;
+    uint64_t index_pos, info_pos, offset, length;
+    uint32_t n;
+    bool has_offsets;
+    uint64_t offsets[CKPT_MAX_DIMS];
+} storage_fields;
+
+static int read_storage_head(dcp *d, const pk_value *index, const pk_value *info,
+                             storage_fields *f) {
     char kb[160];
     if (!is_obj(index, T_INDEX))
         return ckpt_fail(d->err, -EINVAL,
@@ -325,18 +355,59 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
                          "_StorageInfo",
                          d->path, SHOWN_NAME(name, name_len), POS(info),
                          kind_of(info, kb, sizeof kb));
+    memset(f, 0, sizeof *f);
+    f->fqn = name;
+    f->fqn_len = name_len;
+    f->index_pos = index->pos;
+    f->info_pos = info->pos;
     const pk_value *off = attr(index, "offset");
-    uint64_t offsets[CKPT_MAX_DIMS];
-    uint32_t n = 0;
-    bool has_offsets = off && off->kind != PK_NONE;
-    int rc =
-        has_offsets ? read_dims(d, off, "MetadataIndex offset", name, name_len, &n, offsets) : 0;
+    f->has_offsets = off && off->kind != PK_NONE;
+    int rc = f->has_offsets
+                 ? read_dims(d, off, "MetadataIndex offset", name, name_len, &f->n, f->offsets)
+                 : 0;
+    if (!rc) rc = read_u64(d, attr(info, "offset"), "offset", name, name_len, info, &f->offset);
+    if (!rc) rc = read_u64(d, attr(info, "length"), "length", name, name_len, info, &f->length);
+    return rc;
+}
+
+/* rec: the pair as a storage_rec (index and info are then NULL), or NULL. */
+static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *info,
+                              const storage_rec *rec) {
+    char kb[160];
+    storage_fields f;
+    int rc = 0;
+    if (rec) {
+        memset(&f, 0, sizeof f);
+        f.fqn = rec->fqn;
+        f.fqn_len = rec->fqn_len;
+        f.index_pos = rec->index_pos;
+        f.info_pos = rec->info_pos;
+        f.offset = rec->offset;
+        f.length = rec->length;
+        f.n = rec->n;
+        f.has_offsets = rec->has_offsets;
+        memcpy(f.offsets, rec->offsets, rec->n * sizeof *f.offsets);
+    } else if ((rc = read_storage_head(d, index, info, &f))) {
+        return rc;
+    }
+    const char *name = f.fqn;
+    size_t name_len = f.fqn_len;
     item *it = &d->items[d->nitems];
     memset(it, 0, sizeof *it);
-    it->at = index;
-    if (!rc) rc = read_u64(d, attr(info, "offset"), "offset", name, name_len, info, &it->offset);
-    if (!rc) rc = read_u64(d, attr(info, "length"), "length", name, name_len, info, &it->length);
-    if (!rc) rc = open_file(d, attr(info, "relative_path"), info, &it->file);
+    it->offset = f.offset;
+    it->length = f.length;
+    if (rec) {
+        rc = open_path(d, rec->rp, rec->rp_len, rec->rp_pos, &it->file);
+    } else {
+        const pk_value *rp = attr(info, "relative_path");
+        if (!rp || rp->kind != PK_STR)
+            return ckpt_fail(d->err, -EINVAL,
+                             "%s: relative_path of the storage entry at offset %llu is %s, not a "
+                             "string",
+                             d->path, POS(rp ? rp : info),
+                             rp ? kind_of(rp, kb, sizeof kb) : "missing");
+        rc = open_path(d, rp->u.s.p, rp->u.s.len, rp->pos, &it->file);
+    }
     if (rc) return rc;
     const ckpt_source *src = &d->cat->sources[d->files[it->file].source];
     uint64_t end;
@@ -344,10 +415,10 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         return ckpt_fail(d->err, -EINVAL,
                          "%s: storage entry of \"%.*s\" at offset %llu: offset %llu + length %llu "
                          "runs past the end of %s (size %llu)",
-                         d->path, SHOWN_NAME(name, name_len), POS(info),
+                         d->path, SHOWN_NAME(name, name_len), (unsigned long long)f.info_pos,
                          (unsigned long long)it->offset, (unsigned long long)it->length,
                          src->relpath, (unsigned long long)src->size);
-    const pk_value *tr = attr(info, "transform_descriptors");
+    const pk_value *tr = rec ? NULL : attr(info, "transform_descriptors");
     if (tr && tr->kind != PK_NONE) {
         if (tr->kind != PK_LIST && tr->kind != PK_TUPLE)
             return ckpt_fail(d->err, -EINVAL,
@@ -358,7 +429,7 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         if (tr->n) it->transforms = tr;
     }
     size_t klen;
-    char *key = item_key(d, name, name_len, offsets, n, has_offsets, &klen);
+    char *key = item_key(d, name, name_len, f.offsets, f.n, f.has_offsets, &klen);
     bool added;
     if (!key || !hm_put(&d->item_by_key, key, klen, d->nitems, &added))
         return ckpt_fail(d->err, -ENOMEM, "out of memory");
@@ -366,7 +437,7 @@ static int read_storage_entry(dcp *d, const pk_value *index, const pk_value *inf
         return ckpt_fail(d->err, -EINVAL,
                          "%s: storage_data lists \"%.*s\" with these offsets twice (second entry "
                          "at offset %llu)",
-                         d->path, SHOWN_NAME(name, name_len), POS(index));
+                         d->path, SHOWN_NAME(name, name_len), (unsigned long long)f.index_pos);
     d->files[it->file].items++;
     d->nitems++;
     return 0;
@@ -382,7 +453,9 @@ static int read_storage_data(dcp *d, const pk_value *sd) {
     if (!d->items || !hm_init(&d->item_by_key, sd->n) || !hm_init(&d->file_by_name, 64))
         return ckpt_fail(d->err, -ENOMEM, "out of memory");
     for (uint32_t i = 0; i < sd->n; i++) {
-        int rc = read_storage_entry(d, sd->u.c.items[2 * i], sd->u.c.items[2 * i + 1]);
+        const pk_value *k = sd->u.c.items[2 * i];
+        int rc = is_rec(k, REC_STORAGE) ? read_storage_entry(d, NULL, NULL, k->u.record)
+                                        : read_storage_entry(d, k, sd->u.c.items[2 * i + 1], NULL);
         if (rc) return rc;
     }
     return 0;
@@ -396,14 +469,13 @@ static item *find_item(dcp *d, const char *fqn, size_t fqn_len, const uint64_t *
     return he ? &d->items[he->value] : NULL;
 }
 
-/* "dir/__0_0.distcp [offset 862]": names one item in messages. */
-static const char *item_label(dcp *d, const item *it) {
+/* "dir/__0_0.distcp [offset 862]": names one item in messages. Written into the caller's
+ * buffer: one kept per chunk would add up to megabytes. */
+static const char *item_label(dcp *d, const item *it, char *buf, size_t size) {
     const ckpt_source *src = &d->cat->sources[d->files[it->file].source];
-    char buf[LABEL_MAX];
-    snprintf(buf, sizeof buf, "%s [item at offset %llu, %llu bytes]", src->path,
+    snprintf(buf, size, "%s [item at offset %llu, %llu bytes]", src->path,
              (unsigned long long)it->offset, (unsigned long long)it->length);
-    const char *s = arena_strdup(&d->mem, buf);
-    return s ? s : "?";
+    return buf;
 }
 
 /* ---- where a key is shown ---- */
@@ -462,7 +534,7 @@ static void warn_limited(dcp *d, const char *fmt, ...) {
 /* ---- tensors ---- */
 
 typedef struct chunk {
-    const pk_value *at;
+    uint64_t pos; /* of its ChunkStorageMetadata, for messages */
     uint64_t offsets[CKPT_MAX_DIMS], sizes[CKPT_MAX_DIMS];
 } chunk;
 
@@ -555,7 +627,7 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
         return ckpt_fail(d->err, -EINVAL,
                          "%s: chunk %u of \"%.*s\" at offset %llu (offsets [%s]) has no "
                          "storage_data entry",
-                         d->path, k, SHOWN_NAME(fqn, len), POS(c->at),
+                         d->path, k, SHOWN_NAME(fqn, len), (unsigned long long)c->pos,
                          dims_text(ob, sizeof ob, c->offsets, ndim));
     it->used = true;
     put_chunk_json(d, chunks_json, it, c, ndim);
@@ -571,7 +643,8 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
                      d->path, k, SHOWN_NAME(fqn, len));
         return 0;
     }
-    const char *label = item_label(d, it);
+    char label_buf[LABEL_MAX];
+    const char *label = item_label(d, it, label_buf, sizeof label_buf);
     torch_embedded e;
     int rc = torch_zip_read_embedded(d->cat, d->files[it->file].source, it->offset, it->length,
                                      label, fqn, len, &e, d->err);
@@ -625,7 +698,7 @@ static int read_chunks(dcp *d, const pk_value *list, const char *fqn, size_t len
     for (uint32_t k = 0; k < list->n && !rc; k++) {
         const pk_value *v = list->u.c.items[k];
         uint32_t no = 0, ns = 0;
-        c[k].at = v;
+        c[k].pos = v->pos;
         if (!is_obj(v, T_CHUNK_MD)) {
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: chunk %u of \"%.*s\" at offset %llu is a %s, not a "
@@ -674,24 +747,68 @@ static int check_overlaps(dcp *d, const chunk *c, uint32_t n, uint32_t ndim, con
                                  "at offset %llu overlap without being replicas of one box",
                                  d->path, i, dims_text(ab, sizeof ab, c[i].offsets, ndim), j,
                                  dims_text(bb, sizeof bb, c[j].offsets, ndim), SHOWN_NAME(fqn, len),
-                                 POS(c[j].at));
+                                 (unsigned long long)c[j].pos);
+    return 0;
+}
+
+/* What a TensorStorageMetadata says, checked: dtype, requires_grad, size and chunk boxes. */
+typedef struct tensor_md {
+    ckpt_dtype dt;
+    bool requires_grad;
+    uint32_t ndim, n;
+    uint64_t size[CKPT_MAX_DIMS];
+    chunk *c; /* n chunks, malloc'd */
+} tensor_md;
+
+static int read_tensor_md(dcp *d, const char *fqn, size_t len, const pk_value *md, tensor_md *t) {
+    memset(t, 0, sizeof *t);
+    t->dt = CKPT_U8;
+    int rc = read_properties(d, md, fqn, len, &t->dt, &t->requires_grad);
+    if (!rc) rc = read_dims(d, attr(md, "size"), "size", fqn, len, &t->ndim, t->size);
+    if (!rc) rc = read_chunks(d, attr(md, "chunks"), fqn, len, t->ndim, t->size, &t->c, &t->n);
+    if (!rc) rc = check_overlaps(d, t->c, t->n, t->ndim, fqn, len);
+    if (rc) {
+        free(t->c);
+        t->c = NULL;
+    }
+    return rc;
+}
+
+static int unpack_tensor(const tensor_rec *r, tensor_md *t, ckpt_err *err) {
+    memset(t, 0, sizeof *t);
+    t->dt = r->dt;
+    t->requires_grad = r->requires_grad;
+    t->ndim = r->ndim;
+    t->n = r->n;
+    if (!(t->c = calloc(r->n ? r->n : 1, sizeof *t->c)))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    const uint64_t *v = r->v;
+    memcpy(t->size, v, r->ndim * sizeof *v);
+    v += r->ndim;
+    for (uint32_t k = 0; k < r->n; k++) {
+        t->c[k].pos = *v++;
+        memcpy(t->c[k].offsets, v, r->ndim * sizeof *v);
+        v += r->ndim;
+        memcpy(t->c[k].sizes, v, r->ndim * sizeof *v);
+        v += r->ndim;
+    }
     return 0;
 }
 
 static int load_tensor(dcp *d, const pk_value *key, const pk_value *md) {
     const char *fqn = key->u.s.p;
     size_t len = key->u.s.len;
-    ckpt_dtype dt = CKPT_U8;
-    bool requires_grad = false;
-    uint64_t size[CKPT_MAX_DIMS];
-    uint32_t ndim = 0, n = 0;
-    int rc = read_properties(d, md, fqn, len, &dt, &requires_grad);
-    if (!rc) rc = read_dims(d, attr(md, "size"), "size", fqn, len, &ndim, size);
-    chunk *c = NULL;
-    if (!rc) rc = read_chunks(d, attr(md, "chunks"), fqn, len, ndim, size, &c, &n);
-    if (!rc) rc = check_overlaps(d, c, n, ndim, fqn, len);
+    tensor_md t;
+    int rc = is_rec(md, REC_TENSOR) ? unpack_tensor(md->u.record, &t, d->err)
+                                    : read_tensor_md(d, fqn, len, md, &t);
+    if (rc) return rc;
+    ckpt_dtype dt = t.dt;
+    bool requires_grad = t.requires_grad;
+    uint32_t ndim = t.ndim, n = t.n;
+    const uint64_t *size = t.size;
+    chunk *c = t.c;
     size_t index = 0;
-    if (!rc) rc = add_placed_tensor(d, fqn, len, dt, ndim, size, &index);
+    rc = add_placed_tensor(d, fqn, len, dt, ndim, size, &index);
     if (rc) {
         free(c);
         return rc;
@@ -741,6 +858,99 @@ static int load_tensor(dcp *d, const pk_value *key, const pk_value *md) {
     free(replica);
     free(c);
     return rc;
+}
+
+/* ---- reading entries while the pickle is parsed ---- */
+
+/* A TensorStorageMetadata that reads cleanly, as a record; NULL when it does not (it then stays
+ * a tree and load_tensor says what is wrong, in the order it always has). */
+static pk_value *tensor_record(dcp *d, pk_doc *doc, const pk_value *key, const pk_value *md,
+                               bool *oom) {
+    tensor_md t;
+    if (read_tensor_md(d, key->u.s.p, key->u.s.len, md, &t)) return NULL;
+    size_t words = t.ndim + (size_t)t.n * (1 + 2 * (size_t)t.ndim);
+    tensor_rec *r = arena_alloc(&doc->mem, sizeof *r + words * sizeof(uint64_t));
+    pk_value *v = r ? pk_new_record(doc, REC_TENSOR, r, md->pos) : NULL;
+    if (v) {
+        r->dt = t.dt;
+        r->requires_grad = t.requires_grad;
+        r->ndim = t.ndim;
+        r->n = t.n;
+        uint64_t *w = r->v;
+        memcpy(w, t.size, t.ndim * sizeof *w);
+        w += t.ndim;
+        for (uint32_t k = 0; k < t.n; k++) {
+            *w++ = t.c[k].pos;
+            memcpy(w, t.c[k].offsets, t.ndim * sizeof *w);
+            w += t.ndim;
+            memcpy(w, t.c[k].sizes, t.ndim * sizeof *w);
+            w += t.ndim;
+        }
+    }
+    free(t.c);
+    *oom = !v;
+    return v;
+}
+
+/* A storage_data pair that reads cleanly and has no transforms, as a record; else NULL. */
+static pk_value *storage_record(dcp *d, pk_doc *doc, const pk_value *index, const pk_value *info,
+                                bool *oom) {
+    storage_fields f;
+    if (read_storage_head(d, index, info, &f)) return NULL;
+    const pk_value *rp = attr(info, "relative_path"), *tr = attr(info, "transform_descriptors");
+    if (!rp || rp->kind != PK_STR) return NULL;
+    if (tr && tr->kind != PK_NONE && ((tr->kind != PK_LIST && tr->kind != PK_TUPLE) || tr->n))
+        return NULL;
+    storage_rec *r = arena_alloc(&doc->mem, sizeof *r + f.n * sizeof(uint64_t));
+    pk_value *v = r ? pk_new_record(doc, REC_STORAGE, r, index->pos) : NULL;
+    if (!v) {
+        *oom = true;
+        return NULL;
+    }
+    r->fqn = f.fqn;
+    r->fqn_len = f.fqn_len;
+    r->rp = rp->u.s.p;
+    r->rp_len = rp->u.s.len;
+    r->index_pos = f.index_pos;
+    r->info_pos = f.info_pos;
+    r->rp_pos = rp->pos;
+    r->offset = f.offset;
+    r->length = f.length;
+    r->n = f.n;
+    r->has_offsets = f.has_offsets;
+    memcpy(r->offsets, f.offsets, f.n * sizeof *r->offsets);
+    v->flags |= PK_SHARED; /* it stands for both the key and the value */
+    return v;
+}
+
+/* Metadata.planner_data is being filled: the Metadata object at the bottom of the stack, its
+ * state dict above it, then key/value pairs up to "planner_data". */
+static bool filling_planner_data(const pk_pair_site *site) {
+    size_t n = site->nbelow;
+    return n >= 3 && n % 2 == 1 && is_obj(site->below[0], T_METADATA) &&
+           site->below[1]->kind == PK_DICT && pk_is_str(site->below[n - 1], "planner_data");
+}
+
+static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **key,
+                   pk_value **value, ckpt_err *err) {
+    dcp *d = ctx;
+    ckpt_err quiet, *keep = d->err;
+    d->err = &quiet; /* what does not read cleanly is read again, and explained, later */
+    bool oom = false;
+    pk_value *rec = NULL;
+    if ((*key)->kind == PK_STR && is_obj(*value, T_TENSOR_MD)) {
+        if ((rec = tensor_record(d, doc, *key, *value, &oom))) *value = rec;
+    } else if (is_obj(*key, T_INDEX) && !pk_shared(*key) && is_obj(*value, T_STORAGE_INFO)) {
+        if ((rec = storage_record(d, doc, *key, *value, &oom))) *key = *value = rec;
+    } else if (((*value)->kind == PK_TUPLE || (*value)->kind == PK_LIST) &&
+               filling_planner_data(site)) {
+        if (!d->dropped && (d->dropped = pk_new_record(doc, REC_DROPPED, NULL, 0)))
+            d->dropped->flags |= PK_SHARED;
+        if (d->dropped) *value = d->dropped;
+        oom = !d->dropped;
+    }
+    d->err = keep;
+    return oom ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
 }
 
 /* ---- BYTE_IO items ---- */
@@ -828,7 +1038,8 @@ static int load_bytes(dcp *d, const pk_value *key) {
                      d->path, SHOWN_NAME(fqn, len));
         return 0;
     }
-    const char *label = item_label(d, it);
+    char label_buf[LABEL_MAX];
+    const char *label = item_label(d, it, label_buf, sizeof label_buf);
     torch_embedded e;
     ckpt_err why;
     int rc = torch_zip_read_embedded(d->cat, d->files[it->file].source, it->offset, it->length,
@@ -999,7 +1210,7 @@ static int read_metadata(dcp *d, const pk_value *root, const char *doc_key) {
             rc = ckpt_fail(d->err, -EINVAL,
                            "%s: state_dict_metadata key at offset %llu is a %s, not a string",
                            d->path, POS(key), kind_of(key, kb, sizeof kb));
-        else if (is_obj(md, T_TENSOR_MD))
+        else if (is_obj(md, T_TENSOR_MD) || is_rec(md, REC_TENSOR))
             rc = load_tensor(d, key, md);
         else if (is_obj(md, T_BYTES_MD))
             rc = load_bytes(d, key);
@@ -1086,7 +1297,8 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
     if (!rc) {
         /* torch's own globals (Size, dtypes, _get_layout ...) plus the DCP classes. */
         pk_table tables[2] = {pk_torch_globals, dcp_table};
-        pk_options opt = {d.path, 0, tables, 2, {0, 0, 0}};
+        pk_hooks hooks = {&d, on_pair};
+        pk_options opt = {d.path, 0, tables, 2, {0, 0, 0}, &hooks};
         rc = pk_parse(&pd, data, (size_t)size, &opt, err);
         /* Every way the pickle can end early says so. */
         size_t used = strlen(err->msg);

@@ -109,10 +109,26 @@ typedef struct loader {
     const pk_table *extra_globals; /* a caller's table besides torch's, or NULL */
 } loader;
 
+/* What a persistent id ("storage", class, key, location, numel) says. Key and location point
+ * into the pickle. */
+typedef struct storage_ref {
+    const pk_global *cls;
+    const char *key, *location;
+    size_t key_len, location_len;
+    uint64_t numel;
+    uint64_t pos; /* of the persistent id, for messages */
+} storage_ref;
+
 /* What a rebuild call says about one tensor. */
 typedef struct tensor_desc {
+    uint64_t pos; /* of the call */
     const pk_value *persid;
     const pk_value *dtype; /* v3 only */
+    storage_ref ref;       /* read from persid */
+    /* dtype, read: the global (NULL when it is no global) and its offset */
+    bool has_dtype;
+    const pk_global *dtype_g;
+    uint64_t dtype_pos;
     uint64_t storage_offset;
     uint32_t ndim;
     uint64_t shape[CKPT_MAX_DIMS], stride[CKPT_MAX_DIMS];
@@ -127,17 +143,33 @@ static const char *shown_name(loader *l) {
     return ckpt_shown(l->name.data, l->name.len);
 }
 
+static int tensor_fail_at(loader *l, uint64_t pos, const char *fmt, va_list ap) {
+    char what[320];
+    vsnprintf(what, sizeof what, fmt, ap);
+    const char *name = shown_name(l);
+    return ckpt_fail(l->err, -EINVAL, "%s: tensor \"%.*s\": %s (at offset %llu)", l->label, -1,
+                     name, what, (unsigned long long)pos);
+}
+
 static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int tensor_fail(loader *l, const pk_value *at, const char *fmt, ...) {
-    char what[320];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    int rc = tensor_fail_at(l, at ? at->pos : 0, fmt, ap);
     va_end(ap);
-    const char *name = shown_name(l);
-    return ckpt_fail(l->err, -EINVAL, "%s: tensor \"%.*s\": %s (at offset %llu)", l->label, -1,
-                     name, what, at ? POS(at) : 0ull);
+    return rc;
+}
+
+/* The same for a value already read into a record: by its offset. */
+static int tensor_fail_pos(loader *l, uint64_t pos, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tensor_fail_pos(loader *l, uint64_t pos, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tensor_fail_at(l, pos, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* ---- reading arguments ---- */
@@ -256,7 +288,7 @@ static int describe_tensor(loader *l, const pk_global *g, const pk_value *args, 
 /* ---- storages ---- */
 
 /* The bytes of storage `key` in a zip: record <archive>/data/<key>, numel x esz bytes. */
-static int locate_record(loader *l, const pk_value *persid, const char *key, size_t klen,
+static int locate_record(loader *l, uint64_t persid_pos, const char *key, size_t klen,
                          const pk_global *cls, uint64_t numel, storage *s) {
     strbuf rec;
     sb_init(&rec);
@@ -270,18 +302,18 @@ static int locate_record(loader *l, const pk_value *persid, const char *key, siz
     const zip_entry *e = zip_find(&l->zip, rec.data, rec.len);
     int rc = 0;
     if (!e) {
-        rc = tensor_fail(l, persid,
-                         "persistent id names storage \"%.*s\" but the archive has no record "
-                         "\"%.*s\"",
-                         SHOWN_NAME(key, klen), SHOWN_NAME(rec.data, rec.len));
+        rc = tensor_fail_pos(l, persid_pos,
+                             "persistent id names storage \"%.*s\" but the archive has no record "
+                             "\"%.*s\"",
+                             SHOWN_NAME(key, klen), SHOWN_NAME(rec.data, rec.len));
     } else if (!(rc = zip_data_offset(&l->zip, e, &s->offset, l->err))) {
         uint64_t want;
         if (__builtin_mul_overflow(numel, (uint64_t)cls->esz, &want) || want != e->usize)
-            rc = tensor_fail(l, persid,
-                             "storage \"%.*s\" declares %llu elements of %u bytes but record "
-                             "\"%.*s\" holds %llu bytes",
-                             SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
-                             SHOWN_NAME(rec.data, rec.len), (unsigned long long)e->usize);
+            rc = tensor_fail_pos(l, persid_pos,
+                                 "storage \"%.*s\" declares %llu elements of %u bytes but record "
+                                 "\"%.*s\" holds %llu bytes",
+                                 SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
+                                 SHOWN_NAME(rec.data, rec.len), (unsigned long long)e->usize);
         s->nbytes = e->usize;
     }
     sb_free(&rec);
@@ -289,32 +321,34 @@ static int locate_record(loader *l, const pk_value *persid, const char *key, siz
 }
 
 /* The bytes of storage `key` in a legacy file: found by the scan of the storage section. */
-static int locate_legacy(loader *l, const pk_value *persid, const char *key, size_t klen,
+static int locate_legacy(loader *l, uint64_t persid_pos, const char *key, size_t klen,
                          const pk_global *cls, uint64_t numel, storage *s) {
     const hm_entry *he = hm_get(&l->legacy_by_key, key, klen);
     if (!he) /* cannot happen: every persistent id was collected */
-        return tensor_fail(l, persid,
-                           "persistent id names storage \"%.*s\" but the file's storage list "
-                           "does not",
-                           SHOWN_NAME(key, klen));
+        return tensor_fail_pos(l, persid_pos,
+                               "persistent id names storage \"%.*s\" but the file's storage list "
+                               "does not",
+                               SHOWN_NAME(key, klen));
     const legacy_storage *ls = &l->legacy_storages[he->value];
     if (ls->numel == UINT64_MAX)
-        return tensor_fail(l, persid,
-                           "persistent id names storage \"%.*s\" but the file's storage list "
-                           "does not",
-                           SHOWN_NAME(key, klen));
+        return tensor_fail_pos(l, persid_pos,
+                               "persistent id names storage \"%.*s\" but the file's storage list "
+                               "does not",
+                               SHOWN_NAME(key, klen));
     if (ls->numel != numel || ls->esz != cls->esz)
-        return tensor_fail(l, persid,
-                           "storage \"%.*s\" declares %llu elements of %u bytes but its data at "
-                           "offset %llu holds %llu elements of %u bytes",
-                           SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
-                           (unsigned long long)ls->offset, (unsigned long long)ls->numel, ls->esz);
+        return tensor_fail_pos(
+            l, persid_pos,
+            "storage \"%.*s\" declares %llu elements of %u bytes but its data at "
+            "offset %llu holds %llu elements of %u bytes",
+            SHOWN_NAME(key, klen), (unsigned long long)numel, cls->esz,
+            (unsigned long long)ls->offset, (unsigned long long)ls->numel, ls->esz);
     s->offset = ls->offset;
     s->nbytes = ls->numel * ls->esz;
     return 0;
 }
 
-static int find_storage(loader *l, const pk_value *persid, size_t *index) {
+/* Reads a persistent id ("storage", class, key, location, numel); nothing is looked up. */
+static int read_persid(loader *l, const pk_value *persid, storage_ref *ref) {
     char gname[160];
     if (persid->kind != PK_PERSID)
         return tensor_fail(l, persid, "storage argument is a %s, not a persistent id",
@@ -338,11 +372,23 @@ static int find_storage(loader *l, const pk_value *persid, size_t *index) {
                            pk_global_name(cls, gname, sizeof gname), cls->note);
     if (f[2]->kind != PK_STR) return tensor_fail(l, f[2], "storage key is not a string");
     if (f[3]->kind != PK_STR) return tensor_fail(l, f[3], "storage location is not a string");
-    uint64_t numel;
-    if (!as_u64(f[4], &numel))
+    if (!as_u64(f[4], &ref->numel))
         return tensor_fail(l, f[4], "storage numel is not a non-negative int");
-    const char *key = f[2]->u.s.p;
-    size_t klen = f[2]->u.s.len;
+    ref->cls = cls;
+    ref->key = f[2]->u.s.p;
+    ref->key_len = f[2]->u.s.len;
+    ref->location = f[3]->u.s.p;
+    ref->location_len = f[3]->u.s.len;
+    ref->pos = persid->pos;
+    return 0;
+}
+
+static int find_storage(loader *l, const storage_ref *ref, size_t *index) {
+    char gname[160];
+    const pk_global *cls = ref->cls;
+    uint64_t numel = ref->numel;
+    const char *key = ref->key;
+    size_t klen = ref->key_len;
 
     bool added;
     hm_entry *he = hm_put(&l->storage_by_key, key, klen, l->nstorages, &added);
@@ -350,12 +396,13 @@ static int find_storage(loader *l, const pk_value *persid, size_t *index) {
     if (!added) {
         const storage *s = &l->storages[he->value];
         if (s->cls != cls || s->numel != numel)
-            return tensor_fail(l, persid,
-                               "storage \"%.*s\" is described as %s of %llu elements here but as "
-                               "%s.%s of %llu elements before",
-                               SHOWN_NAME(key, klen), pk_global_name(cls, gname, sizeof gname),
-                               (unsigned long long)numel, s->cls->module, s->cls->name,
-                               (unsigned long long)s->numel);
+            return tensor_fail_pos(
+                l, ref->pos,
+                "storage \"%.*s\" is described as %s of %llu elements here but as "
+                "%s.%s of %llu elements before",
+                SHOWN_NAME(key, klen), pk_global_name(cls, gname, sizeof gname),
+                (unsigned long long)numel, s->cls->module, s->cls->name,
+                (unsigned long long)s->numel);
         *index = he->value;
         return 0;
     }
@@ -363,15 +410,15 @@ static int find_storage(loader *l, const pk_value *persid, size_t *index) {
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
     storage *s = &l->storages[l->nstorages];
     memset(s, 0, sizeof *s);
-    int rc = l->legacy ? locate_legacy(l, persid, key, klen, cls, numel, s)
-                       : locate_record(l, persid, key, klen, cls, numel, s);
+    int rc = l->legacy ? locate_legacy(l, ref->pos, key, klen, cls, numel, s)
+                       : locate_record(l, ref->pos, key, klen, cls, numel, s);
     if (rc) return rc;
     s->key = key;
     s->key_len = klen;
     s->cls = cls;
     s->numel = numel;
-    s->location = f[3]->u.s.p;
-    s->location_len = f[3]->u.s.len;
+    s->location = ref->location;
+    s->location_len = ref->location_len;
     *index = l->nstorages++;
     return 0;
 }
@@ -387,37 +434,83 @@ static bool row_major(const tensor_desc *td) {
     return true;
 }
 
-/* Resolves a rebuild call to its dtype, layout and storage, checking that every element it
- * addresses lies inside the storage; *file_offset is where element 0 lives. (A DCP reader needs
- * exactly this for the one tensor of each embedded archive.) */
+/* ---- tensors read while the pickle is parsed ---- */
+
+enum { REC_TENSOR = 1 };
+
+/* A rebuild call read into a record: td without the pointers into the tree, and its shape and
+ * stride in dims. */
+typedef struct tensor_rec {
+    uint64_t pos, storage_offset, dtype_pos;
+    storage_ref ref;
+    const pk_global *dtype_g;
+    uint32_t ndim;
+    bool has_dtype, requires_grad;
+    uint64_t dims[]; /* shape[ndim], stride[ndim] */
+} tensor_rec;
+
+static bool is_tensor_rec(const pk_value *v) {
+    return v && v->kind == PK_RECORD && v->n == REC_TENSOR;
+}
+
+/* Everything a rebuild call says that is read without the archive. */
+static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
+    memset(td, 0, sizeof *td);
+    if (is_tensor_rec(v)) {
+        const tensor_rec *r = v->u.record;
+        td->pos = r->pos;
+        td->storage_offset = r->storage_offset;
+        td->dtype_pos = r->dtype_pos;
+        td->ref = r->ref;
+        td->dtype_g = r->dtype_g;
+        td->has_dtype = r->has_dtype;
+        td->requires_grad = r->requires_grad;
+        td->ndim = r->ndim;
+        memcpy(td->shape, r->dims, r->ndim * sizeof *r->dims);
+        memcpy(td->stride, r->dims + r->ndim, r->ndim * sizeof *r->dims);
+        return 0;
+    }
+    td->pos = v->pos;
+    int rc = describe_tensor(l, pk_call_global(v), v->u.call.args, v, 0, td);
+    if (!rc) rc = read_persid(l, td->persid, &td->ref);
+    if (!rc && td->dtype) {
+        td->has_dtype = true;
+        td->dtype_g = td->dtype->kind == PK_GLOBAL ? td->dtype->u.global : NULL;
+        td->dtype_pos = td->dtype->pos;
+    }
+    td->persid = td->dtype = NULL; /* what follows works from what was read */
+    return rc;
+}
+
+/* Resolves a rebuild call (or its record) to its dtype, layout and storage, checking that
+ * every element it addresses lies inside the storage; *file_offset is where element 0 lives.
+ * (A DCP reader needs exactly this for the one tensor of each embedded archive.) */
 static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dtype *dtype_out,
                           uint64_t *file_offset, size_t *storage_index) {
-    memset(td, 0, sizeof *td);
     char gname[160];
-    int rc = describe_tensor(l, pk_call_global(v), v->u.call.args, v, 0, td);
+    int rc = read_tensor(l, v, td);
     size_t si = 0;
-    if (!rc) rc = find_storage(l, td->persid, &si);
+    if (!rc) rc = find_storage(l, &td->ref, &si);
     if (rc) return rc;
     const storage *s = &l->storages[si];
 
     ckpt_dtype dtype;
     uint64_t esz, storage_elems;
-    if (td->dtype) {
-        const pk_value *dt = td->dtype;
-        if (dt->kind != PK_GLOBAL || dt->u.global->tag != PK_G_DTYPE)
-            return tensor_fail(l, dt, "dtype argument is not a torch dtype");
-        if (dt->u.global->dtype < 0)
-            return tensor_fail(l, dt, "dtype %s (%s) is not supported",
-                               pk_global_name(dt->u.global, gname, sizeof gname),
-                               dt->u.global->note);
-        dtype = (ckpt_dtype)dt->u.global->dtype;
-        esz = dt->u.global->esz;
+    if (td->has_dtype) {
+        const pk_global *dg = td->dtype_g;
+        if (!dg || dg->tag != PK_G_DTYPE)
+            return tensor_fail_pos(l, td->dtype_pos, "dtype argument is not a torch dtype");
+        if (dg->dtype < 0)
+            return tensor_fail_pos(l, td->dtype_pos, "dtype %s (%s) is not supported",
+                                   pk_global_name(dg, gname, sizeof gname), dg->note);
+        dtype = (ckpt_dtype)dg->dtype;
+        esz = dg->esz;
         if (s->nbytes % esz)
-            return tensor_fail(l, dt,
-                               "storage \"%.*s\" of %llu bytes is not a whole number of "
-                               "%s elements",
-                               SHOWN_NAME(s->key, s->key_len), (unsigned long long)s->nbytes,
-                               pk_global_name(dt->u.global, gname, sizeof gname));
+            return tensor_fail_pos(l, td->dtype_pos,
+                                   "storage \"%.*s\" of %llu bytes is not a whole number of "
+                                   "%s elements",
+                                   SHOWN_NAME(s->key, s->key_len), (unsigned long long)s->nbytes,
+                                   pk_global_name(dg, gname, sizeof gname));
         storage_elems = s->nbytes / esz;
     } else {
         if (s->cls->dtype < 0)
@@ -510,7 +603,8 @@ static int add_tensor(loader *l, const pk_value *v) {
     t->storage_offset = td.storage_offset;
     t->stride_at = l->nstrides;
     t->ndim = td.ndim;
-    memcpy(l->strides + l->nstrides, td.stride, td.ndim * sizeof *td.stride);
+    if (td.ndim) /* a 0-d tensor first: no strides allocated yet */
+        memcpy(l->strides + l->nstrides, td.stride, td.ndim * sizeof *td.stride);
     l->nstrides += td.ndim;
     t->requires_grad = td.requires_grad;
     return 0;
@@ -519,6 +613,7 @@ static int add_tensor(loader *l, const pk_value *v) {
 /* ---- walking the saved object ---- */
 
 static bool is_tensor(const pk_value *v) {
+    if (is_tensor_rec(v)) return true;
     const pk_global *g = pk_call_global(v);
     if (!g) return false;
     switch (g->tag) {
@@ -817,11 +912,47 @@ static int check_records(loader *l, strbuf *doc) {
     return 0;
 }
 
+/* The parse's hook: a dict's tensor that reads cleanly becomes a record at once, so a state
+ * dict never stands whole as a tree. One that does not stays a call, and the walk says what is
+ * wrong with it, in the order it always has. */
+static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **key,
+                   pk_value **value, ckpt_err *err) {
+    (void)site;
+    (void)key;
+    loader *l = ctx;
+    const pk_global *g = pk_call_global(*value);
+    if (!g || !is_tensor(*value) || g->tag == PK_G_REBUILD_OTHER) return 0;
+    ckpt_err quiet, *keep = l->err;
+    l->err = &quiet;
+    tensor_desc td;
+    bool clean =
+        read_tensor(l, *value, &td) == 0 &&
+        (!td.has_dtype || (td.dtype_g && td.dtype_g->tag == PK_G_DTYPE && td.dtype_g->dtype >= 0));
+    l->err = keep;
+    if (!clean) return 0;
+    tensor_rec *r = arena_alloc(&doc->mem, sizeof *r + 2 * (size_t)td.ndim * sizeof *r->dims);
+    pk_value *rec = r ? pk_new_record(doc, REC_TENSOR, r, td.pos) : NULL;
+    if (!rec) return ckpt_fail(err, -ENOMEM, "out of memory");
+    r->pos = td.pos;
+    r->storage_offset = td.storage_offset;
+    r->dtype_pos = td.dtype_pos;
+    r->ref = td.ref;
+    r->dtype_g = td.dtype_g;
+    r->ndim = td.ndim;
+    r->has_dtype = td.has_dtype;
+    r->requires_grad = td.requires_grad;
+    memcpy(r->dims, td.shape, td.ndim * sizeof *r->dims);
+    memcpy(r->dims + td.ndim, td.stride, td.ndim * sizeof *r->dims);
+    *value = rec;
+    return 0;
+}
+
 /* Walks the saved object into tensors and metadata; `doc` is the open "torch" document. */
-static int finish(loader *l, const pk_doc *pd, strbuf *doc) {
+static int finish(loader *l, pk_doc *pd, strbuf *doc) {
     /* Shared values (tied weights) are visited once per reference: allow a few passes. */
     l->budget = 4 * pd->values + 1024;
     int rc = walk(l, pd->root, 0);
+    pk_free(pd); /* before the sidecars are written: the two would add up */
     if (rc || l->embedded) return rc;
     rc = set_extras(l);
     if (!rc) {
@@ -855,7 +986,9 @@ static int load_zip(loader *l, strbuf *doc) {
     if (!rc) {
         const pk_table tables[2] = {pk_torch_globals,
                                     l->extra_globals ? *l->extra_globals : pk_torch_globals};
-        pk_options opt = {l->label, pkl_offset, tables, l->extra_globals ? 2 : 1, {0, 0, 0}};
+        pk_hooks hooks = {l, on_pair};
+        pk_options opt = {l->label,  pkl_offset, tables, l->extra_globals ? 2 : 1,
+                          {0, 0, 0}, &hooks};
         rc = pk_parse(&pd, data, len, &opt, l->err);
     }
     if (!rc) {
@@ -876,21 +1009,36 @@ static int collect_legacy_storages(loader *l, const pk_value *v, int depth, size
                                    size_t *cap) {
     int rc = spend(l, v);
     if (rc || depth > MAX_DEPTH) return rc;
+    const char *key;
+    size_t key_len;
+    unsigned esz;
     switch ((pk_kind)v->kind) {
+    case PK_RECORD:
     case PK_PERSID: {
-        const pk_value *id = v->u.persid;
-        if (id->kind != PK_TUPLE || id->n < 5 || id->u.c.items[1]->kind != PK_GLOBAL ||
-            id->u.c.items[2]->kind != PK_STR || id->u.c.items[4]->kind != PK_INT)
-            return 0; /* find_storage explains what is wrong, if a tensor uses it */
-        const pk_value *key = id->u.c.items[2];
+        if (is_tensor_rec(v)) {
+            const tensor_rec *r = v->u.record;
+            key = r->ref.key;
+            key_len = r->ref.key_len;
+            esz = r->ref.cls->esz;
+        } else if (v->kind == PK_PERSID) {
+            const pk_value *id = v->u.persid;
+            if (id->kind != PK_TUPLE || id->n < 5 || id->u.c.items[1]->kind != PK_GLOBAL ||
+                id->u.c.items[2]->kind != PK_STR || id->u.c.items[4]->kind != PK_INT)
+                return 0; /* find_storage explains what is wrong, if a tensor uses it */
+            key = id->u.c.items[2]->u.s.p;
+            key_len = id->u.c.items[2]->u.s.len;
+            esz = id->u.c.items[1]->u.global->esz;
+        } else {
+            return 0;
+        }
         bool added;
-        hm_entry *he = hm_put(&l->legacy_by_key, key->u.s.p, key->u.s.len, *n, &added);
+        hm_entry *he = hm_put(&l->legacy_by_key, key, key_len, *n, &added);
         if (!he) return ckpt_fail(l->err, -ENOMEM, "out of memory");
         if (!added) return 0;
         if (GROW(l->legacy_storages, *cap, *n + 1))
             return ckpt_fail(l->err, -ENOMEM, "out of memory");
         legacy_storage *ls = &l->legacy_storages[(*n)++];
-        ls->esz = id->u.c.items[1]->u.global->esz;
+        ls->esz = esz;
         ls->numel = UINT64_MAX; /* not found in the storage section yet */
         ls->offset = 0;
         return 0;
@@ -931,7 +1079,8 @@ static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
         int i;
         for (i = 0; i < 5 && !rc; i++) {
             snprintf(l->label, sizeof l->label, "%s: %s pickle", l->path, what[i]);
-            pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}};
+            pk_hooks hooks = {l, on_pair};
+            pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}, &hooks};
             rc = pk_parse(&pd[i], *buf + at, (size_t)window - at, &opt, l->err);
             if (!rc) at += pd[i].end;
         }

@@ -1,12 +1,15 @@
 /* libFuzzer harness: the restricted unpickler (core/pickle.h) on raw bytes.
  *
- * Each input is parsed twice — with the default limits and with tight ones, so the limit paths
- * run too — and a parsed tree is walked (shared and cyclic values included, under a visit
- * budget) checking the shapes its users rely on, then turned into JSON, which must parse. */
+ * Each input is parsed three times — with the default limits, with tight ones, so the limit
+ * paths run too, and with a hook that swaps dict keys and values for records, so that the
+ * recycling of what they held runs (ASan sees a node used after it was recycled) — and a
+ * parsed tree is walked (shared and cyclic values included, under a visit budget) checking the
+ * shapes its users rely on, then turned into JSON, which must parse. */
 #include "fuzz_common.h"
 #include "pickle.h"
 
 static size_t visits;
+static bool hooked; /* records may stand in the tree */
 
 static void walk(const pk_value *v, int depth) {
     FZ_CHECK(v != NULL, "NULL value in the tree");
@@ -56,17 +59,45 @@ static void walk(const pk_value *v, int depth) {
     case PK_PERSID:
         walk(v->u.persid, depth + 1);
         return;
+    case PK_RECORD:
+        if (hooked) return;
+        break;
     case PK_MARK:
         break;
     }
     fz_die("value of kind %u (%s) in a finished tree", v->kind, pk_kind_name(v->kind));
 }
 
-static void parse_once(const uint8_t *data, size_t size, pk_limits lim) {
+/* Swaps about a third of the values, some keys, and some pairs for one shared record (as the
+ * DCP reader does), by the offsets of what they replace. */
+static int swap_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **key,
+                     pk_value **value, ckpt_err *err) {
+    (void)ctx;
+    FZ_CHECK(site->dict && site->dict->kind == PK_DICT, "a pair offered outside a dict");
+    FZ_CHECK(!pk_shared(*value), "a shared value offered");
+    for (size_t i = 0; i < site->nbelow; i++) FZ_CHECK(site->below[i], "NULL under the dict");
+    uint64_t pos = (*value)->pos;
+    pk_value *rec = NULL;
+    if (pos % 3 == 0 || (pos % 7 == 0 && !pk_shared(*key)) || (pos % 5 == 0 && !pk_shared(*key)))
+        if (!(rec = pk_new_record(doc, 1, NULL, pos))) return ckpt_fail(err, -ENOMEM, "oom");
+    if (pos % 3 == 0) {
+        *value = rec;
+    } else if (pos % 7 == 0 && !pk_shared(*key)) {
+        rec->flags |= PK_SHARED;
+        *key = *value = rec;
+    } else if (pos % 5 == 0 && !pk_shared(*key)) {
+        *key = rec;
+    }
+    return 0;
+}
+
+static void parse_once(const uint8_t *data, size_t size, pk_limits lim, bool hook) {
     pk_doc doc;
     ckpt_err err;
     err.msg[0] = '\0';
-    pk_options opt = {"fuzz.pkl", 1000, &pk_torch_globals, 1, lim};
+    pk_hooks hooks = {NULL, swap_pair};
+    pk_options opt = {"fuzz.pkl", 1000, &pk_torch_globals, 1, lim, hook ? &hooks : NULL};
+    hooked = hook;
     int rc = pk_parse(&doc, (const char *)data, size, &opt, &err);
     if (rc) {
         FZ_CHECK(rc < 0 && err.msg[0], "pk_parse failed (%d) without a message", rc);
@@ -87,7 +118,8 @@ static void parse_once(const uint8_t *data, size_t size, pk_limits lim) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_json_lenient = true; /* dict keys may repeat in a pickle; Python keeps the last */
-    parse_once(data, size, (pk_limits){0, 0, 0});
-    parse_once(data, size, (pk_limits){8, 4, 64});
+    parse_once(data, size, (pk_limits){0, 0, 0}, false);
+    parse_once(data, size, (pk_limits){8, 4, 64}, false);
+    parse_once(data, size, (pk_limits){0, 0, 0}, true);
     return 0;
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static const pk_options default_opts = {"unit.pkl", 1000, &pk_torch_globals, 1, {0, 0, 0}};
+static const pk_options default_opts = {"unit.pkl", 1000, &pk_torch_globals, 1, {0, 0, 0}, NULL};
 
 static int parse(pk_doc *doc, const char *data, size_t len, ckpt_err *err) {
     return pk_parse(doc, data, len, &default_opts, err);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 static int parse_with(pk_doc *doc, const void *data, size_t len, pk_limits lim, ckpt_err *err) {
-    pk_options o = {"bound.pkl", 0, &pk_torch_globals, 1, lim};
+    pk_options o = {"bound.pkl", 0, &pk_torch_globals, 1, lim, NULL};
     return pk_parse(doc, data, len, &o, err);
 }
 
