@@ -1,7 +1,9 @@
 #include "catalog.h"
 #include "grow.h"
+#include "hfview.h"
 #include "pipeline.h"
 #include "remote/remote.h"
+#include "utf8.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
@@ -539,6 +541,25 @@ static void tell_remote_boundaries(ckpt_catalog *cat) {
     free(offs);
 }
 
+/* Names no safetensors header can hold (not UTF-8, or its "__metadata__" key): said once at
+ * open, since the Hugging Face view leaves those tensors out and a safetensors OUT refuses
+ * them. */
+static void warn_names_safetensors_lacks(ckpt_catalog *cat) {
+    size_t bad = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        bool reserved = ckpt_safetensors_reserved_name(t->name, t->name_len);
+        if (t->aside || (!reserved && utf8_valid(t->name, t->name_len)) || bad++ >= 10) continue;
+        char shown[256];
+        catalog_warn(cat,
+                     "tensor \"%s\": %s, which a safetensors header cannot hold: the Hugging "
+                     "Face view leaves it out",
+                     utf8_shown(shown, sizeof shown, t->name, t->name_len),
+                     reserved ? "the name is the header's metadata key" : "the name is not UTF-8");
+    }
+    if (bad > 10) catalog_warn(cat, "%zu tensors in all have names safetensors cannot hold", bad);
+}
+
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     int rc = attach_pieces(cat, err);
     if (rc) return rc;
@@ -572,6 +593,7 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
                          SHOWN_NAME(t->name, t->name_len));
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
+    warn_names_safetensors_lacks(cat);
     tell_remote_boundaries(cat);
     return 0;
 }

@@ -354,8 +354,9 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (renamed ? !t->hf_view : t->aside) continue; /* per-rank copies, optimizer state */
-        if (!utf8_valid(t->name, t->name_len)) {
-            v->skipped_name++; /* safetensors names are JSON strings */
+        if (!utf8_valid(t->name, t->name_len) ||
+            ckpt_safetensors_reserved_name(t->name, t->name_len)) {
+            v->skipped_name++; /* safetensors names are JSON strings other than __metadata__ */
             continue;
         }
         if (!ckpt_dtype_info_of(t->dtype)->safetensors)

@@ -37,6 +37,12 @@ static int check_safetensors_fit(const ckpt_catalog *cat, ckpt_err *err) {
                              utf8_shown(shown, sizeof shown, t->name, t->name_len),
                              (unsigned char)t->name[bad], bad);
         }
+        if (ckpt_safetensors_reserved_name(t->name, t->name_len))
+            return ckpt_fail(err, -EINVAL,
+                             "tensor \"__metadata__\": a safetensors header keeps that key for "
+                             "its metadata, so no safetensors file can hold a tensor of that "
+                             "name; rename it or leave it out (convert: --exclude __metadata__), "
+                             "or write another format");
         if (!ckpt_dtype_info_of(t->dtype)->safetensors)
             return ckpt_fail(err, -EINVAL, "tensor \"%.*s\" is %s, which safetensors cannot hold",
                              SHOWN_NAME(t->name, t->name_len), ckpt_dtype_info_of(t->dtype)->name);

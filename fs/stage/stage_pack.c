@@ -153,7 +153,8 @@ int pack_width_cmp(const void *a, const void *b, void *ctx) {
 
 bool pack_fits_safetensors(const ckpt_tensor *t) {
     return ckpt_dtype_info_of(t->dtype)->safetensors && !t->incomplete &&
-           utf8_invalid_at(t->name, t->name_len) == t->name_len;
+           utf8_invalid_at(t->name, t->name_len) == t->name_len &&
+           !ckpt_safetensors_reserved_name(t->name, t->name_len);
 }
 
 uint64_t pack_live_end(const snode *dir, uint64_t id) {
