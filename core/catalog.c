@@ -1,8 +1,8 @@
 #include "catalog.h"
 #include "grow.h"
-#include "hfview.h"
 #include "pipeline.h"
 #include "remote/remote.h"
+#include "st_names.h"
 #include "utf8.h"
 #include "zstd_seekable.h"
 

@@ -3,15 +3,7 @@
 #define CKPT_HFVIEW_H
 
 #include "ckpt.h"
-
-#include <string.h>
-
-/* A safetensors header keeps the key "__metadata__" for its metadata: a tensor of that name
- * (a torch or DeepSpeed state dict may have one) would be a second value of that key, which
- * readers refuse or take as the metadata. */
-static inline bool ckpt_safetensors_reserved_name(const char *name, size_t len) {
-    return len == 12 && memcmp(name, "__metadata__", 12) == 0;
-}
+#include "st_names.h"
 
 /* A run of a source's bytes that a view file shows as they are: a one-piece U8 tensor over
  * them, so that the run is one part of the file (see ckpt_hfview_build_spans). */
