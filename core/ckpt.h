@@ -293,13 +293,23 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
 
 /* ---- virtual files: ordered parts, each a memory buffer or a tensor byte range ---- */
 
+/* A part whose bytes are worked out when read (a header rendered a page at a time, the data of
+ * many tensors found from a page index): plans [off, off+len) of the part like ckpt_plan. Memory
+ * segments it gives stay valid until the calling thread plans again. */
+typedef struct ckpt_vgen ckpt_vgen;
+struct ckpt_vgen {
+    size_t (*plan)(const ckpt_vgen *g, uint64_t off, uint64_t len, ckpt_segment *seg, size_t cap,
+                   uint64_t *done);
+};
+
 typedef struct ckpt_vpart {
     uint64_t start; /* offset of this part in the virtual file */
     uint64_t length;
-    const void *mem;           /* memory part when tensor == NULL */
+    const void *mem;           /* memory part when tensor == NULL, or its ckpt_vgen */
     const ckpt_tensor *tensor; /* tensor part: bytes [tensor_off, tensor_off+length) */
-    uint64_t tensor_off;
+    uint64_t tensor_off;       /* when tensor == NULL: CKPT_VPART_GEN for a generated part */
 } ckpt_vpart;
+enum { CKPT_VPART_GEN = 1 };
 
 typedef struct ckpt_vfile {
     ckpt_vpart *parts;
@@ -312,6 +322,8 @@ typedef struct ckpt_vfile {
 int ckpt_vfile_reserve(ckpt_vfile *vf, size_t nparts);
 int ckpt_vfile_add_mem(ckpt_vfile *vf, const void *mem, uint64_t len);
 int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, uint64_t len);
+/* len bytes planned by g (which must outlive the file). */
+int ckpt_vfile_add_gen(ckpt_vfile *vf, const ckpt_vgen *g, uint64_t len);
 void ckpt_vfile_free(ckpt_vfile *vf);
 /* Like ckpt_plan over the whole virtual file. */
 size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_segment *seg,

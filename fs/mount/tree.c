@@ -165,40 +165,51 @@ static int add_view(builder *b, const ckpt_hfview *view, const char *hf_dir) {
     return rc;
 }
 
-/* For each view file, the distinct sources its tensor parts read from. */
+/* Gathers the distinct sources of one view file's tensors. */
+typedef struct source_set {
+    tree *tr;
+    uint32_t *stamp; /* per source: 1 + the last file that listed it */
+    uint32_t file;
+    size_t n, cap;
+    int rc;
+} source_set;
+
+static void add_sources(void *ctx, const ckpt_tensor *t) {
+    source_set *set = ctx;
+    for (uint32_t k = 0; !set->rc && k < t->npieces; k++) {
+        uint32_t s = t->pieces[k].source;
+        if (set->stamp[s] == set->file + 1) continue;
+        set->stamp[s] = set->file + 1;
+        if (set->n == set->cap) {
+            uint32_t *more = realloc(set->tr->view_srcs, 2 * set->cap * sizeof *more);
+            if (!more) {
+                set->rc = -ENOMEM;
+                return;
+            }
+            set->tr->view_srcs = more;
+            set->cap *= 2;
+        }
+        set->tr->view_srcs[set->n++] = s;
+    }
+}
+
+/* For each view file, the distinct sources its tensors read from. */
 static int index_view_sources(tree *tr) {
     const ckpt_hfview *view = tr->view;
     const ckpt_catalog *cat = tr->cat;
-    uint32_t *stamp = calloc(cat->nsources ? cat->nsources : 1, sizeof *stamp);
+    source_set set = {.tr = tr, .cap = 16};
+    set.stamp = calloc(cat->nsources ? cat->nsources : 1, sizeof *set.stamp);
     tr->view_src_first = calloc(view->nfiles + 1, sizeof *tr->view_src_first);
-    size_t cap = 16, n = 0;
-    tr->view_srcs = malloc(cap * sizeof *tr->view_srcs);
-    int rc = stamp && tr->view_src_first && tr->view_srcs ? 0 : -ENOMEM;
-    for (size_t f = 0; !rc && f < view->nfiles; f++) {
-        tr->view_src_first[f] = (uint32_t)n;
-        const ckpt_vfile *vf = &view->files[f].vf;
-        for (size_t p = 0; !rc && p < vf->nparts; p++) {
-            const ckpt_tensor *t = vf->parts[p].tensor;
-            for (uint32_t k = 0; t && k < t->npieces; k++) {
-                uint32_t s = t->pieces[k].source;
-                if (stamp[s] == f + 1) continue;
-                stamp[s] = (uint32_t)f + 1;
-                if (n == cap) {
-                    uint32_t *more = realloc(tr->view_srcs, 2 * cap * sizeof *more);
-                    if (!more) {
-                        rc = -ENOMEM;
-                        break;
-                    }
-                    tr->view_srcs = more;
-                    cap *= 2;
-                }
-                tr->view_srcs[n++] = s;
-            }
-        }
+    tr->view_srcs = malloc(set.cap * sizeof *tr->view_srcs);
+    set.rc = set.stamp && tr->view_src_first && tr->view_srcs ? 0 : -ENOMEM;
+    for (size_t f = 0; !set.rc && f < view->nfiles; f++) {
+        tr->view_src_first[f] = (uint32_t)set.n;
+        set.file = (uint32_t)f;
+        ckpt_hfview_each_tensor(&view->files[f], add_sources, &set);
     }
-    if (!rc) tr->view_src_first[view->nfiles] = (uint32_t)n;
-    free(stamp);
-    return rc;
+    if (!set.rc) tr->view_src_first[view->nfiles] = (uint32_t)set.n;
+    free(set.stamp);
+    return set.rc;
 }
 
 mode_t tree_source_mode(const tree *tr, const node *n) {
