@@ -366,6 +366,16 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_summary_json_marked(const ckpt_catalog *cat, const bool *marked, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);
+/* tensors.tsv without holding its text (28 bytes a tensor at the least): measured once, then
+ * rendered a page of CKPT_TSV_PAGE lines at a time when read, byte for byte what
+ * ckpt_tensors_tsv returns. Holds 8 bytes a page; cat must outlive it. */
+enum { CKPT_TSV_PAGE = 256 };
+typedef struct ckpt_tsv_pages ckpt_tsv_pages;
+ckpt_tsv_pages *ckpt_tsv_pages_new(const ckpt_catalog *cat);
+uint64_t ckpt_tsv_pages_size(const ckpt_tsv_pages *p);
+/* Bytes [off, off + len) into dst: how many (0 past the end), or -ENOMEM. */
+ssize_t ckpt_tsv_pages_read(const ckpt_tsv_pages *p, uint64_t off, char *dst, size_t len);
+void ckpt_tsv_pages_free(ckpt_tsv_pages *p);
 /* The .npy header for the tensor's bytes (not NUL-terminated), NULL when numpy has no such
  * dtype or on ENOMEM. */
 char *ckpt_npy_header(const ckpt_tensor *t, size_t *len);

@@ -93,8 +93,7 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
         case DOC_METADATA:
             fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]);
             break;
-        default:
-            fs->docs[which] = ckpt_tensors_tsv(fs->cat, &fs->doc_len[which]);
+        default: /* tensors.tsv and stats.json are rendered by pages (read_pages) */
             break;
         }
     }
@@ -102,6 +101,16 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
     *len = fs->doc_len[which];
     pthread_mutex_unlock(&fs->doc_lock);
     return d;
+}
+
+/* tensors.tsv is rendered a page at a time when read (its text is 28 bytes a tensor at the
+ * least): measured on first use, under doc_lock. */
+static const ckpt_tsv_pages *get_tsv_pages(ckptfs *fs) {
+    pthread_mutex_lock(&fs->doc_lock);
+    if (!fs->tsv_pages) fs->tsv_pages = ckpt_tsv_pages_new(fs->cat);
+    const ckpt_tsv_pages *p = fs->tsv_pages;
+    pthread_mutex_unlock(&fs->doc_lock);
+    return p;
 }
 
 /* -o as_dtype=f32 shows this tensor as F32, converted on read. */
@@ -129,6 +138,10 @@ static uint64_t node_size(ckptfs *fs, node *n) {
             char *now = ckpt_remote_stats_json(&len);
             free(now);
             return now ? len : 0;
+        }
+        if (n->ref == DOC_TSV) {
+            const ckpt_tsv_pages *p = get_tsv_pages(fs);
+            return p ? ckpt_tsv_pages_size(p) : 0;
         }
         if (n->ref == DOC_STATS) { /* never computed to be sized */
             pthread_mutex_lock(&fs->doc_lock);
@@ -570,7 +583,7 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
             mem_len = d->len;
             break;
         }
-        if (n->ref == DOC_STATS) return 0; /* read_stats */
+        if (n->ref == DOC_STATS || n->ref == DOC_TSV) return 0; /* read_pages */
         mem = get_doc(fs, n->ref, &mem_len);
         break;
     case NODE_DIR:
@@ -693,14 +706,18 @@ static bool reply_view(fuse_req_t req, const ckptfs *fs, const ckpt_segment *seg
     return ok;
 }
 
-static void read_stats(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off) {
-    const ckpt_stats_pages *pages = get_stats_pages(fs, ino);
+/* stats.json and tensors.tsv: rendered from the page that holds off. */
+static void read_pages(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off,
+                       bool tsv) {
+    const ckpt_stats_pages *stats = tsv ? NULL : get_stats_pages(fs, ino);
+    const ckpt_tsv_pages *lines = tsv ? get_tsv_pages(fs) : NULL;
     char *read_buf = thread_buffer(read_buf_key, MAX_READ);
-    if (!pages || !read_buf) {
-        fuse_reply_err(req, pages ? ENOMEM : EIO);
+    if ((!stats && !lines) || !read_buf) {
+        fuse_reply_err(req, !read_buf || tsv ? ENOMEM : EIO); /* stats: a failed run */
         return;
     }
-    ssize_t got = ckpt_stats_pages_read(pages, (uint64_t)off, read_buf, size);
+    ssize_t got = tsv ? ckpt_tsv_pages_read(lines, (uint64_t)off, read_buf, size)
+                      : ckpt_stats_pages_read(stats, (uint64_t)off, read_buf, size);
     if (got < 0)
         fuse_reply_err(req, (int)-got);
     else
@@ -712,8 +729,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     ckptfs *fs = fs_of(req);
     const node *n = &fs->tr.nodes[node_of(ino)];
     if (size > MAX_READ) size = MAX_READ;
-    if (n->kind == NODE_DOC && n->ref == DOC_STATS) {
-        read_stats(req, fs, ino, size, off);
+    if (n->kind == NODE_DOC && (n->ref == DOC_STATS || n->ref == DOC_TSV)) {
+        read_pages(req, fs, ino, size, off, n->ref == DOC_TSV);
         return;
     }
     if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
