@@ -26,8 +26,11 @@ static uint32_t node_of(fuse_ino_t ino) {
     return (uint32_t)(ino - 1);
 }
 
+/* Inode = id + 1: ids above the stored nodes are .npy files (tree_node). */
 static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
-    return ino >= 1 && ino - 1 < fs->tr.nnodes;
+    node_buf b;
+    return ino >= 1 && ino - 1 < 2 * (fuse_ino_t)fs->tr.nnodes &&
+           (ino - 1 < fs->tr.nnodes || tree_node(&fs->tr, node_of(ino), &b));
 }
 
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
@@ -197,7 +200,8 @@ static uint64_t stored_bytes(const ckptfs *fs, const node *n, uint64_t size) {
 }
 
 static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
-    node *n = &fs->tr.nodes[idx];
+    node_buf b;
+    node *n = tree_node(&fs->tr, idx, &b);
     memset(st, 0, sizeof *st);
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
@@ -266,8 +270,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
 /* How long the kernel may keep a node's attributes: not at all for the live counters, whose
  * size changes with every request. */
 static double attr_timeout(const ckptfs *fs, uint32_t idx) {
-    const node *n = &fs->tr.nodes[idx];
-    return n->kind == NODE_DOC && n->ref == DOC_CACHE ? 0.0 : fs->timeout;
+    const node *n = idx < fs->tr.nnodes ? &fs->tr.nodes[idx] : NULL;
+    return n && n->kind == NODE_DOC && n->ref == DOC_CACHE ? 0.0 : fs->timeout;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
@@ -314,7 +318,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         fuse_reply_err(req, ENOENT);
         return;
     }
-    if (fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
+    if (node_of(ino) >= fs->tr.nnodes || fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
         fuse_reply_err(req, ENOTDIR);
         return;
     }
@@ -327,20 +331,27 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_open(req, fi);
 }
 
-/* Directory offsets: 1 = after ".", 2 = after "..", 2+k = after child k. */
+/* Directory offsets: 1 = after ".", 2 = after "..", 3 + 2k = after child k, 4 + 2k = after the
+ * .npy beside child k (which comes right after it: NAME.json, NAME.npy keep the name order). */
 static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
     ckptfs *fs = fs_of(req);
-    const node *dir = &fs->tr.nodes[node_of(ino)];
+    const tree *tr = &fs->tr;
+    if (node_of(ino) >= tr->nnodes || tr->nodes[node_of(ino)].kind != NODE_DIR) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    const node *dir = &tr->nodes[node_of(ino)];
     char *buf = malloc(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
     size_t used = 0;
-    for (off_t k = off; k < (off_t)dir->nchildren + 2; k++) {
+    for (off_t k = off < 0 ? 0 : off; k < 2 + 2 * (off_t)dir->nchildren; k++) {
         uint32_t idx;
         const char *name;
         char tmp[256];
+        node_buf b;
         if (k == 0) {
             idx = node_of(ino);
             name = ".";
@@ -348,8 +359,12 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             idx = dir->parent;
             name = "..";
         } else {
-            idx = fs->tr.children[dir->first_child + (size_t)(k - 2)];
-            const node *c = &fs->tr.nodes[idx];
+            idx = tr->children[dir->first_child + (size_t)(k - 2) / 2];
+            if ((k - 2) % 2) {
+                if (!tree_has_npy(tr, idx)) continue;
+                idx += (uint32_t)tr->nnodes;
+            }
+            const node *c = tree_node(tr, idx, &b);
             memcpy(tmp, c->name, c->name_len);
             tmp[c->name_len] = '\0';
             name = tmp;
@@ -367,7 +382,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             struct stat st;
             memset(&st, 0, sizeof st);
             st.st_ino = idx + 1;
-            st.st_mode = fs->tr.nodes[idx].kind == NODE_DIR ? S_IFDIR : S_IFREG;
+            st.st_mode = idx < tr->nnodes && tr->nodes[idx].kind == NODE_DIR ? S_IFDIR : S_IFREG;
             n = fuse_add_direntry(req, buf + used, size - used, name, &st, k + 1);
         }
         if (n > size - used) break;
@@ -454,7 +469,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fuse_reply_err(req, EROFS);
         return;
     }
-    node *n = &fs->tr.nodes[node_of(ino)];
+    node_buf b;
+    node *n = tree_node(&fs->tr, node_of(ino), &b);
     const ckpt_catalog *cat = fs->cat;
     fi->fh = 0;
     switch (n->kind) {
@@ -727,7 +743,12 @@ static void read_pages(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
-    const node *n = &fs->tr.nodes[node_of(ino)];
+    node_buf b;
+    const node *n = valid_ino(fs, ino) ? tree_node(&fs->tr, node_of(ino), &b) : NULL;
+    if (!n) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
     if (size > MAX_READ) size = MAX_READ;
     if (n->kind == NODE_DOC && (n->ref == DOC_STATS || n->ref == DOC_TSV)) {
         read_pages(req, fs, ino, size, off, n->ref == DOC_TSV);
@@ -793,7 +814,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
     memset(&sv, 0, sizeof sv);
     sv.f_bsize = sv.f_frsize = 4096;
     sv.f_blocks = (bytes + 4095) / 4096;
-    sv.f_files = fs->tr.nnodes;
+    sv.f_files = fs->tr.nnodes + fs->tr.nnpy;
     sv.f_namemax = 255;
     sv.f_flag = ST_RDONLY;
     fuse_reply_statfs(req, &sv);
@@ -880,7 +901,8 @@ static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
     ckptfs *fs = fs_of(req);
-    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    const node *n =
+        valid_ino(fs, ino) && node_of(ino) < fs->tr.nnodes ? &fs->tr.nodes[node_of(ino)] : NULL;
     if (!n || n->kind != NODE_TENSOR) {
         fuse_reply_err(req, ENODATA);
         return;
@@ -932,7 +954,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     ckptfs *fs = fs_of(req);
-    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    const node *n =
+        valid_ino(fs, ino) && node_of(ino) < fs->tr.nnodes ? &fs->tr.nodes[node_of(ino)] : NULL;
     char names[128];
     size_t len = n && n->kind == NODE_TENSOR ? xattr_list(fs, &fs->cat->tensors[n->ref], names) : 0;
     if (size == 0)
