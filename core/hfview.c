@@ -533,7 +533,7 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
         free(shard_of);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    if (spans) { /* what files with pages read their tensors from */
+    { /* what files with pages read their tensors from, and what the view shows */
         if (cat->ntensors >= UINT32_MAX) {
             free(order);
             free(shard_of);
@@ -546,6 +546,7 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
         for (size_t i = 0; i < n; i++) v->order[i] = (uint32_t)order[i];
+        v->norder = n;
     }
 
     /* Greedy packing in writer order, as huggingface_hub splits: a shard closes when the next
@@ -587,12 +588,6 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
     }
     free(order);
     free(shard_of);
-    bool paged = false;
-    for (size_t i = 0; i < v->nfiles; i++) paged |= v->files[i].pages != NULL;
-    if (!paged) {
-        free(v->order);
-        v->order = NULL;
-    }
     if (rc) ckpt_hfview_free(v);
     return rc;
 }

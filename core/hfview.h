@@ -35,7 +35,8 @@ typedef struct ckpt_hfview_file {
 typedef struct ckpt_hfview {
     ckpt_hfview_file *files;
     size_t nfiles;
-    uint32_t *order;           /* the shown tensors in view order, for files with pages */
+    uint32_t *order; /* the catalog's tensors the view shows, in view order */
+    size_t norder;
     size_t skipped_dtype;      /* tensors whose dtype safetensors cannot hold */
     size_t skipped_incomplete; /* tensors with holes */
     size_t skipped_name;       /* names that are not UTF-8 */
