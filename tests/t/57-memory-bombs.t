@@ -323,20 +323,20 @@ def read_mounted(ckptfs, src, mnt, rel):
         p.wait(timeout=30)
 
 
-def light_mount_rss(ckptfs, src, mnt, asan, verify=None):
+def light_mount_rss(ckptfs, src, mnt, asan, verify=None, checks=None):
     """(mounted, VmHWM after reading what scales with the input, stderr, verify's results). A
     walk of every file of a million-tensor mount takes minutes through FUSE; what a mount holds
     for its input is built when it starts (catalog, tree, HF view) or on the first read of a
     document, so this reads the documents, the HF view's header, lists the root and one
     directory, and reads every file of that directory (not .ckptfs/stats.json: it reads every
-    tensor). verify(mnt), run first, reads what it checks through the same mount."""
+    tensor). verify(mnt), run first, reads what it checks through the same mount: its results
+    go to the list checks."""
     p, errf, failed = start_mount(ckptfs, src, mnt, asan)
     if failed is not None:
-        return False, None, failed, []
-    checks = []
+        return False, None, failed
     try:
         if verify is not None:
-            checks = verify(mnt)
+            checks.extend(verify(mnt))
         for name in ("summary.json", "metadata.json", "tensors.tsv"):
             with open(os.path.join(mnt, ".ckptfs", name), "rb") as f:
                 f.read()
@@ -361,7 +361,7 @@ def light_mount_rss(ckptfs, src, mnt, asan, verify=None):
             p.kill()
             p.wait()
     errf.seek(0)
-    return True, hwm, errf.read().decode(errors="replace"), checks
+    return True, hwm, errf.read().decode(errors="replace")
 
 
 def check_big(tap, ckptfs, src, meta_bytes, what, asan, mnt, verify=None, margin=1.0):
@@ -375,7 +375,8 @@ def check_big(tap, ckptfs, src, meta_bytes, what, asan, mnt, verify=None, margin
         tap.ok(rc == 0, "%s: ckptfs %s works" % (what, cmd), [err.decode()[:300]])
         tap.ok(rss < limit, "%s: ckptfs %s peak RSS %.1f MiB < %.1f MiB%s" %
                (what, cmd, rss / MIB, limit / MIB, of))
-    mounted, hwm, err, checks = light_mount_rss(ckptfs, src, mnt, asan, verify)
+    checks = []
+    mounted, hwm, err = light_mount_rss(ckptfs, src, mnt, asan, verify, checks)
     tap.ok(mounted, "%s: mounts" % what, [err[:300]])
     if not mounted:
         return
