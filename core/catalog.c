@@ -252,6 +252,19 @@ bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t 
 
 _Static_assert(sizeof(ckpt_tensor) <= 112, "ckpt_tensor grew: a million of them are held");
 
+int catalog_reserve_tensors(ckpt_catalog *cat, size_t n, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (n > SIZE_MAX / sizeof *cat->tensors - cat->ntensors)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    size_t need = cat->ntensors + n;
+    if (need <= pv->cap_tensors) return 0;
+    ckpt_tensor *t = realloc(cat->tensors, need * sizeof *t);
+    if (!t) return ckpt_fail(err, -ENOMEM, "out of memory");
+    cat->tensors = t;
+    pv->cap_tensors = need;
+    return 0;
+}
+
 int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckpt_dtype dtype,
                        uint32_t ndim, const uint64_t *shape, size_t *index, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;

@@ -293,13 +293,23 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
 
 /* ---- virtual files: ordered parts, each a memory buffer or a tensor byte range ---- */
 
+/* A part whose bytes are worked out when read (a header rendered a page at a time, the data of
+ * many tensors found from a page index): plans [off, off+len) of the part like ckpt_plan. Memory
+ * segments it gives stay valid until the calling thread plans again. */
+typedef struct ckpt_vgen ckpt_vgen;
+struct ckpt_vgen {
+    size_t (*plan)(const ckpt_vgen *g, uint64_t off, uint64_t len, ckpt_segment *seg, size_t cap,
+                   uint64_t *done);
+};
+
 typedef struct ckpt_vpart {
     uint64_t start; /* offset of this part in the virtual file */
     uint64_t length;
-    const void *mem;           /* memory part when tensor == NULL */
+    const void *mem;           /* memory part when tensor == NULL, or its ckpt_vgen */
     const ckpt_tensor *tensor; /* tensor part: bytes [tensor_off, tensor_off+length) */
-    uint64_t tensor_off;
+    uint64_t tensor_off;       /* when tensor == NULL: CKPT_VPART_GEN for a generated part */
 } ckpt_vpart;
+enum { CKPT_VPART_GEN = 1 };
 
 typedef struct ckpt_vfile {
     ckpt_vpart *parts;
@@ -312,6 +322,8 @@ typedef struct ckpt_vfile {
 int ckpt_vfile_reserve(ckpt_vfile *vf, size_t nparts);
 int ckpt_vfile_add_mem(ckpt_vfile *vf, const void *mem, uint64_t len);
 int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, uint64_t len);
+/* len bytes planned by g (which must outlive the file). */
+int ckpt_vfile_add_gen(ckpt_vfile *vf, const ckpt_vgen *g, uint64_t len);
 void ckpt_vfile_free(ckpt_vfile *vf);
 /* Like ckpt_plan over the whole virtual file. */
 size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_segment *seg,
@@ -354,6 +366,16 @@ char *ckpt_summary_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_summary_json_marked(const ckpt_catalog *cat, const bool *marked, size_t *len);
 char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len);
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len);
+/* tensors.tsv without holding its text (28 bytes a tensor at the least): measured once, then
+ * rendered a page of CKPT_TSV_PAGE lines at a time when read, byte for byte what
+ * ckpt_tensors_tsv returns. Holds 8 bytes a page; cat must outlive it. */
+enum { CKPT_TSV_PAGE = 256 };
+typedef struct ckpt_tsv_pages ckpt_tsv_pages;
+ckpt_tsv_pages *ckpt_tsv_pages_new(const ckpt_catalog *cat);
+uint64_t ckpt_tsv_pages_size(const ckpt_tsv_pages *p);
+/* Bytes [off, off + len) into dst: how many (0 past the end), or -ENOMEM. */
+ssize_t ckpt_tsv_pages_read(const ckpt_tsv_pages *p, uint64_t off, char *dst, size_t len);
+void ckpt_tsv_pages_free(ckpt_tsv_pages *p);
 /* The .npy header for the tensor's bytes (not NUL-terminated), NULL when numpy has no such
  * dtype or on ENOMEM. */
 char *ckpt_npy_header(const ckpt_tensor *t, size_t *len);

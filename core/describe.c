@@ -3,6 +3,7 @@
 #include "text.h"
 #include "strbuf.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,23 +188,105 @@ char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len) {
     return sb_take(&sb, len);
 }
 
+static const char tsv_head[] = "name\tdtype\tshape\tnbytes\tpath\n";
+
+static void tsv_line(strbuf *sb, const ckpt_tensor *t) {
+    pct_escape(sb, t->name, t->name_len, false); /* no tab or newline in a field */
+    sb_printf(sb, "\t%s\t[", ckpt_dtype_info_of(t->dtype)->name);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        if (d) sb_putc(sb, ',');
+        sb_u64(sb, t->shape[d]);
+    }
+    sb_puts(sb, "]\t");
+    sb_u64(sb, t->nbytes);
+    sb_putc(sb, '\t');
+    sb_puts(sb, t->path); /* already escaped: no control bytes */
+    sb_putc(sb, '\n');
+}
+
 char *ckpt_tensors_tsv(const ckpt_catalog *cat, size_t *len) {
     strbuf sb;
     sb_init(&sb);
-    sb_puts(&sb, "name\tdtype\tshape\tnbytes\tpath\n");
-    for (size_t i = 0; i < cat->ntensors; i++) {
-        const ckpt_tensor *t = &cat->tensors[i];
-        pct_escape(&sb, t->name, t->name_len, false); /* no tab or newline in a field */
-        sb_printf(&sb, "\t%s\t[", ckpt_dtype_info_of(t->dtype)->name);
-        for (uint32_t d = 0; d < t->ndim; d++) {
-            if (d) sb_putc(&sb, ',');
-            sb_u64(&sb, t->shape[d]);
-        }
-        sb_puts(&sb, "]\t");
-        sb_u64(&sb, t->nbytes);
-        sb_putc(&sb, '\t');
-        sb_puts(&sb, t->path); /* already escaped: no control bytes */
-        sb_putc(&sb, '\n');
-    }
+    sb_puts(&sb, tsv_head);
+    for (size_t i = 0; i < cat->ntensors; i++) tsv_line(&sb, &cat->tensors[i]);
     return sb_take(&sb, len);
+}
+
+/* Page k holds the lines of tensors [k * CKPT_TSV_PAGE, (k + 1) * CKPT_TSV_PAGE) and starts at
+ * start[k]; the heading line comes before page 0. */
+struct ckpt_tsv_pages {
+    const ckpt_catalog *cat;
+    size_t npages;
+    uint64_t size;
+    uint64_t start[];
+};
+
+ckpt_tsv_pages *ckpt_tsv_pages_new(const ckpt_catalog *cat) {
+    size_t npages = (cat->ntensors + CKPT_TSV_PAGE - 1) / CKPT_TSV_PAGE;
+    ckpt_tsv_pages *p = malloc(sizeof *p + (npages + 1) * sizeof p->start[0]);
+    if (!p) return NULL;
+    *p = (ckpt_tsv_pages){.cat = cat, .npages = npages};
+    strbuf sb;
+    sb_init(&sb);
+    uint64_t at = sizeof tsv_head - 1;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        if (i % CKPT_TSV_PAGE == 0) p->start[i / CKPT_TSV_PAGE] = at;
+        sb_clear(&sb);
+        tsv_line(&sb, &cat->tensors[i]);
+        at += sb.len;
+    }
+    bool failed = sb.failed;
+    sb_free(&sb);
+    if (failed) {
+        free(p);
+        return NULL;
+    }
+    p->start[npages] = at;
+    p->size = at;
+    return p;
+}
+
+uint64_t ckpt_tsv_pages_size(const ckpt_tsv_pages *p) {
+    return p->size;
+}
+
+ssize_t ckpt_tsv_pages_read(const ckpt_tsv_pages *p, uint64_t off, char *dst, size_t len) {
+    if (off >= p->size || len == 0) return 0;
+    if (len > p->size - off) len = (size_t)(p->size - off);
+    size_t done = 0;
+    if (off < sizeof tsv_head - 1) {
+        done = sizeof tsv_head - 1 - (size_t)off < len ? sizeof tsv_head - 1 - (size_t)off : len;
+        memcpy(dst, tsv_head + off, done);
+    }
+    size_t lo = 0, hi = p->npages; /* the last page starting at or before off + done */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->start[mid] <= off + done)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    strbuf sb;
+    sb_init(&sb);
+    uint64_t at = p->npages ? p->start[lo] : p->size;
+    for (size_t i = lo * CKPT_TSV_PAGE; i < p->cat->ntensors && done < len; i++) {
+        sb_clear(&sb);
+        tsv_line(&sb, &p->cat->tensors[i]);
+        if (sb.failed) break;
+        uint64_t end = at + sb.len;
+        if (end > off + done) {
+            size_t skip = (size_t)(off + done - at);
+            size_t take = sb.len - skip < len - done ? sb.len - skip : len - done;
+            memcpy(dst + done, sb.data + skip, take);
+            done += take;
+        }
+        at = end;
+    }
+    bool failed = sb.failed;
+    sb_free(&sb);
+    return failed ? -ENOMEM : (ssize_t)done;
+}
+
+void ckpt_tsv_pages_free(ckpt_tsv_pages *p) {
+    free(p);
 }

@@ -17,6 +17,7 @@
 #include "utf8.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,140 @@ static bool source_entries(const ckpt_catalog *cat, uint32_t source, uint64_t da
     return true;
 }
 
+/* Entries and data of a shard worked out when read: the view order of its tensors, and per page
+ * of HFVIEW_PAGE tensors where its first entry starts in the header's entries and its first
+ * tensor in the data section. 4 bytes a tensor and 16 a page, instead of the header's text and
+ * a part a tensor. */
+enum { HFVIEW_PAGE = 256, RENDER_MAX = 64 << 10 };
+
+struct hfview_pages {
+    ckpt_vgen entries; /* the entries, each with its leading comma */
+    ckpt_vgen data;    /* the data section */
+    const ckpt_catalog *cat;
+    const uint32_t *order; /* the shard's tensors, in view order */
+    size_t n;
+    uint64_t *entry_at; /* per page: offset of its first entry in the entries */
+    uint64_t *data_at;  /* per page: offset of its first tensor in the data section */
+};
+
+/* The last page whose start (at[page]) is at or before off. */
+static size_t page_of(const uint64_t *at, size_t npages, uint64_t off) {
+    size_t lo = 0, hi = npages;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (at[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static size_t npages_of(const hfview_pages *pg) {
+    return (pg->n + HFVIEW_PAGE - 1) / HFVIEW_PAGE;
+}
+
+/* Renders the entries from the page holding off on, keeping what falls in [off, off+len), into a
+ * buffer of the calling thread (at most RENDER_MAX bytes a call: the reader asks again). */
+static size_t plan_entries(const ckpt_vgen *g, uint64_t off, uint64_t len, ckpt_segment *seg,
+                           size_t cap, uint64_t *done) {
+    static _Thread_local char out[RENDER_MAX];
+    const hfview_pages *pg =
+        (const hfview_pages *)(const void *)((const char *)g - offsetof(hfview_pages, entries));
+    *done = 0;
+    if (!cap || !pg->n) return 0;
+    if (len > RENDER_MAX) len = RENDER_MAX;
+    size_t p = page_of(pg->entry_at, npages_of(pg), off);
+    uint64_t at = pg->entry_at[p], data = pg->data_at[p];
+    size_t filled = 0;
+    strbuf entry;
+    sb_init(&entry);
+    for (size_t i = p * HFVIEW_PAGE; i < pg->n && filled < len; i++) {
+        const ckpt_tensor *t = &pg->cat->tensors[pg->order[i]];
+        sb_clear(&entry);
+        put_entry(&entry, t, data);
+        if (entry.failed) break;
+        uint64_t end = at + entry.len;
+        if (end > off + filled) {
+            uint64_t from = off + filled - at;
+            size_t k = entry.len - from < len - filled ? (size_t)(entry.len - from) : len - filled;
+            memcpy(out + filled, entry.data + from, k);
+            filled += k;
+        }
+        at = end;
+        data += t->nbytes;
+    }
+    sb_free(&entry);
+    if (!filled) return 0;
+    *done = filled;
+    seg[0] = (ckpt_segment){.kind = CKPT_SEG_MEM, .mem = out, .length = filled};
+    return 1;
+}
+
+/* The tensors' bytes from the page holding off on; runs adjacent in one file are merged. */
+static size_t plan_data(const ckpt_vgen *g, uint64_t off, uint64_t len, ckpt_segment *seg,
+                        size_t cap, uint64_t *done) {
+    const hfview_pages *pg =
+        (const hfview_pages *)(const void *)((const char *)g - offsetof(hfview_pages, data));
+    *done = 0;
+    if (!pg->n) return 0;
+    size_t p = page_of(pg->data_at, npages_of(pg), off), n = 0;
+    uint64_t at = pg->data_at[p], pos = off, end = off + len;
+    for (size_t i = p * HFVIEW_PAGE; i < pg->n && pos < end && n < cap; i++) {
+        const ckpt_tensor *t = &pg->cat->tensors[pg->order[i]];
+        if (at + t->nbytes <= pos) {
+            at += t->nbytes;
+            continue;
+        }
+        uint64_t in = pos - at, want = t->nbytes - in < end - pos ? t->nbytes - in : end - pos;
+        uint64_t got;
+        size_t was = n;
+        n += ckpt_plan(t, in, want, seg + n, cap - n, &got);
+        if (was && n > was && seg[was].kind == CKPT_SEG_FILE &&
+            seg[was - 1].kind == CKPT_SEG_FILE && seg[was].source == seg[was - 1].source &&
+            seg[was - 1].offset + seg[was - 1].length == seg[was].offset) {
+            seg[was - 1].length += seg[was].length;
+            memmove(seg + was, seg + was + 1, (n - was - 1) * sizeof *seg);
+            n--;
+        }
+        pos += got;
+        if (got < want) break;
+        at += t->nbytes;
+    }
+    *done = pos - off;
+    return n;
+}
+
+static void pages_free(hfview_pages *pg) {
+    if (!pg) return;
+    free(pg->entry_at);
+    free(pg->data_at);
+    free(pg);
+}
+
+static hfview_pages *pages_new(const ckpt_catalog *cat, const uint32_t *order, size_t n) {
+    hfview_pages *pg = calloc(1, sizeof *pg);
+    size_t npages = (n + HFVIEW_PAGE - 1) / HFVIEW_PAGE;
+    if (!pg) return NULL;
+    *pg = (hfview_pages){
+        .entries = {plan_entries}, .data = {plan_data}, .cat = cat, .order = order, .n = n};
+    pg->entry_at = malloc((npages ? npages : 1) * sizeof *pg->entry_at);
+    pg->data_at = malloc((npages ? npages : 1) * sizeof *pg->data_at);
+    if (!pg->entry_at || !pg->data_at) {
+        pages_free(pg);
+        return NULL;
+    }
+    return pg;
+}
+
+void ckpt_hfview_each_tensor(const ckpt_hfview_file *f, void (*fn)(void *ctx, const ckpt_tensor *t),
+                             void *ctx) {
+    for (size_t p = 0; p < f->vf.nparts; p++)
+        if (f->vf.parts[p].tensor) fn(ctx, f->vf.parts[p].tensor);
+    for (size_t i = 0; f->pages && i < f->pages->n; i++)
+        fn(ctx, &f->pages->cat->tensors[f->pages->order[i]]);
+}
+
 /* One shard: header + the tensors order[first..last). The header is measured first and then
  * written into a buffer of exactly its size: at a million tensors it is as big as the source's
  * header, and growing it by doubling held up to 3x that while copying. With `spans`, runs of
@@ -200,6 +335,9 @@ static bool source_entries(const ckpt_catalog *cat, uint32_t source, uint64_t da
 static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *order, size_t first,
                        size_t last, bool spans, ckpt_err *err) {
     ckpt_hfview_file *f = &v->files[v->nfiles - 1];
+    hfview_pages *pg = spans ? pages_new(cat, v->order + first, last - first) : NULL;
+    if (spans && !pg) return ckpt_fail(err, -ENOMEM, "out of memory");
+    f->pages = pg; /* freed with the view, or below when the file has no use for it */
     uint32_t source = 0;
     uint64_t base = 0, entries_at = 0, header_end = 0;
     bool run = spans && data_is_one_run(cat, order, first, last, &source, &base);
@@ -216,6 +354,10 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     uint64_t at = 0, entries_len = 0;
     for (size_t i = first; i < last; i++) {
         const ckpt_tensor *t = &cat->tensors[order[i]];
+        if (pg && (i - first) % HFVIEW_PAGE == 0) {
+            pg->entry_at[(i - first) / HFVIEW_PAGE] = entries_len;
+            pg->data_at[(i - first) / HFVIEW_PAGE] = at;
+        }
         sb_clear(&entry);
         put_entry(&entry, t, at);
         entries_len += entry.len;
@@ -255,6 +397,20 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         if (!rc) rc = ckpt_vfile_add_tensor(&f->vf, &f->spans[0].t, 0, from_source);
         if (!rc) rc = ckpt_vfile_add_mem(&f->vf, tail, 8 + hlen - lead - from_source);
         sb_free(&entry);
+    } else if (pg) {
+        /* [length]{"__metadata__":...} | the entries, rendered when read | } and padding */
+        static const char tail[] = "}       ";
+        size_t lead = 8 + sizeof header_start - 1;
+        char *head = malloc(lead);
+        sb_free(&entry);
+        if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
+        put_le64((unsigned char *)head, hlen);
+        memcpy(head + 8, header_start, sizeof header_start - 1);
+        f->owned = head;
+        rc = ckpt_vfile_reserve(&f->vf, 4);
+        if (!rc) rc = ckpt_vfile_add_mem(&f->vf, head, lead);
+        if (!rc) rc = ckpt_vfile_add_gen(&f->vf, &pg->entries, entries_len);
+        if (!rc) rc = ckpt_vfile_add_mem(&f->vf, tail, 8 + hlen - lead - entries_len);
     } else {
         char *header = malloc(8 + hlen);
         if (!header) {
@@ -284,11 +440,17 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     if (run) {
         span_init(&f->spans[1], source, base, at);
         if (!rc) rc = ckpt_vfile_add_tensor(&f->vf, &f->spans[1].t, 0, at);
+    } else if (pg) {
+        if (!rc) rc = ckpt_vfile_add_gen(&f->vf, &pg->data, at);
     } else {
         for (size_t i = first; !rc && i < last; i++) {
             const ckpt_tensor *t = &cat->tensors[order[i]];
             rc = ckpt_vfile_add_tensor(&f->vf, t, 0, t->nbytes);
         }
+    }
+    if (pg && m.ok && run) { /* all of it from the source */
+        pages_free(pg);
+        f->pages = NULL;
     }
     return rc ? ckpt_fail(err, rc, "out of memory") : 0;
 }
@@ -371,6 +533,21 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
         free(shard_of);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
+    { /* what files with pages read their tensors from, and what the view shows */
+        if (cat->ntensors >= UINT32_MAX) {
+            free(order);
+            free(shard_of);
+            return ckpt_fail(err, -E2BIG, "%zu tensors: more than the view can index",
+                             cat->ntensors);
+        }
+        if (!(v->order = malloc((n ? n : 1) * sizeof *v->order))) {
+            free(order);
+            free(shard_of);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < n; i++) v->order[i] = (uint32_t)order[i];
+        v->norder = n;
+    }
 
     /* Greedy packing in writer order, as huggingface_hub splits: a shard closes when the next
      * tensor would push it past the limit; a tensor bigger than the limit gets its own. */
@@ -430,7 +607,9 @@ void ckpt_hfview_free(ckpt_hfview *v) {
         ckpt_vfile_free(&v->files[i].vf);
         free(v->files[i].owned);
         free(v->files[i].spans);
+        pages_free(v->files[i].pages);
     }
     free(v->files);
+    free(v->order);
     memset(v, 0, sizeof *v);
 }

@@ -41,6 +41,10 @@ int ckpt_vfile_add_tensor(ckpt_vfile *vf, const ckpt_tensor *t, uint64_t off, ui
     return add_part(vf, (ckpt_vpart){.tensor = t, .tensor_off = off, .length = len});
 }
 
+int ckpt_vfile_add_gen(ckpt_vfile *vf, const ckpt_vgen *g, uint64_t len) {
+    return add_part(vf, (ckpt_vpart){.mem = g, .length = len, .tensor_off = CKPT_VPART_GEN});
+}
+
 void ckpt_vfile_free(ckpt_vfile *vf) {
     free(vf->parts);
     vf->parts = NULL;
@@ -69,14 +73,20 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
         uint64_t in = pos - p->start;
         uint64_t want = p->length - in;
         if (want > end - pos) want = end - pos;
-        if (!p->tensor) {
+        if (!p->tensor && p->tensor_off != CKPT_VPART_GEN) {
             seg[n++] = (ckpt_segment){
                 .kind = CKPT_SEG_MEM, .mem = (const char *)p->mem + in, .length = want};
             pos += want;
             continue;
         }
         uint64_t got;
-        size_t m = ckpt_plan(p->tensor, p->tensor_off + in, want, seg + n, cap - n, &got);
+        size_t m;
+        if (p->tensor) {
+            m = ckpt_plan(p->tensor, p->tensor_off + in, want, seg + n, cap - n, &got);
+        } else {
+            const ckpt_vgen *g = p->mem;
+            m = g->plan(g, in, want, seg + n, cap - n, &got);
+        }
         n += m;
         pos += got;
         if (got < want) break;

@@ -35,7 +35,7 @@
 enum exit_code { EXIT_MOUNTED = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_MOUNT = 3 };
 
 typedef struct options {
-    mount_opts m; /* SOURCE MOUNTPOINT, -f -d -s -h allow_other max_threads */
+    mount_opts m;       /* SOURCE MOUNTPOINT, -f -d -s -h allow_other max_threads */
     char *readahead_kb; /* the numbers as given: checked by fs/optval.c */
     char *spin_us;
     int splice;
@@ -53,8 +53,8 @@ typedef struct options {
     char *read_only_opt;  /* the first option only a read-only mount takes, as given */
     char *staging_opt;    /* the first option only a staging mount takes, as given */
     int version;
-    remote_opts remote;   /* s3_endpoint=, cache_dir=, block_size=, ... */
-    char *remote_bad;     /* why a remote option's value was refused */
+    remote_opts remote; /* s3_endpoint=, cache_dir=, block_size=, ... */
+    char *remote_bad;   /* why a remote option's value was refused */
 } options;
 
 enum {
@@ -114,37 +114,38 @@ static const struct fuse_opt option_spec[] = {
 };
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
-            "Mount a checkpoint (file, directory, or http(s)://, s3://, hf:// URL) read-only: each\n"
-            "tensor is a raw file + .json sidecar; .ckptfs/ holds summary, metadata, tensors.tsv.\n"
-            "\n"
-            "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
-            "  -h, --help         this help;  -V, --version  the version\n"
-            "\n"
-            "Options (-o):\n"
-            "  readahead_kb=N     kernel readahead of the mount in KiB (default 1024, 0 = leave\n"
-            "                     the kernel default; needs root)\n"
-            "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
-            "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
-            "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
-            "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
-            "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
-            "                     shards + index) at the root instead of .ckptfs/hf/\n"
-            "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
-            "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
-            "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
-            "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
-            "  allow_other        let other users in (with default_permissions)\n"
-            "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
-            "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
-            "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
-            "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
-            "\n"
-            "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
-            "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-            "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
-            "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
+    fprintf(
+        out,
+        "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+        "Mount a checkpoint (file, directory, or http(s)://, s3://, hf:// URL) read-only: each\n"
+        "tensor is a raw file + .json sidecar; .ckptfs/ holds summary, metadata, tensors.tsv.\n"
+        "\n"
+        "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
+        "  -h, --help         this help;  -V, --version  the version\n"
+        "\n"
+        "Options (-o):\n"
+        "  readahead_kb=N     kernel readahead of the mount in KiB (default 1024, 0 = leave\n"
+        "                     the kernel default; needs root)\n"
+        "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
+        "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
+        "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
+        "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
+        "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
+        "                     shards + index) at the root instead of .ckptfs/hf/\n"
+        "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
+        "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
+        "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
+        "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
+        "  allow_other        let other users in (with default_permissions)\n"
+        "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
+        "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
+        "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
+        "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
+        "\n"
+        "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
+        "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
+        "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
+        "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -420,6 +421,7 @@ out:
     free(fs.stats);
     free(fs.stats_known);
     ckpt_stats_pages_free(fs.stats_pages);
+    ckpt_tsv_pages_free(fs.tsv_pages);
     free(fs.alias);
     tree_free(&fs.tr);
     ckpt_hfview_free(&view);

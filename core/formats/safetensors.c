@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum { HEADER_LIMIT = 100000000 };
 
@@ -187,11 +188,15 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
                          "%s: header length %llu at offset 0 runs past the end of "
                          "the file (size %llu)",
                          src->path, (unsigned long long)hlen, (unsigned long long)src->size);
-    char *hdr = malloc(hlen ? hlen : 1);
-    if (!hdr) return ckpt_fail(err, -ENOMEM, "out of memory");
+    /* The text is mapped on its own, not taken from the heap: freed, it goes back at once
+     * instead of leaving a hole below what the catalog allocates next (at a million tensors,
+     * a 68 MiB hole that stayed in the peak of ls, info and a mount). */
+    size_t map_len = hlen ? (size_t)hlen : 1;
+    char *hdr = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (hdr == MAP_FAILED) return ckpt_fail(err, -ENOMEM, "out of memory");
     rc = source_read(cat, source, 8, hdr, hlen, "header", err);
     if (rc) {
-        free(hdr);
+        munmap(hdr, map_len);
         return rc;
     }
     /* The members are read as they are parsed: the header's values never exist all at once,
@@ -201,7 +206,7 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
     reader r = {.src = src, .h = h, .err = &complaint};
     json_error jerr;
     rc = json_stream_members(&h->doc, hdr, hlen, "__metadata__", read_member, &r, &jerr);
-    free(hdr);
+    munmap(hdr, map_len);
     if (rc == -ENOMEM && r.rc == -ENOMEM) {
         *err = complaint;
         goto out;
@@ -259,7 +264,7 @@ out:
 }
 
 int safetensors_add_tensors(ckpt_catalog *cat, uint32_t source, const st_header *h, ckpt_err *err) {
-    int rc = 0;
+    int rc = catalog_reserve_tensors(cat, h->nentries, err);
     for (size_t i = 0; !rc && i < h->nentries; i++) {
         const st_entry *e = &h->entries[i];
         size_t idx;

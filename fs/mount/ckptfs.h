@@ -35,6 +35,7 @@ typedef struct ckptfs {
     struct ckpt_stats *stats;    /* per tensor, valid where stats_known (user.ckpt.stats) */
     bool *stats_known;
     struct ckpt_stats_pages *stats_pages; /* .ckptfs/stats.json, once built */
+    ckpt_tsv_pages *tsv_pages;            /* .ckptfs/tensors.tsv, once measured */
     pthread_mutex_t stats_lock;           /* one statistics job at a time: each uses every CPU */
     struct fuse_session *se;              /* to tell the kernel stats.json got its size */
     open_doc *open_docs;

@@ -26,8 +26,11 @@ static uint32_t node_of(fuse_ino_t ino) {
     return (uint32_t)(ino - 1);
 }
 
+/* Inode = id + 1: ids above the stored nodes are .npy files (tree_node). */
 static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
-    return ino >= 1 && ino - 1 < fs->tr.nnodes;
+    node_buf b;
+    return ino >= 1 && ino - 1 < 2 * (fuse_ino_t)fs->tr.nnodes &&
+           (ino - 1 < fs->tr.nnodes || tree_node(&fs->tr, node_of(ino), &b));
 }
 
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
@@ -93,8 +96,7 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
         case DOC_METADATA:
             fs->docs[which] = ckpt_metadata_json(fs->cat, &fs->doc_len[which]);
             break;
-        default:
-            fs->docs[which] = ckpt_tensors_tsv(fs->cat, &fs->doc_len[which]);
+        default: /* tensors.tsv and stats.json are rendered by pages (read_pages) */
             break;
         }
     }
@@ -102,6 +104,16 @@ static const char *get_doc(ckptfs *fs, size_t which, size_t *len) {
     *len = fs->doc_len[which];
     pthread_mutex_unlock(&fs->doc_lock);
     return d;
+}
+
+/* tensors.tsv is rendered a page at a time when read (its text is 28 bytes a tensor at the
+ * least): measured on first use, under doc_lock. */
+static const ckpt_tsv_pages *get_tsv_pages(ckptfs *fs) {
+    pthread_mutex_lock(&fs->doc_lock);
+    if (!fs->tsv_pages) fs->tsv_pages = ckpt_tsv_pages_new(fs->cat);
+    const ckpt_tsv_pages *p = fs->tsv_pages;
+    pthread_mutex_unlock(&fs->doc_lock);
+    return p;
 }
 
 /* -o as_dtype=f32 shows this tensor as F32, converted on read. */
@@ -129,6 +141,10 @@ static uint64_t node_size(ckptfs *fs, node *n) {
             char *now = ckpt_remote_stats_json(&len);
             free(now);
             return now ? len : 0;
+        }
+        if (n->ref == DOC_TSV) {
+            const ckpt_tsv_pages *p = get_tsv_pages(fs);
+            return p ? ckpt_tsv_pages_size(p) : 0;
         }
         if (n->ref == DOC_STATS) { /* never computed to be sized */
             pthread_mutex_lock(&fs->doc_lock);
@@ -184,7 +200,8 @@ static uint64_t stored_bytes(const ckptfs *fs, const node *n, uint64_t size) {
 }
 
 static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
-    node *n = &fs->tr.nodes[idx];
+    node_buf b;
+    node *n = tree_node(&fs->tr, idx, &b);
     memset(st, 0, sizeof *st);
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
@@ -253,8 +270,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
 /* How long the kernel may keep a node's attributes: not at all for the live counters, whose
  * size changes with every request. */
 static double attr_timeout(const ckptfs *fs, uint32_t idx) {
-    const node *n = &fs->tr.nodes[idx];
-    return n->kind == NODE_DOC && n->ref == DOC_CACHE ? 0.0 : fs->timeout;
+    const node *n = idx < fs->tr.nnodes ? &fs->tr.nodes[idx] : NULL;
+    return n && n->kind == NODE_DOC && n->ref == DOC_CACHE ? 0.0 : fs->timeout;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
@@ -301,7 +318,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         fuse_reply_err(req, ENOENT);
         return;
     }
-    if (fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
+    if (node_of(ino) >= fs->tr.nnodes || fs->tr.nodes[node_of(ino)].kind != NODE_DIR) {
         fuse_reply_err(req, ENOTDIR);
         return;
     }
@@ -314,20 +331,27 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_open(req, fi);
 }
 
-/* Directory offsets: 1 = after ".", 2 = after "..", 2+k = after child k. */
+/* Directory offsets: 1 = after ".", 2 = after "..", 3 + 2k = after child k, 4 + 2k = after the
+ * .npy beside child k (which comes right after it: NAME.json, NAME.npy keep the name order). */
 static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
     ckptfs *fs = fs_of(req);
-    const node *dir = &fs->tr.nodes[node_of(ino)];
+    const tree *tr = &fs->tr;
+    if (node_of(ino) >= tr->nnodes || tr->nodes[node_of(ino)].kind != NODE_DIR) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    const node *dir = &tr->nodes[node_of(ino)];
     char *buf = malloc(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
     size_t used = 0;
-    for (off_t k = off; k < (off_t)dir->nchildren + 2; k++) {
+    for (off_t k = off < 0 ? 0 : off; k < 2 + 2 * (off_t)dir->nchildren; k++) {
         uint32_t idx;
         const char *name;
         char tmp[256];
+        node_buf b;
         if (k == 0) {
             idx = node_of(ino);
             name = ".";
@@ -335,8 +359,12 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             idx = dir->parent;
             name = "..";
         } else {
-            idx = fs->tr.children[dir->first_child + (size_t)(k - 2)];
-            const node *c = &fs->tr.nodes[idx];
+            idx = tr->children[dir->first_child + (size_t)(k - 2) / 2];
+            if ((k - 2) % 2) {
+                if (!tree_has_npy(tr, idx)) continue;
+                idx += (uint32_t)tr->nnodes;
+            }
+            const node *c = tree_node(tr, idx, &b);
             memcpy(tmp, c->name, c->name_len);
             tmp[c->name_len] = '\0';
             name = tmp;
@@ -354,7 +382,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             struct stat st;
             memset(&st, 0, sizeof st);
             st.st_ino = idx + 1;
-            st.st_mode = fs->tr.nodes[idx].kind == NODE_DIR ? S_IFDIR : S_IFREG;
+            st.st_mode = idx < tr->nnodes && tr->nodes[idx].kind == NODE_DIR ? S_IFDIR : S_IFREG;
             n = fuse_add_direntry(req, buf + used, size - used, name, &st, k + 1);
         }
         if (n > size - used) break;
@@ -441,7 +469,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fuse_reply_err(req, EROFS);
         return;
     }
-    node *n = &fs->tr.nodes[node_of(ino)];
+    node_buf b;
+    node *n = tree_node(&fs->tr, node_of(ino), &b);
     const ckpt_catalog *cat = fs->cat;
     fi->fh = 0;
     switch (n->kind) {
@@ -570,7 +599,7 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
             mem_len = d->len;
             break;
         }
-        if (n->ref == DOC_STATS) return 0; /* read_stats */
+        if (n->ref == DOC_STATS || n->ref == DOC_TSV) return 0; /* read_pages */
         mem = get_doc(fs, n->ref, &mem_len);
         break;
     case NODE_DIR:
@@ -693,14 +722,18 @@ static bool reply_view(fuse_req_t req, const ckptfs *fs, const ckpt_segment *seg
     return ok;
 }
 
-static void read_stats(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off) {
-    const ckpt_stats_pages *pages = get_stats_pages(fs, ino);
+/* stats.json and tensors.tsv: rendered from the page that holds off. */
+static void read_pages(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off,
+                       bool tsv) {
+    const ckpt_stats_pages *stats = tsv ? NULL : get_stats_pages(fs, ino);
+    const ckpt_tsv_pages *lines = tsv ? get_tsv_pages(fs) : NULL;
     char *read_buf = thread_buffer(read_buf_key, MAX_READ);
-    if (!pages || !read_buf) {
-        fuse_reply_err(req, pages ? ENOMEM : EIO);
+    if ((!stats && !lines) || !read_buf) {
+        fuse_reply_err(req, !read_buf || tsv ? ENOMEM : EIO); /* stats: a failed run */
         return;
     }
-    ssize_t got = ckpt_stats_pages_read(pages, (uint64_t)off, read_buf, size);
+    ssize_t got = tsv ? ckpt_tsv_pages_read(lines, (uint64_t)off, read_buf, size)
+                      : ckpt_stats_pages_read(stats, (uint64_t)off, read_buf, size);
     if (got < 0)
         fuse_reply_err(req, (int)-got);
     else
@@ -710,10 +743,15 @@ static void read_stats(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
-    const node *n = &fs->tr.nodes[node_of(ino)];
+    node_buf b;
+    const node *n = valid_ino(fs, ino) ? tree_node(&fs->tr, node_of(ino), &b) : NULL;
+    if (!n) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
     if (size > MAX_READ) size = MAX_READ;
-    if (n->kind == NODE_DOC && n->ref == DOC_STATS) {
-        read_stats(req, fs, ino, size, off);
+    if (n->kind == NODE_DOC && (n->ref == DOC_STATS || n->ref == DOC_TSV)) {
+        read_pages(req, fs, ino, size, off, n->ref == DOC_TSV);
         return;
     }
     if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
@@ -776,7 +814,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
     memset(&sv, 0, sizeof sv);
     sv.f_bsize = sv.f_frsize = 4096;
     sv.f_blocks = (bytes + 4095) / 4096;
-    sv.f_files = fs->tr.nnodes;
+    sv.f_files = fs->tr.nnodes + fs->tr.nnpy;
     sv.f_namemax = 255;
     sv.f_flag = ST_RDONLY;
     fuse_reply_statfs(req, &sv);
@@ -863,7 +901,8 @@ static int tensor_sha256(ckptfs *fs, size_t ti, unsigned char out[32]) {
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
     ckptfs *fs = fs_of(req);
-    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    const node *n =
+        valid_ino(fs, ino) && node_of(ino) < fs->tr.nnodes ? &fs->tr.nodes[node_of(ino)] : NULL;
     if (!n || n->kind != NODE_TENSOR) {
         fuse_reply_err(req, ENODATA);
         return;
@@ -915,7 +954,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     ckptfs *fs = fs_of(req);
-    const node *n = valid_ino(fs, ino) ? &fs->tr.nodes[node_of(ino)] : NULL;
+    const node *n =
+        valid_ino(fs, ino) && node_of(ino) < fs->tr.nnodes ? &fs->tr.nodes[node_of(ino)] : NULL;
     char names[128];
     size_t len = n && n->kind == NODE_TENSOR ? xattr_list(fs, &fs->cat->tensors[n->ref], names) : 0;
     if (size == 0)

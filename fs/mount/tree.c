@@ -30,7 +30,8 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
                     size_t ref, uint32_t *out) {
     tree *tr = b->tr;
     if (GROW(tr->nodes, b->cap, tr->nnodes + 1)) return -ENOMEM;
-    if (tr->nnodes >= UINT32_MAX - 1 || len > 255) return -ENAMETOOLONG;
+    if (len > 255) return -ENAMETOOLONG;
+    if (tr->nnodes >= UINT32_MAX / 2) return -E2BIG; /* ids above the nodes name .npy files */
     node *n = &tr->nodes[tr->nnodes];
     memset(n, 0, sizeof *n);
     n->name = name;
@@ -165,40 +166,51 @@ static int add_view(builder *b, const ckpt_hfview *view, const char *hf_dir) {
     return rc;
 }
 
-/* For each view file, the distinct sources its tensor parts read from. */
+/* Gathers the distinct sources of one view file's tensors. */
+typedef struct source_set {
+    tree *tr;
+    uint32_t *stamp; /* per source: 1 + the last file that listed it */
+    uint32_t file;
+    size_t n, cap;
+    int rc;
+} source_set;
+
+static void add_sources(void *ctx, const ckpt_tensor *t) {
+    source_set *set = ctx;
+    for (uint32_t k = 0; !set->rc && k < t->npieces; k++) {
+        uint32_t s = t->pieces[k].source;
+        if (set->stamp[s] == set->file + 1) continue;
+        set->stamp[s] = set->file + 1;
+        if (set->n == set->cap) {
+            uint32_t *more = realloc(set->tr->view_srcs, 2 * set->cap * sizeof *more);
+            if (!more) {
+                set->rc = -ENOMEM;
+                return;
+            }
+            set->tr->view_srcs = more;
+            set->cap *= 2;
+        }
+        set->tr->view_srcs[set->n++] = s;
+    }
+}
+
+/* For each view file, the distinct sources its tensors read from. */
 static int index_view_sources(tree *tr) {
     const ckpt_hfview *view = tr->view;
     const ckpt_catalog *cat = tr->cat;
-    uint32_t *stamp = calloc(cat->nsources ? cat->nsources : 1, sizeof *stamp);
+    source_set set = {.tr = tr, .cap = 16};
+    set.stamp = calloc(cat->nsources ? cat->nsources : 1, sizeof *set.stamp);
     tr->view_src_first = calloc(view->nfiles + 1, sizeof *tr->view_src_first);
-    size_t cap = 16, n = 0;
-    tr->view_srcs = malloc(cap * sizeof *tr->view_srcs);
-    int rc = stamp && tr->view_src_first && tr->view_srcs ? 0 : -ENOMEM;
-    for (size_t f = 0; !rc && f < view->nfiles; f++) {
-        tr->view_src_first[f] = (uint32_t)n;
-        const ckpt_vfile *vf = &view->files[f].vf;
-        for (size_t p = 0; !rc && p < vf->nparts; p++) {
-            const ckpt_tensor *t = vf->parts[p].tensor;
-            for (uint32_t k = 0; t && k < t->npieces; k++) {
-                uint32_t s = t->pieces[k].source;
-                if (stamp[s] == f + 1) continue;
-                stamp[s] = (uint32_t)f + 1;
-                if (n == cap) {
-                    uint32_t *more = realloc(tr->view_srcs, 2 * cap * sizeof *more);
-                    if (!more) {
-                        rc = -ENOMEM;
-                        break;
-                    }
-                    tr->view_srcs = more;
-                    cap *= 2;
-                }
-                tr->view_srcs[n++] = s;
-            }
-        }
+    tr->view_srcs = malloc(set.cap * sizeof *tr->view_srcs);
+    set.rc = set.stamp && tr->view_src_first && tr->view_srcs ? 0 : -ENOMEM;
+    for (size_t f = 0; !set.rc && f < view->nfiles; f++) {
+        tr->view_src_first[f] = (uint32_t)set.n;
+        set.file = (uint32_t)f;
+        ckpt_hfview_each_tensor(&view->files[f], add_sources, &set);
     }
-    if (!rc) tr->view_src_first[view->nfiles] = (uint32_t)n;
-    free(stamp);
-    return rc;
+    if (!set.rc) tr->view_src_first[view->nfiles] = (uint32_t)set.n;
+    free(set.stamp);
+    return set.rc;
 }
 
 mode_t tree_source_mode(const tree *tr, const node *n) {
@@ -234,6 +246,8 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     tr->cat = cat;
     builder b = {.tr = tr};
     const ckpt_hfview *view;
+    tr->npy = npy && !hf_root;
+    tr->as_f32 = as_f32;
     if (cat->ntensors >= UINT32_MAX || cat->nsources >= UINT32_MAX) {
         get_view(view_ctx, &view, err); /* lets a thread building it finish */
         return ckpt_fail(err, -E2BIG, "%zu tensors: more than a tree can index", cat->ntensors);
@@ -246,31 +260,16 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     }
     b.owned = calloc(cat->naux + 1, sizeof *b.owned);
     const char *hf_dir = hf_root ? "" : ".ckptfs/hf/";
-    /* Sized up front (three files and about one directory a tensor, room for a view of a few
+    /* Sized up front (two files and about one directory a tensor, room for a view of a few
      * hundred shards): doubling would copy and, at its peak, hold 1.5x the table; pages
      * never touched cost no memory. */
-    b.cap = 5 * cat->ntensors + cat->naux + DOC_COUNT + 512;
+    b.cap = 4 * cat->ntensors + cat->naux + DOC_COUNT + 512;
     tr->nodes = malloc(b.cap * sizeof *tr->nodes);
     uint32_t root;
     int rc = b.owned && tr->nodes ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
     for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
         rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
         if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
-        if (!rc && npy && shows_npy(&cat->tensors[i], as_f32)) {
-            /* x.json -> x.npy beside it: like sidecars, never clashes with a tensor component.
-             * Only the file name is kept (packed), its directory is the sidecar's. */
-            const node *side = &tr->nodes[tr->nnodes - 1];
-            size_t len = side->name_len - 5;
-            char *name = arena_text(&tr->npy_names, NULL, len + 4);
-            if (!name) {
-                rc = -ENOMEM;
-                break;
-            }
-            memcpy(name, side->name, len);
-            memcpy(name + len, ".npy", 4);
-            uint32_t at;
-            rc = new_node(&b, name, len + 4, side->parent, NODE_NPY, i, &at);
-        }
     }
     bool remote = false;
     for (uint32_t s = 0; s < cat->nsources && !remote; s++) remote = cat->sources[s].remote;
@@ -316,7 +315,29 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
         tree_free(tr);
         return rc;
     }
+    for (uint32_t k = 0; tr->npy && k < tr->nnodes; k++) tr->nnpy += tree_has_npy(tr, k);
     return 0;
+}
+
+bool tree_has_npy(const tree *tr, uint32_t k) {
+    return tr->npy && tr->nodes[k].kind == NODE_SIDECAR &&
+           shows_npy(&tr->cat->tensors[tr->nodes[k].ref], tr->as_f32);
+}
+
+node *tree_node(const tree *tr, uint32_t id, node_buf *buf) {
+    if (id < tr->nnodes) return &tr->nodes[id];
+    uint32_t k = id - (uint32_t)tr->nnodes;
+    if (id - tr->nnodes >= tr->nnodes || !tree_has_npy(tr, k)) return NULL;
+    const node *side = &tr->nodes[k];
+    size_t stem = side->name_len - 5; /* NAME.json: at most 255 bytes */
+    memcpy(buf->name, side->name, stem);
+    memcpy(buf->name + stem, ".npy", 4);
+    buf->n = (node){.name = buf->name,
+                    .name_len = (uint32_t)stem + 4,
+                    .parent = side->parent,
+                    .ref = side->ref,
+                    .kind = NODE_NPY};
+    return &buf->n;
 }
 
 void tree_free(tree *tr) {
@@ -326,11 +347,26 @@ void tree_free(tree *tr) {
     free(tr->children);
     free(tr->view_src_first);
     free(tr->view_srcs);
-    arena_free(&tr->npy_names);
     memset(tr, 0, sizeof *tr);
 }
 
+static uint32_t lookup_stored(const tree *tr, uint32_t parent, const char *name, size_t len);
+
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len) {
+    if (parent >= tr->nnodes) return UINT32_MAX;
+    uint32_t found = lookup_stored(tr, parent, name, len);
+    if (found != UINT32_MAX || !tr->npy || len < 5 || len > 254 ||
+        memcmp(name + len - 4, ".npy", 4) != 0)
+        return found;
+    /* NAME.npy: the node beside the sidecar NAME.json */
+    char side[256];
+    memcpy(side, name, len - 4);
+    memcpy(side + len - 4, ".json", 5);
+    uint32_t k = lookup_stored(tr, parent, side, len + 1);
+    return k != UINT32_MAX && tree_has_npy(tr, k) ? (uint32_t)tr->nnodes + k : UINT32_MAX;
+}
+
+static uint32_t lookup_stored(const tree *tr, uint32_t parent, const char *name, size_t len) {
     const node *p = &tr->nodes[parent];
     if (p->kind != NODE_DIR) return UINT32_MAX;
     size_t lo = p->first_child, hi = (size_t)p->first_child + p->nchildren;

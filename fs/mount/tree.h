@@ -3,7 +3,6 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
-#include "core/arena.h"
 #include "core/ckpt.h"
 #include "core/hfview.h"
 
@@ -55,8 +54,18 @@ typedef struct tree {
     uint32_t *view_srcs;
     char **owned; /* paths allocated for auxiliary files */
     size_t nowned;
-    arena npy_names; /* "NAME.npy" of each .npy node, packed */
+    /* NAME.npy beside the sidecar NAME.json of a tensor numpy can hold is not stored: its id
+     * is nnodes + the sidecar's (tree_node). At a million tensors the nodes, their names and
+     * their children entries took 49 MB. */
+    bool npy, as_f32;
+    size_t nnpy; /* how many there are */
 } tree;
+
+/* Room for a node that is not stored, and its name. */
+typedef struct node_buf {
+    node n;
+    char name[256];
+} node_buf;
 
 /* Hands over the HF view, or returns a negative errno with err filled. */
 typedef int (*tree_view_fn)(void *ctx, const ckpt_hfview **view, ckpt_err *err);
@@ -67,6 +76,11 @@ typedef int (*tree_view_fn)(void *ctx, const ckpt_hfview **view, ckpt_err *err);
 int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
                bool hf_root, bool npy, bool as_f32, ckpt_err *err);
 void tree_free(tree *tr);
+/* The node of id (an index into nodes, or a .npy beside one: then filled into *buf), or NULL
+ * when there is none. */
+node *tree_node(const tree *tr, uint32_t id, node_buf *buf);
+/* Whether node k (a stored one) is a sidecar with a .npy beside it. */
+bool tree_has_npy(const tree *tr, uint32_t k);
 /* Child of dir `parent` named name (len bytes), or UINT32_MAX. */
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);
 /* The permission bits of a node's content: the intersection of its sources' modes. */

@@ -265,15 +265,10 @@ static enum MHD_Result api_info(struct MHD_Connection *c, const serve_repo *r,
               s->sha, when, when);
     /* Parameters by dtype of what the HF view holds, as the Hub's "safetensors" member. */
     uint64_t params[CKPT_DTYPE_COUNT] = {0}, total = 0;
-    for (size_t i = 0; i < s->view.nfiles; i++) {
-        const ckpt_vfile *vf = &s->view.files[i].vf;
-        for (size_t k = 0; k < vf->nparts; k++) {
-            const ckpt_tensor *t = vf->parts[k].tensor;
-            if (t && vf->parts[k].tensor_off == 0) {
-                params[t->dtype] += t->numel;
-                total += t->numel;
-            }
-        }
+    for (size_t i = 0; i < s->view.norder; i++) { /* not its files' parts: some are runs */
+        const ckpt_tensor *t = &s->cat->tensors[s->view.order[i]];
+        params[t->dtype] += t->numel;
+        total += t->numel;
     }
     sb_puts(&sb, "\"safetensors\":{\"parameters\":{");
     bool first = true;
