@@ -215,6 +215,8 @@ static void stage_free(stage *st) {
     free(st->mountpoint);
     pthread_mutex_destroy(&st->lock);
     pthread_mutex_destroy(&st->commit_lock);
+    pthread_mutex_destroy(&st->wb_lock);
+    pthread_cond_destroy(&st->wb_cond);
     pthread_rwlock_destroy(&st->gate);
 }
 
@@ -236,6 +238,8 @@ static void stage_init(stage *st) {
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->commit_lock, NULL);
     pthread_mutex_init(&st->handles_lock, NULL);
+    pthread_mutex_init(&st->wb_lock, NULL);
+    pthread_cond_init(&st->wb_cond, NULL);
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);
     /* A waiting commit makes new changes fail at once instead of starving it. */

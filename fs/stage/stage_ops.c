@@ -203,6 +203,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         fuse_reply_err(req, EPERM); /* every file belongs to whoever runs the stage */
         return;
     }
+    if (to_set & FUSE_SET_ATTR_SIZE) stage_wb_drain(st); /* no write lands past the new end */
     if (!gate_enter(st)) {
         fuse_reply_err(req, EBUSY);
         return;
@@ -352,6 +353,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         n->fd = fd;
         n->nopen = 1;
         h->node = n;
+        h->writer = (fi->flags & O_ACCMODE) != O_RDONLY;
         fi->fh = (uintptr_t)h;
         fi->keep_cache = 0;
         /* A file made to be written (cp, a shell redirection) skips the kernel's page cache:
