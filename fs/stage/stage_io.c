@@ -52,13 +52,13 @@ enum { WRITEBACK_STEP = 8 << 20, WRITE_PIECE = 64 << 10 };
  *
  * The writes are made in the order they were answered (a ticket each), so the pack holds a
  * prefix of what was written at any moment, as before. Whatever looks at the bytes or the
- * sizes first waits for the writes answered before it (stage_wb_drain): read, flush (close),
- * fsync, release, truncation, a new open for writing; a commit waits through the gate, which
- * each write holds until it is made. A write that fails after it was answered (a full disk)
- * leaves the file ending where it began, and the error comes back from the next write, from
- * the close (flush) and from fsync, as a local file system reports a failed write-back; a
- * close that returned 0 means every byte is in the spool. Callers never hold st->lock: a
- * failed write takes it. */
+ * sizes first waits for the writes answered before it (stage_wb_drain, stage_lock_drained):
+ * read, flush (close), fsync, release, truncation, a new open for writing, fallocate; a
+ * commit waits through the gate, which each write holds until it is made. A write that fails
+ * after it was answered (a full disk) leaves the file ending where it began, and the error
+ * comes back from the next write, from the writer's close (flush) and from fsync, as a local
+ * file system reports a failed write-back; a close that returned 0 means every byte is in the
+ * spool. Nobody waits for the writes holding st->lock: a failed write takes it. */
 
 static uint64_t wb_ticket(stage *st) {
     pthread_mutex_lock(&st->wb_lock);
@@ -85,6 +85,20 @@ void stage_wb_drain(stage *st) {
     uint64_t answered = st->wb_next;
     while (st->wb_done < answered) pthread_cond_wait(&st->wb_cond, &st->wb_lock);
     pthread_mutex_unlock(&st->wb_lock);
+}
+
+/* Tickets are given under st->lock: holding it with none outstanding, no write can be answered
+ * until it is let go, so a truncation under it comes after every write answered before. */
+void stage_lock_drained(stage *st) {
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        pthread_mutex_lock(&st->wb_lock);
+        bool idle = st->wb_done == st->wb_next;
+        pthread_mutex_unlock(&st->wb_lock);
+        if (idle) return;
+        pthread_mutex_unlock(&st->lock);
+        stage_wb_drain(st);
+    }
 }
 
 static int write_full(int fd, const char *p, size_t n, uint64_t off) {
@@ -246,13 +260,15 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     }
     bool changes = writing || trunc;
-    if (changes) stage_wb_drain(st); /* a truncation or a move must not race the writes */
     if (changes && !gate_enter(st)) {
         free(h);
         fuse_reply_err(req, EBUSY);
         return;
     }
-    pthread_mutex_lock(&st->lock);
+    if (changes)
+        stage_lock_drained(st); /* a truncation or a move comes after the writes answered */
+    else
+        pthread_mutex_lock(&st->lock);
     int e = 0;
     if (changes && n->src == SRC_PACK && !stage_pack_writable(st, n)) {
         /* written again after it was closed: it starts over at the pack's end, or moves out */
@@ -587,12 +603,11 @@ void stage_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, 
         fuse_reply_err(req, EBADF);
         return;
     }
-    stage_wb_drain(st);
     if (!gate_enter(st)) {
         fuse_reply_err(req, EBUSY);
         return;
     }
-    pthread_mutex_lock(&st->lock);
+    stage_lock_drained(st);
     int fd = n->src == SRC_SPOOL ? n->fd : -1;
     pthread_mutex_unlock(&st->lock);
     int e = n->src == SRC_PACK                         ? EOPNOTSUPP

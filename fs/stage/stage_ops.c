@@ -203,12 +203,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         fuse_reply_err(req, EPERM); /* every file belongs to whoever runs the stage */
         return;
     }
-    if (to_set & FUSE_SET_ATTR_SIZE) stage_wb_drain(st); /* no write lands past the new end */
     if (!gate_enter(st)) {
         fuse_reply_err(req, EBUSY);
         return;
     }
-    pthread_mutex_lock(&st->lock);
+    if (to_set & FUSE_SET_ATTR_SIZE)
+        stage_lock_drained(st); /* no write answered before lands past the new end */
+    else
+        pthread_mutex_lock(&st->lock);
     int e = 0;
     if (to_set & FUSE_SET_ATTR_SIZE) e = stage_set_size(st, n, (uint64_t)attr->st_size);
     if (!e && (to_set & FUSE_SET_ATTR_MODE)) {

@@ -68,6 +68,8 @@ static inline void mark_changed(stage *st) {
 /* stage_io.c */
 /* Waits until the pack writes answered so far are made (never under st->lock). */
 void stage_wb_drain(stage *st);
+/* Takes st->lock with no pack write outstanding (for truncations and moves). */
+void stage_lock_drained(stage *st);
 int stage_set_size(stage *st, snode *n, uint64_t size); /* under st->lock and the gate */
 void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
