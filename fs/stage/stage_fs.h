@@ -68,7 +68,8 @@ struct snode {
     int fd;         /* SRC_SPOOL, SRC_PACK: open while nopen > 0, else -1 */
     unsigned nopen; /* open file handles */
     uint64_t nlookup;
-    bool removed; /* unlinked: freed once the kernel forgets it and no handle is open */
+    bool removed;   /* unlinked: freed once the kernel forgets it and no handle is open */
+    int late_error; /* a write answered before it was made failed (stage_io.c): its errno */
     /* while removed but alive: on the stage's list of such nodes, freed at its end at the
      * latest (the kernel need not send FORGET before the connection ends) */
     snode *removed_next, **removed_prev;
@@ -119,6 +120,11 @@ typedef struct stage {
     char *last_report; /* "exit N\n..." of the last commit, or NULL */
     pthread_mutex_t handles_lock;
     struct handle *handles; /* open file handles (stage_io.c) */
+    /* Writes into the pack are answered first and made after (stage_io.c), in the order they
+     * were answered: ticket wb_next is the next one given, wb_done counts those made. */
+    pthread_mutex_t wb_lock;
+    pthread_cond_t wb_cond;
+    uint64_t wb_next, wb_done;
 } stage;
 
 enum { STAGE_OK = 0, STAGE_USAGE = 1, STAGE_INVALID = 2, STAGE_WRITE_FAILED = 3 };

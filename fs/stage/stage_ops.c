@@ -207,7 +207,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         fuse_reply_err(req, EBUSY);
         return;
     }
-    pthread_mutex_lock(&st->lock);
+    if (to_set & FUSE_SET_ATTR_SIZE)
+        stage_lock_drained(st); /* no write answered before lands past the new end */
+    else
+        pthread_mutex_lock(&st->lock);
     int e = 0;
     if (to_set & FUSE_SET_ATTR_SIZE) e = stage_set_size(st, n, (uint64_t)attr->st_size);
     if (!e && (to_set & FUSE_SET_ATTR_MODE)) {
@@ -352,6 +355,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         n->fd = fd;
         n->nopen = 1;
         h->node = n;
+        h->writer = (fi->flags & O_ACCMODE) != O_RDONLY;
         fi->fh = (uintptr_t)h;
         fi->keep_cache = 0;
         /* A file made to be written (cp, a shell redirection) skips the kernel's page cache:

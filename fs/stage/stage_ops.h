@@ -16,6 +16,7 @@ typedef struct handle {
      * the node to the new one, and the handle keeps reading the old (kept open) until closed. */
     const ckpt_catalog *cat;
     size_t lower;
+    bool writer; /* opened for writing: its close reports a write that failed late */
     /* Every open handle is on the stage's list: a handle the kernel never releases (the
      * connection aborted, a reply that did not reach an interrupted opener) is freed at the end
      * instead of leaking. */
@@ -65,6 +66,10 @@ static inline void mark_changed(stage *st) {
 }
 
 /* stage_io.c */
+/* Waits until the pack writes answered so far are made (never under st->lock). */
+void stage_wb_drain(stage *st);
+/* Takes st->lock with no pack write outstanding (for truncations and moves). */
+void stage_lock_drained(stage *st);
 int stage_set_size(stage *st, snode *n, uint64_t size); /* under st->lock and the gate */
 void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -98,6 +98,7 @@ int stage_pack_claim(stage *st, snode *n, const char *name) {
     n->data_id = st->pack_id;
     n->pack_off = st->pack_end;
     n->pack_size = 0;
+    n->late_error = 0;
     int e = -journal_pack(st, n);
     if (e) {
         n->src = was;

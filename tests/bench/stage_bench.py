@@ -22,8 +22,10 @@ copying the bytes; the target is >= 0.9, warm and cold. OUT's tensors are hashed
 the source.
 
 variants (warm, in the same rounds, against the same (b)): the stage with -o max_threads=1
-(faster than the default 8 only under heavy load), and an HF directory OUT/ of 1 GiB
-shards made of packs.
+(faster than the default 8 only under heavy load, before the pack's writes were answered
+first), and an HF directory OUT/ of 1 GiB shards made of packs. The order of the steps
+turns by one each round: with it fixed, the step after cp + sync (the default) was the
+slowest, which once made the HF directory look faster than the single file.
 
 commit scaling: `ckptfs commit` alone after cp -r of 1, 2 and 4 GiB (SCALE_MIB=1024,2048,4096;
 warm): its time should not grow with the data (flat), since the bytes are in place already.
@@ -116,6 +118,17 @@ def settle(src, cold):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def warm_up(src):
+    """Reads the source once: a warm source is in the page cache before the first round too
+    (where the kernel pages out what was idle for a minute, as DAMON did on the VM this was
+    measured on, ~10% of it was gone after a pause)."""
+    for d, _, files in os.walk(src):
+        for n in files:
+            with open(os.path.join(d, n), "rb") as f:
+                while f.read(64 * MiB):
+                    pass
 
 
 def run(argv, timeout=900):
@@ -293,25 +306,36 @@ VARIANTS = [
 
 def ratio_runs(ckptfs, src, work, expect, cold):
     """RUNS of (a) and (b) alternating; the figures of one source temperature. Warm: the
-    variants too, each in every round, so every ratio comes from the same run."""
+    variants too, each in every round, so every ratio comes from the same run. The order
+    within a round turns by one each round: a step's time depends on the one before it (what
+    it left to free, write back or discard: on the VM this was measured on, the step right
+    after cp + sync ran slowest), so every step takes every place in turn."""
     variants = VARIANTS if not cold else VARIANTS[:1]
     totals = {v[0]: [] for v in variants}
     stage_cp, commit, plain = [], [], []
-    problems = None
+    problems, checked = None, set()
+    steps = list(variants) + [None]  # None: (b)
+    if not cold:
+        warm_up(src)
     for r in range(RUNS):
-        for name, extra, directory in variants:
+        for step in steps[r % len(steps):] + steps[:r % len(steps)]:
+            if step is None:
+                plain.append(bench_copy(src, work, cold))
+                print("%s run %d: cp+sync %.2f s" % ("cold" if cold else "warm", r + 1,
+                                                     plain[-1]))
+                continue
+            name, extra, directory = step
             total, cp_s, commit_s, out = bench_stage(ckptfs, src, work, cold, extra, directory)
             totals[name].append(total)
             if name == "default":
                 stage_cp.append(cp_s)
                 commit.append(commit_s)
-            if r == 0:
+            if name not in checked:
+                checked.add(name)
                 problems = (problems or []) + check_out(out, expect)
             remove_out(out)
             print("%s run %d, %s: stage cp+commit %.2f s (cp %.2f, commit %.2f)" % (
                 "cold" if cold else "warm", r + 1, name, total, cp_s, commit_s))
-        plain.append(bench_copy(src, work, cold))
-        print("%s run %d: cp+sync %.2f s" % ("cold" if cold else "warm", r + 1, plain[-1]))
     ratio = statistics.median(plain) / statistics.median(totals["default"])
     return {
         "seconds": {

@@ -15,6 +15,11 @@ Environment:
 4. A full disk (a 16 MiB tmpfs holding OUT, a 64 MiB tensor): commit exits 3
    with a clear message, OUT is not created, no temporary file is left, the
    staged bytes are intact; with room made, the same commit succeeds.
+   The pack full (OUT and the spool on a 16 MiB tmpfs, 24 MiB written in 1 MiB writes):
+   the pack's writes are answered before they are made (write-behind), so the writer learns
+   of the full disk from a later write or from close(), never not at all; the staged file
+   is then a prefix of what was written; removed, its room is back, and a file written again
+   commits.
 5. Symlinks, hard links, FIFOs and files inside .ckptfs/ are refused.
 6. Nothing is written outside the spool and OUT's directory.
 """
@@ -294,6 +299,57 @@ def full_disk(tap, ckptfs, work):
         run_capture(["umount", small], 30)
 
 
+def full_pack(tap, ckptfs, work):
+    what = "full pack"
+    small = os.path.join(work, "small-pack")
+    os.makedirs(small)
+    rc, _, err = run_capture(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], 30)
+    if rc != 0:
+        tap.skip(what, "cannot mount a tmpfs (%s)" % err.decode(errors="replace").strip())
+        return
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
+    out = os.path.join(small, "out.safetensors")  # the spool beside it: the pack is there too
+    try:
+        ok, _, pid = mounted_stage(tap, ckptfs, out, mnt, what)
+        if not ok:
+            return
+        data = b"".join(struct.pack("<I", i) * (1 << 18) for i in range(1, 25))
+        path = os.path.join(mnt, "t")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        failed, told = None, []
+        for at in range(0, len(data), 1 << 20):
+            try:
+                os.write(fd, data[at:at + (1 << 20)])
+            except OSError as e:
+                failed, told = e.errno, told + ["write at %d MiB" % (at >> 20)]
+                break
+        try:
+            os.close(fd)
+        except OSError as e:
+            failed, told = failed or e.errno, told + ["close"]
+        tap.ok(failed == errno.ENOSPC, "%s: the writer is told (ENOSPC from a write or the "
+               "close)" % what, ["errno %r from %s" % (failed, told)])
+        with open(path, "rb") as f:  # a reader's close is not told of the writer's error
+            got = f.read()
+        tap.ok(0 < len(got) < len(data) and got == data[:len(got)],
+               "%s: the staged file is a prefix of what was written" % what,
+               ["%d of %d bytes" % (len(got), len(data))])
+        os.unlink(path)
+        again = data[:4 << 20]
+        with open(path, "wb") as f:
+            f.write(again)
+        write_sidecar(path + ".json", "U8", [len(again)])
+        rc, o, e = commit(ckptfs, mnt, COMMIT_TIMEOUT)
+        tap.ok(rc == 0 and output_sha(out, "t") == hashlib.sha256(again).hexdigest(),
+               "%s: removed, its room is back: a file written again commits" % what,
+               ["exit %r" % rc, (o + e).decode(errors="replace")])
+        unmount(mnt)
+        tap.ok(wait_gone(pid), "%s: the daemon ends" % what)
+    finally:
+        unmount(mnt)
+        run_capture(["umount", small], 30)
+
+
 def refused(tap, ckptfs, work):
     what = "refused"
     outdir = os.path.join(work, "refused-out")
@@ -394,8 +450,10 @@ def main(tap, ckptfs, fixtures):
         kill_idle(tap, ckptfs, fixtures, work)
         if os.geteuid() == 0:
             full_disk(tap, ckptfs, work)
+            full_pack(tap, ckptfs, work)
         else:
             tap.skip("full disk", "mounting a tmpfs needs root")
+            tap.skip("full pack", "mounting a tmpfs needs root")
         refused(tap, ckptfs, work)
         confined(tap, ckptfs, fixtures, work)
     finally:

@@ -26,6 +26,9 @@ exactly, no gap, no overlap, nothing after) and compared with the bytes that wer
   the old file with that tensor written into it (write_bytes and the blocks allocated are
   that tensor's); a tensor added goes the pack's way; kill -9 at 10 random points of a clone
   commit: OUT old or new, the stage taken up and committed.
+- The pack's writes are answered before they are made (write-behind): a reader sees each
+  write's bytes and size as soon as the write returned, a truncation by the writer between
+  writes cuts exactly there, and the commit makes the pack OUT as usual.
 - kill -9 at 20 random points of a cp into the stage: OUT is untouched, the file comes back
   as a prefix of what was being copied (the journal says where its bytes start), and a
   complete copy commits.
@@ -124,6 +127,52 @@ def basic(tap, work):
     tap.ok(not os.path.exists(spool_of(out)) and os.stat(out).st_nlink == 1,
            "after the unmount the spool is gone and OUT stands alone")
     check_out(tap, out, want, "after the unmount")
+
+
+def read_while_written(tap, work):
+    what = "read while written"
+    out = os.path.join(work, "rw.safetensors")
+    s = Stage(tap, out)
+    if not tap.ok(s.ok, "%s: stage" % what, [s.err]):
+        return
+    data = rnd(24 << 20, 61)
+    bad = []
+    try:
+        with Watchdog(s.mnt, CHECK_TIMEOUT):
+            path = s.path("r")
+            w = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            r = os.open(path, os.O_RDONLY)
+            at = 0
+            for i in range(24):
+                if i == 16:  # the writer cuts the file back: later bytes go on from there
+                    os.ftruncate(w, 12 << 20)
+                    os.lseek(w, 12 << 20, os.SEEK_SET)
+                    at = 12 << 20
+                    data = data[:at] + rnd(12 << 20, 62)
+                chunk = data[at:at + (1 << 20)]
+                os.write(w, chunk)
+                size = os.stat(path).st_size
+                got = os.pread(r, 1 << 20, at)
+                if size != at + len(chunk) or got != chunk:
+                    bad.append("write %d at %d MiB: size %d, %s" % (
+                        i, at >> 20, size, "bytes equal" if got == chunk else
+                        "read %d bytes, not those written" % len(got)))
+                at += len(chunk)
+            data = data[:at]
+            os.close(w)
+            whole = os.pread(r, len(data) + 1, 0)
+            os.close(r)
+            if whole != data:
+                bad.append("the whole file: %d bytes, %s" % (
+                    len(whole), "equal" if whole == data else "not those written"))
+            write_sidecar(path + ".json", "U8", [len(data)])
+            rc, o, e = commit(CKPTFS, s.mnt)
+        tap.ok(not bad, "%s: each write's bytes and size are there when it returns, also "
+               "across a truncation by the writer" % what, bad)
+        tap.ok(rc == 0, "%s: commit" % what, [o, e])
+        check_out(tap, out, {"r": data}, what, linked=True)
+    finally:
+        s.close()
 
 
 def from_source(tap, work):
@@ -705,6 +754,7 @@ def main():
     random.seed(int(os.environ.get("SEED", "77")))
     try:
         basic(tap, work)
+        read_while_written(tap, work)
         from_source(tap, work)
         holes(tap, work)
         kill_commit(tap, work)
