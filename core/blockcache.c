@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,17 +90,43 @@ static void lru_push(entry *e) {
     if (!lru_oldest) lru_oldest = e;
 }
 
-/* Freed block buffers kept for the next fetch: a fresh multi-megabyte malloc is a fresh mmap,
- * and filling it costs a page fault per 4 KiB (a sixth of a sequential read's CPU time). */
-enum { SPARE_MAX = 8 };
+/* Block buffers. A block of 2 MiB or more is its own mapping, aligned to and a multiple of
+ * 2 MiB and marked for transparent huge pages: filling a fresh one then costs a page fault per
+ * 2 MiB instead of per 4 KiB (the faults were a tenth of a sequential read's CPU time), and the
+ * kernel's FUSE copy out of it walks fewer page-table entries. Freed buffers are kept for the
+ * next fetch (SPARE_MAX of them): a reused buffer costs no fault at all. */
+enum { SPARE_MAX = 8, HUGE = 2u << 20 };
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *spare[SPARE_MAX];
 static size_t spare_len[SPARE_MAX], nspare;
 
+static bool is_mapped(size_t len) {
+    return len >= HUGE;
+}
+
+/* What a buffer for len bytes really holds: buffers of equal capacity are interchangeable. */
+static size_t capacity(size_t len) {
+    return is_mapped(len) ? (len + HUGE - 1) / HUGE * HUGE : len ? len : 1;
+}
+
+static char *map_huge(size_t cap) {
+    size_t span = cap + HUGE;
+    char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    char *a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (a + cap < p + span) munmap(a + cap, (size_t)(p + span - (a + cap)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, cap, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages as before */
+#endif
+    return a;
+}
+
 static char *buf_get(size_t len) {
+    size_t cap = capacity(len);
     pthread_mutex_lock(&spare_lock);
     for (size_t i = 0; i < nspare; i++)
-        if (spare_len[i] == len) {
+        if (spare_len[i] == cap) {
             char *b = spare[i];
             spare[i] = spare[--nspare];
             spare_len[i] = spare_len[nspare];
@@ -107,21 +134,26 @@ static char *buf_get(size_t len) {
             return b;
         }
     pthread_mutex_unlock(&spare_lock);
-    return malloc(len ? len : 1);
+    return is_mapped(len) ? map_huge(cap) : malloc(cap);
 }
 
 static void buf_put(char *b, size_t len) {
     if (!b) return;
-    if (len >= (256u << 10)) {
+    size_t cap = capacity(len);
+    if (cap >= (256u << 10)) {
         pthread_mutex_lock(&spare_lock);
         if (nspare < SPARE_MAX) {
             spare[nspare] = b;
-            spare_len[nspare++] = len;
+            spare_len[nspare++] = cap;
             b = NULL;
         }
         pthread_mutex_unlock(&spare_lock);
     }
-    free(b);
+    if (!b) return;
+    if (is_mapped(len))
+        munmap(b, cap);
+    else
+        free(b);
 }
 
 static void entry_free(entry *e) {
