@@ -17,6 +17,13 @@
 enum { STREAMS = 8 };
 struct stream {
     uint64_t next, run, seen;
+    uint64_t lowest; /* the lowest offset it read: has it crossed a part's start? */
+};
+
+/* A part start; a hard one (a tar member's end) is never prefetched across. */
+struct bound {
+    uint64_t at;
+    bool hard;
 };
 
 struct remote_object {
@@ -34,7 +41,7 @@ struct remote_object {
     pthread_mutex_t streams_lock;
     struct stream streams[STREAMS];
     uint64_t stream_clock;
-    uint64_t *bounds; /* sorted part starts (remote_set_boundaries), under streams_lock */
+    struct bound *bounds; /* sorted (remote_set_boundaries), under streams_lock */
     size_t nbounds;
 };
 
@@ -428,7 +435,8 @@ static uint64_t stream_began(const struct stream *s) {
     return s->next - (s->run < s->next ? s->run : s->next);
 }
 
-static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
+static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead,
+                               uint64_t *lowest) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
     struct stream *hit = NULL, *old = &o->streams[0];
@@ -444,7 +452,10 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
         hit = old;
         hit->run = 0;
         hit->next = off;
+        hit->lowest = off;
     }
+    if (off < hit->lowest) hit->lowest = off;
+    *lowest = hit->lowest;
     hit->run += len;
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
@@ -463,18 +474,23 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
 }
 
 static int by_offset(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    uint64_t x = ((const struct bound *)a)->at, y = ((const struct bound *)b)->at;
     return (x > y) - (x < y);
 }
 
-void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n) {
-    uint64_t *b = n ? malloc(n * sizeof *b) : NULL;
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool *hard, size_t n) {
+    struct bound *b = n ? malloc(n * sizeof *b) : NULL;
     size_t k = 0;
     if (b) {
-        memcpy(b, offsets, n * sizeof *b);
+        for (size_t i = 0; i < n; i++) b[i] = (struct bound){offsets[i], hard && hard[i]};
         qsort(b, n, sizeof *b, by_offset);
-        for (size_t i = 0; i < n; i++)
-            if (b[i] > 0 && b[i] < o->size && (k == 0 || b[k - 1] != b[i])) b[k++] = b[i];
+        for (size_t i = 0; i < n; i++) {
+            if (b[i].at == 0 || b[i].at >= o->size) continue;
+            if (k && b[k - 1].at == b[i].at)
+                b[k - 1].hard |= b[i].hard;
+            else
+                b[k++] = b[i];
+        }
     }
     pthread_mutex_lock(&o->streams_lock);
     free(o->bounds);
@@ -483,34 +499,41 @@ void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n) 
     pthread_mutex_unlock(&o->streams_lock);
 }
 
-/* The first part start after `at`, or the object's size. */
-static uint64_t next_boundary(remote_object *o, uint64_t at) {
+/* Where prefetch for a stream that last read up to `at` stops: the first part start after
+ * `at`, or, for a stream that has crossed a part start already (the last one at or before `at`
+ * lies above `lowest`, the lowest offset the stream read: a reader of a whole shard, not of one
+ * tensor), the first hard one. The object's size when there is none. */
+static uint64_t prefetch_stop(remote_object *o, uint64_t at, uint64_t lowest) {
     pthread_mutex_lock(&o->streams_lock);
     size_t lo = 0, hi = o->nbounds;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (o->bounds[mid] <= at)
+        if (o->bounds[mid].at <= at)
             lo = mid + 1;
         else
             hi = mid;
     }
-    uint64_t r = lo < o->nbounds ? o->bounds[lo] : o->size;
+    bool crossed = lo > 0 && o->bounds[lo - 1].at > lowest;
+    while (crossed && lo < o->nbounds && !o->bounds[lo].hard) lo++;
+    uint64_t r = lo < o->nbounds ? o->bounds[lo].at : o->size;
     pthread_mutex_unlock(&o->streams_lock);
     return r;
 }
 
 /* A stream that has read a block's worth in a row gets the blocks after this read fetched
  * ahead, `prefetch` of them in flight. The window grows with the run (never more ahead than
- * was read in a row), and stops at the next tensor's start and where another stream began. */
+ * was read in a row), and stops where another stream began and at the next tensor's start,
+ * unless this stream has read across a tensor's start already (a shard read whole through the
+ * Hugging Face view): then only a tar member's end stops it. */
 static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
     if (!conf.prefetch) return;
-    uint64_t ahead;
-    uint64_t run = stream_advance(o, off, len, &ahead);
+    uint64_t ahead, lowest;
+    uint64_t run = stream_advance(o, off, len, &ahead, &lowest);
     if (run < o->block_len) return;
     uint64_t last = block_of(o, off + len - 1);
     uint64_t window = run / o->block_len;
     if (window > conf.prefetch) window = conf.prefetch;
-    uint64_t stop = next_boundary(o, off + len - 1);
+    uint64_t stop = prefetch_stop(o, off + len - 1, lowest);
     if (ahead < stop) stop = ahead;
     for (uint64_t i = 1; i <= window; i++) {
         uint64_t k = last + i;
