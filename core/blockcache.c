@@ -21,6 +21,7 @@ typedef struct entry {
     int state, refs, rc;
     bool in_table;
     bool unread; /* prefetched and not read yet: evicted after blocks read (see evict) */
+    bool passed; /* a sequential reader has moved past it: on the passed list (see evict) */
     char *msg;   /* why the fetch failed (FAILED) */
     struct entry *hnext;
     struct entry *older, *newer; /* LRU list of READY entries */
@@ -36,8 +37,14 @@ static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* a fetch finished 
 static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* a job was queued / stop */
 static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER; /* the queue drained */
 static entry *table[NBUCKETS];
-static entry *lru_newest, *lru_oldest;
+/* READY entries in the table, least recently used first: the passed ones on their own list in
+ * the order they were passed, the others on the LRU list. */
+typedef struct list {
+    entry *oldest, *newest;
+} list;
+static list lru, passed;
 static uint64_t ram_bytes, ram_blocks;
+static uint64_t passed_bytes; /* of the blocks on the passed list */
 static uint64_t unread_bytes; /* of READY blocks in the table prefetched and not read yet */
 static bc_config cfg = {.ram_cap = 256u << 20, .workers = 4};
 static char *disk_dir;
@@ -71,23 +78,25 @@ static void unlink_table(entry *e) {
 
 static void lru_remove(entry *e) {
     if (e->state != READY) return;
+    list *l = e->passed ? &passed : &lru;
     if (e->older)
         e->older->newer = e->newer;
-    else if (lru_oldest == e)
-        lru_oldest = e->newer;
+    else if (l->oldest == e)
+        l->oldest = e->newer;
     if (e->newer)
         e->newer->older = e->older;
-    else if (lru_newest == e)
-        lru_newest = e->older;
+    else if (l->newest == e)
+        l->newest = e->older;
     e->older = e->newer = NULL;
 }
 
 static void lru_push(entry *e) {
-    e->older = lru_newest;
+    list *l = e->passed ? &passed : &lru;
+    e->older = l->newest;
     e->newer = NULL;
-    if (lru_newest) lru_newest->newer = e;
-    lru_newest = e;
-    if (!lru_oldest) lru_oldest = e;
+    if (l->newest) l->newest->newer = e;
+    l->newest = e;
+    if (!l->oldest) l->oldest = e;
 }
 
 /* Block buffers. A block of 2 MiB or more is its own mapping, aligned to and a multiple of
@@ -162,24 +171,43 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-/* Drops least recently used blocks nobody is copying from until RAM is under the cap: blocks
- * read already first, then prefetched ones nobody has read yet (dropping those first would have
- * two streams, each with its window in flight, throw away each other's next blocks and fetch
- * them again). Unread blocks over half the cache are the oldest of them first: prefetches of
- * readers that stopped must not crowd out what is being read. */
+/* Takes a READY entry nobody is copying from off the lists and the table and frees it. */
+static void drop(entry *e) {
+    lru_remove(e);
+    unlink_table(e);
+    ram_bytes -= e->len;
+    ram_blocks--;
+    if (e->unread) unread_bytes -= e->len;
+    if (e->passed) passed_bytes -= e->len;
+    entry_free(e);
+}
+
+/* What the cache keeps of blocks sequential readers have moved past: enough for a second reader
+ * close behind the first. The kernel's page cache holds what they read; keeping all of it here
+ * too grew the daemon to the cap with fresh pages (a twentieth of a sequential read's CPU time
+ * was zeroing them), and the buffers of the blocks dropped serve the next fetches instead. */
+static uint64_t passed_keep(void) {
+    return cfg.ram_cap / 8;
+}
+
+/* Drops blocks nobody is copying from: passed blocks over passed_keep(), then, until RAM is
+ * under the cap, passed blocks first (oldest first), then least recently used blocks read
+ * already, then prefetched ones nobody has read yet (dropping those first would have two
+ * streams, each with its window in flight, throw away each other's next blocks and fetch them
+ * again). Unread blocks over half the cache are the oldest of them first: prefetches of readers
+ * that stopped must not crowd out what is being read. */
 static void evict(void) {
+    for (entry *e = passed.oldest, *next; e; e = next) {
+        next = e->newer;
+        if (passed_bytes <= passed_keep() && ram_bytes <= cfg.ram_cap) break;
+        if (e->refs == 0) drop(e);
+    }
     for (int pass = 0; pass < 2 && ram_bytes > cfg.ram_cap; pass++) {
-        entry *e = lru_oldest;
+        entry *e = lru.oldest;
         while (ram_bytes > cfg.ram_cap && e) {
             entry *next = e->newer;
-            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2)) {
-                lru_remove(e);
-                unlink_table(e);
-                ram_bytes -= e->len;
-                ram_blocks--;
-                if (e->unread) unread_bytes -= e->len;
-                entry_free(e);
-            }
+            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2))
+                drop(e);
             e = next;
         }
     }
@@ -408,6 +436,8 @@ static entry *acquire(const bc_source *src, uint64_t index, size_t block_len, in
     if (e && e->state == READY) {
         st.hits++;
         lru_remove(e);
+        if (e->passed) passed_bytes -= e->len;
+        e->passed = false; /* read again: by another reader, or out of order */
         lru_push(e);
     } else if (e) {
         st.waits++;
@@ -491,6 +521,19 @@ void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t le
         evict();
     } else {
         buf_put(copy, len);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void bc_passed(const bc_source *src, uint64_t index) {
+    pthread_mutex_lock(&lock);
+    entry *e = find(src->id, index);
+    if (e && e->state == READY && !e->passed) {
+        lru_remove(e);
+        e->passed = true;
+        passed_bytes += e->len;
+        lru_push(e);
+        evict();
     }
     pthread_mutex_unlock(&lock);
 }
@@ -587,7 +630,8 @@ void bc_forget(uint64_t id) {
             ram_bytes -= e->len;
             ram_blocks--;
             if (e->unread) unread_bytes -= e->len;
-            e->unread = false;
+            if (e->passed) passed_bytes -= e->len;
+            e->unread = e->passed = false;
             if (e->refs == 0) entry_free(e);
         }
     }

@@ -17,7 +17,8 @@
 enum { STREAMS = 8 };
 struct stream {
     uint64_t next, run, seen;
-    uint64_t lowest; /* the lowest offset it read: has it crossed a part's start? */
+    uint64_t lowest;      /* the lowest offset it read: has it crossed a part's start? */
+    uint64_t passed_next; /* the first block it has not told the cache it moved past */
 };
 
 /* A part start; a hard one (a tar member's end) is never prefetched across. */
@@ -435,8 +436,13 @@ static uint64_t stream_began(const struct stream *s) {
     return s->next - (s->run < s->next ? s->run : s->next);
 }
 
-static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead,
-                               uint64_t *lowest) {
+/* What a read tells of its stream (stream_advance). */
+struct advance {
+    uint64_t run, ahead, lowest;
+    uint64_t passed_from, passed_to; /* blocks [from, to) it has moved past */
+};
+
+static void stream_advance(remote_object *o, uint64_t off, size_t len, struct advance *a) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
     struct stream *hit = NULL, *old = &o->streams[0];
@@ -453,24 +459,38 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
         hit->run = 0;
         hit->next = off;
         hit->lowest = off;
+        hit->passed_next = 0;
     }
     if (off < hit->lowest) hit->lowest = off;
-    *lowest = hit->lowest;
+    a->lowest = hit->lowest;
     hit->run += len;
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
-    uint64_t run = hit->run;
+    a->run = hit->run;
+    /* A sequential reader has moved past the blocks it read whole up to the one before the
+     * block this read starts in (a block of slack: FUSE threads answer readahead slightly out
+     * of order). Not block 0: it holds the header. */
+    a->passed_from = a->passed_to = 0;
+    uint64_t first_whole = block_of(o, hit->lowest);
+    if (block_start(o, first_whole) < hit->lowest) first_whole++;
+    uint64_t from = hit->passed_next > first_whole ? hit->passed_next : first_whole;
+    if (from < 1) from = 1;
+    uint64_t cur = block_of(o, off);
+    if (a->run >= o->block_len && cur >= 2 && cur - 1 > from) {
+        a->passed_from = from;
+        a->passed_to = cur - 1;
+        hit->passed_next = cur - 1;
+    }
     uint64_t end = off + len, hit_began = stream_began(hit);
-    *ahead = UINT64_MAX;
+    a->ahead = UINT64_MAX;
     for (size_t i = 0; i < STREAMS; i++) {
         const struct stream *s = &o->streams[i];
         uint64_t began = stream_began(s);
         if (s == hit || !s->seen || began <= hit_began) continue;
         uint64_t stop = end <= began ? began : end < s->next ? end : UINT64_MAX;
-        if (stop < *ahead) *ahead = stop;
+        if (stop < a->ahead) a->ahead = stop;
     }
     pthread_mutex_unlock(&o->streams_lock);
-    return run;
 }
 
 static int by_offset(const void *a, const void *b) {
@@ -527,14 +547,15 @@ static uint64_t prefetch_stop(remote_object *o, uint64_t at, uint64_t lowest) {
  * Hugging Face view): then only a tar member's end stops it. */
 static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
     if (!conf.prefetch) return;
-    uint64_t ahead, lowest;
-    uint64_t run = stream_advance(o, off, len, &ahead, &lowest);
-    if (run < o->block_len) return;
+    struct advance a;
+    stream_advance(o, off, len, &a);
+    for (uint64_t k = a.passed_from; k < a.passed_to; k++) bc_passed(&o->bc, k);
+    if (a.run < o->block_len) return;
     uint64_t last = block_of(o, off + len - 1);
-    uint64_t window = run / o->block_len;
+    uint64_t window = a.run / o->block_len;
     if (window > conf.prefetch) window = conf.prefetch;
-    uint64_t stop = prefetch_stop(o, off + len - 1, lowest);
-    if (ahead < stop) stop = ahead;
+    uint64_t stop = prefetch_stop(o, off + len - 1, a.lowest);
+    if (a.ahead < stop) stop = a.ahead;
     for (uint64_t i = 1; i <= window; i++) {
         uint64_t k = last + i;
         size_t bl = block_size_of(o, k);

@@ -1,8 +1,9 @@
 /* The block cache against a source that counts its fetches (block i holds bytes (i*7 + j) %
  * 251): reads copy the right bytes; a cached block is not fetched again; when the cache is full,
  * blocks already read leave it before prefetched ones nobody has read yet, but unread blocks
- * over half the cache go too (oldest first); a pinned block stays readable after its object is
- * forgotten, and leaves when unpinned. */
+ * over half the cache go too (oldest first); blocks a sequential reader moved past leave first,
+ * and beyond an eighth of the cache even when there is room; a pinned block stays readable after
+ * its object is forgotten, and leaves when unpinned. */
 #include "blockcache.h"
 #include "tap.h"
 
@@ -73,6 +74,35 @@ int main(void) {
     all &= read_ok(&src, 35);
     is_u64(atomic_load(&fetches[30]), 1, "the oldest unread block left when unread were over half");
     is_u64(atomic_load(&fetches[35]), 0, "the newest unread block stayed");
+
+    /* Blocks a sequential reader moved past: an eighth of the cache (one block) is kept, the
+     * oldest passed goes first, even with room to spare. */
+    bc_forget(1);
+    for (uint64_t i = 52; i < 58; i++) all &= read_ok(&src, i);
+    bc_passed(&src, 56);
+    bc_passed(&src, 57);
+    bc_stats bs;
+    bc_get_stats(&bs);
+    is_u64(bs.ram_blocks, 5, "two blocks passed with room to spare: the older one left");
+    reset_counts();
+    all &= read_ok(&src, 57);
+    all &= read_ok(&src, 56);
+    all &= read_ok(&src, 52);
+    is_u64(atomic_load(&fetches[57]) * 10 + atomic_load(&fetches[56]) * 1 +
+               atomic_load(&fetches[52]) * 100,
+           1, "the newer passed block and the blocks read stayed, the older passed one did not");
+
+    /* A full cache drops a passed block before the least recently used block read. */
+    bc_forget(1);
+    for (uint64_t i = 20; i < 27; i++) all &= read_ok(&src, i);
+    bc_passed(&src, 21);
+    all &= read_ok(&src, 27); /* eight blocks: full */
+    all &= read_ok(&src, 28); /* one over */
+    reset_counts();
+    all &= read_ok(&src, 20);
+    all &= read_ok(&src, 21);
+    is_u64(atomic_load(&fetches[20]), 0, "the least recently used block read stayed");
+    is_u64(atomic_load(&fetches[21]), 1, "the passed block left first");
 
     /* A pinned block outlives bc_forget and is freed on unpin (sanitizers check the rest). */
     const char *data;
