@@ -21,12 +21,6 @@ struct stream {
     uint64_t passed_next; /* the first block it has not told the cache it moved past */
 };
 
-/* A part start; a hard one (a tar member's end) is never prefetched across. */
-struct bound {
-    uint64_t at;
-    bool hard;
-};
-
 struct remote_object {
     char *shown; /* the name messages use */
     remote_target target;
@@ -42,8 +36,10 @@ struct remote_object {
     pthread_mutex_t streams_lock;
     struct stream streams[STREAMS];
     uint64_t stream_clock;
-    struct bound *bounds; /* sorted (remote_set_boundaries), under streams_lock */
-    size_t nbounds;
+    /* Sorted part starts, and those of them a stream of many parts stops at too (a tar member's
+     * end): remote_set_boundaries, under streams_lock. */
+    uint64_t *bounds, *hard_bounds;
+    size_t nbounds, nhard;
 };
 
 enum { HEAD_DEFAULT = 256 << 10, BLOCK_DEFAULT = 4 << 20 };
@@ -219,6 +215,7 @@ void remote_close(remote_object *o) {
     remote_target_free(&o->target);
     pthread_mutex_destroy(&o->streams_lock);
     free(o->bounds);
+    free(o->hard_bounds);
     free(o->shown);
     free(o);
 }
@@ -494,29 +491,54 @@ static void stream_advance(remote_object *o, uint64_t off, size_t len, struct ad
 }
 
 static int by_offset(const void *a, const void *b) {
-    uint64_t x = ((const struct bound *)a)->at, y = ((const struct bound *)b)->at;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
 }
 
-void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool *hard, size_t n) {
-    struct bound *b = n ? malloc(n * sizeof *b) : NULL;
+/* The offsets (only the hard ones if only_hard) sorted, without duplicates, and without 0 and
+ * those at or past the object's end: *out_n of them. */
+static uint64_t *sorted_starts(const remote_object *o, const uint64_t *offsets, const bool *hard,
+                               size_t n, bool only_hard, size_t *out_n) {
+    uint64_t *b = n ? malloc(n * sizeof *b) : NULL;
     size_t k = 0;
     if (b) {
-        for (size_t i = 0; i < n; i++) b[i] = (struct bound){offsets[i], hard && hard[i]};
-        qsort(b, n, sizeof *b, by_offset);
-        for (size_t i = 0; i < n; i++) {
-            if (b[i].at == 0 || b[i].at >= o->size) continue;
-            if (k && b[k - 1].at == b[i].at)
-                b[k - 1].hard |= b[i].hard;
-            else
-                b[k++] = b[i];
-        }
+        for (size_t i = 0; i < n; i++)
+            if (!only_hard || (hard && hard[i])) b[k++] = offsets[i];
+        qsort(b, k, sizeof *b, by_offset);
+        size_t m = 0;
+        for (size_t i = 0; i < k; i++)
+            if (b[i] > 0 && b[i] < o->size && (m == 0 || b[m - 1] != b[i])) b[m++] = b[i];
+        k = m;
     }
+    *out_n = k;
+    return b;
+}
+
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool *hard, size_t n) {
+    size_t nb, nh;
+    uint64_t *b = sorted_starts(o, offsets, hard, n, false, &nb);
+    uint64_t *h = sorted_starts(o, offsets, hard, n, true, &nh);
     pthread_mutex_lock(&o->streams_lock);
     free(o->bounds);
+    free(o->hard_bounds);
     o->bounds = b;
-    o->nbounds = k;
+    o->nbounds = nb;
+    o->hard_bounds = h;
+    o->nhard = nh;
     pthread_mutex_unlock(&o->streams_lock);
+}
+
+/* How many of the n sorted offsets in b are at or before `at`. */
+static size_t count_upto(const uint64_t *b, size_t n, uint64_t at) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b[mid] <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 /* Where prefetch for a stream that last read up to `at` stops: the first part start after
@@ -525,17 +547,12 @@ void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool
  * tensor), the first hard one. The object's size when there is none. */
 static uint64_t prefetch_stop(remote_object *o, uint64_t at, uint64_t lowest) {
     pthread_mutex_lock(&o->streams_lock);
-    size_t lo = 0, hi = o->nbounds;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (o->bounds[mid].at <= at)
-            lo = mid + 1;
-        else
-            hi = mid;
+    size_t i = count_upto(o->bounds, o->nbounds, at);
+    uint64_t r = i < o->nbounds ? o->bounds[i] : o->size;
+    if (i > 0 && o->bounds[i - 1] > lowest) {
+        size_t j = count_upto(o->hard_bounds, o->nhard, at);
+        r = j < o->nhard ? o->hard_bounds[j] : o->size;
     }
-    bool crossed = lo > 0 && o->bounds[lo - 1].at > lowest;
-    while (crossed && lo < o->nbounds && !o->bounds[lo].hard) lo++;
-    uint64_t r = lo < o->nbounds ? o->bounds[lo].at : o->size;
     pthread_mutex_unlock(&o->streams_lock);
     return r;
 }
