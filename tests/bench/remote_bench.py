@@ -16,7 +16,7 @@ figure is a ratio of runs side by side in this one script, the median of RUNS ro
   two streams two readers of the two halves of that tensor at once, through one mount
   random      4 KiB preads at random offsets of that tensor with a warm block cache (every
               block fetched by a pread of its own first, in random order: a sequential read keeps
-              only an eighth of the cache of the blocks it moved past) vs the same preads on a
+              only a 32nd of the cache of the blocks it moved past) vs the same preads on a
               local mount of the same file, each checked against the file
   waste       bytes fetched (cache.json) minus bytes read, per read stream: the sequential
               read, the two streams, and a 64 MiB tensor read whole out of a file of four
