@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@ typedef struct entry {
     int state, refs, rc;
     bool in_table;
     bool unread; /* prefetched and not read yet: evicted after blocks read (see evict) */
+    bool passed; /* a sequential reader has moved past it: on the passed list (see evict) */
     char *msg;   /* why the fetch failed (FAILED) */
     struct entry *hnext;
     struct entry *older, *newer; /* LRU list of READY entries */
@@ -35,8 +37,14 @@ static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* a fetch finished 
 static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* a job was queued / stop */
 static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER; /* the queue drained */
 static entry *table[NBUCKETS];
-static entry *lru_newest, *lru_oldest;
+/* READY entries in the table, least recently used first: the passed ones on their own list in
+ * the order they were passed, the others on the LRU list. */
+typedef struct list {
+    entry *oldest, *newest;
+} list;
+static list lru, passed;
 static uint64_t ram_bytes, ram_blocks;
+static uint64_t passed_bytes; /* of the blocks on the passed list */
 static uint64_t unread_bytes; /* of READY blocks in the table prefetched and not read yet */
 static bc_config cfg = {.ram_cap = 256u << 20, .workers = 4};
 static char *disk_dir;
@@ -70,36 +78,64 @@ static void unlink_table(entry *e) {
 
 static void lru_remove(entry *e) {
     if (e->state != READY) return;
+    list *l = e->passed ? &passed : &lru;
     if (e->older)
         e->older->newer = e->newer;
-    else if (lru_oldest == e)
-        lru_oldest = e->newer;
+    else if (l->oldest == e)
+        l->oldest = e->newer;
     if (e->newer)
         e->newer->older = e->older;
-    else if (lru_newest == e)
-        lru_newest = e->older;
+    else if (l->newest == e)
+        l->newest = e->older;
     e->older = e->newer = NULL;
 }
 
 static void lru_push(entry *e) {
-    e->older = lru_newest;
+    list *l = e->passed ? &passed : &lru;
+    e->older = l->newest;
     e->newer = NULL;
-    if (lru_newest) lru_newest->newer = e;
-    lru_newest = e;
-    if (!lru_oldest) lru_oldest = e;
+    if (l->newest) l->newest->newer = e;
+    l->newest = e;
+    if (!l->oldest) l->oldest = e;
 }
 
-/* Freed block buffers kept for the next fetch: a fresh multi-megabyte malloc is a fresh mmap,
- * and filling it costs a page fault per 4 KiB (a sixth of a sequential read's CPU time). */
-enum { SPARE_MAX = 8 };
+/* Block buffers. A block of 2 MiB or more is its own mapping, aligned to and a multiple of
+ * 2 MiB and marked for transparent huge pages: filling a fresh one then costs a page fault per
+ * 2 MiB instead of per 4 KiB (the faults were a tenth of a sequential read's CPU time), and the
+ * kernel's FUSE copy out of it walks fewer page-table entries. Freed buffers are kept for the
+ * next fetch (SPARE_MAX of them): a reused buffer costs no fault at all. */
+enum { SPARE_MAX = 8, HUGE = 2u << 20 };
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *spare[SPARE_MAX];
 static size_t spare_len[SPARE_MAX], nspare;
 
+static bool is_mapped(size_t len) {
+    return len >= HUGE;
+}
+
+/* What a buffer for len bytes really holds: buffers of equal capacity are interchangeable. */
+static size_t capacity(size_t len) {
+    return is_mapped(len) ? (len + HUGE - 1) / HUGE * HUGE : len ? len : 1;
+}
+
+static char *map_huge(size_t cap) {
+    size_t span = cap + HUGE;
+    char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    char *a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (a + cap < p + span) munmap(a + cap, (size_t)(p + span - (a + cap)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, cap, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages as before */
+#endif
+    return a;
+}
+
 static char *buf_get(size_t len) {
+    size_t cap = capacity(len);
     pthread_mutex_lock(&spare_lock);
     for (size_t i = 0; i < nspare; i++)
-        if (spare_len[i] == len) {
+        if (spare_len[i] == cap) {
             char *b = spare[i];
             spare[i] = spare[--nspare];
             spare_len[i] = spare_len[nspare];
@@ -107,21 +143,26 @@ static char *buf_get(size_t len) {
             return b;
         }
     pthread_mutex_unlock(&spare_lock);
-    return malloc(len ? len : 1);
+    return is_mapped(len) ? map_huge(cap) : malloc(cap);
 }
 
 static void buf_put(char *b, size_t len) {
     if (!b) return;
-    if (len >= (256u << 10)) {
+    size_t cap = capacity(len);
+    if (cap >= (256u << 10)) {
         pthread_mutex_lock(&spare_lock);
         if (nspare < SPARE_MAX) {
             spare[nspare] = b;
-            spare_len[nspare++] = len;
+            spare_len[nspare++] = cap;
             b = NULL;
         }
         pthread_mutex_unlock(&spare_lock);
     }
-    free(b);
+    if (!b) return;
+    if (is_mapped(len))
+        munmap(b, cap);
+    else
+        free(b);
 }
 
 static void entry_free(entry *e) {
@@ -130,24 +171,45 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-/* Drops least recently used blocks nobody is copying from until RAM is under the cap: blocks
- * read already first, then prefetched ones nobody has read yet (dropping those first would have
- * two streams, each with its window in flight, throw away each other's next blocks and fetch
- * them again). Unread blocks over half the cache are the oldest of them first: prefetches of
- * readers that stopped must not crowd out what is being read. */
+/* Takes a READY entry nobody is copying from off the lists and the table and frees it. */
+static void drop(entry *e) {
+    lru_remove(e);
+    unlink_table(e);
+    ram_bytes -= e->len;
+    ram_blocks--;
+    if (e->unread) unread_bytes -= e->len;
+    if (e->passed) passed_bytes -= e->len;
+    entry_free(e);
+}
+
+/* What the cache keeps of blocks sequential readers have moved past: two blocks of the default
+ * cache, for a second reader close behind the first. The kernel's page cache holds what they
+ * read; keeping all of it here too grew the daemon to the cap with fresh pages, and fresh pages
+ * are dear (zeroing the 60 MiB a sequential read still took with an eighth of the cache kept
+ * was a tenth of its CPU time in a VM), so the buffers of the blocks dropped serve the next
+ * fetches instead. */
+static uint64_t passed_keep(void) {
+    return cfg.ram_cap / 32;
+}
+
+/* Drops blocks nobody is copying from: passed blocks over passed_keep(), then, until RAM is
+ * under the cap, passed blocks first (oldest first), then least recently used blocks read
+ * already, then prefetched ones nobody has read yet (dropping those first would have two
+ * streams, each with its window in flight, throw away each other's next blocks and fetch them
+ * again). Unread blocks over half the cache are the oldest of them first: prefetches of readers
+ * that stopped must not crowd out what is being read. */
 static void evict(void) {
+    for (entry *e = passed.oldest, *next; e; e = next) {
+        next = e->newer;
+        if (passed_bytes <= passed_keep() && ram_bytes <= cfg.ram_cap) break;
+        if (e->refs == 0) drop(e);
+    }
     for (int pass = 0; pass < 2 && ram_bytes > cfg.ram_cap; pass++) {
-        entry *e = lru_oldest;
+        entry *e = lru.oldest;
         while (ram_bytes > cfg.ram_cap && e) {
             entry *next = e->newer;
-            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2)) {
-                lru_remove(e);
-                unlink_table(e);
-                ram_bytes -= e->len;
-                ram_blocks--;
-                if (e->unread) unread_bytes -= e->len;
-                entry_free(e);
-            }
+            if (e->refs == 0 && (pass == 1 || !e->unread || unread_bytes > cfg.ram_cap / 2))
+                drop(e);
             e = next;
         }
     }
@@ -376,6 +438,8 @@ static entry *acquire(const bc_source *src, uint64_t index, size_t block_len, in
     if (e && e->state == READY) {
         st.hits++;
         lru_remove(e);
+        if (e->passed) passed_bytes -= e->len;
+        e->passed = false; /* read again: by another reader, or out of order */
         lru_push(e);
     } else if (e) {
         st.waits++;
@@ -459,6 +523,19 @@ void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t le
         evict();
     } else {
         buf_put(copy, len);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void bc_passed(const bc_source *src, uint64_t index) {
+    pthread_mutex_lock(&lock);
+    entry *e = find(src->id, index);
+    if (e && e->state == READY && !e->passed) {
+        lru_remove(e);
+        e->passed = true;
+        passed_bytes += e->len;
+        lru_push(e);
+        evict();
     }
     pthread_mutex_unlock(&lock);
 }
@@ -555,7 +632,8 @@ void bc_forget(uint64_t id) {
             ram_bytes -= e->len;
             ram_blocks--;
             if (e->unread) unread_bytes -= e->len;
-            e->unread = false;
+            if (e->passed) passed_bytes -= e->len;
+            e->unread = e->passed = false;
             if (e->refs == 0) entry_free(e);
         }
     }

@@ -41,6 +41,9 @@ void bc_unpin(void *hold);
 void bc_insert(const bc_source *src, uint64_t index, const void *data, size_t len);
 /* Starts fetching the block on a worker unless it is cached or on its way. */
 void bc_prefetch(const bc_source *src, uint64_t index, size_t block_len);
+/* A sequential reader has moved past block index: the cache keeps a few such blocks (for a
+ * reader close behind) and drops them before any other. */
+void bc_passed(const bc_source *src, uint64_t index);
 /* Waits for queued prefetches and stops the workers (before fork; they restart on demand). */
 void bc_quiesce(void);
 /* Drops every RAM block of object id (its object changed or closed). */

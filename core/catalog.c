@@ -503,12 +503,36 @@ static void *build_indexes(void *arg) {
 typedef struct part_start {
     remote_object *object;
     uint64_t offset;
+    bool hard; /* a member's end: not even a reader of many tensors reads past it */
 } part_start;
 
 static int by_object(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)((const part_start *)a)->object;
     uintptr_t y = (uintptr_t)((const part_start *)b)->object;
     return (x > y) - (x < y);
+}
+
+/* The bytes a piece without strides spans in its file, 0 if it has strides. */
+static uint64_t piece_bytes(const ckpt_tensor *t, const ckpt_piece *pc) {
+    if (pc->strides) return 0;
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (__builtin_mul_overflow(numel, pc->sizes[d], &numel)) return 0;
+    const ckpt_dtype_info *dt = ckpt_dtype_info_of(t->dtype);
+    uint64_t bytes;
+    if (__builtin_mul_overflow((numel + dt->block - 1) / dt->block, (uint64_t)dt->block_bytes,
+                               &bytes))
+        return 0;
+    return bytes;
+}
+
+/* A piece that starts where the tensor's previous piece ends in the same file is no part start:
+ * a reader of the tensor reads on into it. */
+static bool continues(const ckpt_tensor *t, uint32_t j) {
+    if (j == 0) return false;
+    const ckpt_piece *prev = &t->pieces[j - 1], *pc = &t->pieces[j];
+    uint64_t len = piece_bytes(t, prev);
+    return len && prev->source == pc->source && prev->file_offset + len == pc->file_offset;
 }
 
 /* Tells each remote object where its tensors' bytes start and its tar members' bytes start and
@@ -526,32 +550,38 @@ static void tell_remote_boundaries(ckpt_catalog *cat) {
         n += cat->sources[i].remote && !cat->sources[i].zst && cat->sources[i].member_of ? 2 : 0;
     part_start *p = n ? malloc(n * sizeof *p) : NULL;
     uint64_t *offs = n ? malloc(n * sizeof *offs) : NULL;
-    if (p && offs) {
+    bool *hard = n ? malloc(n * sizeof *hard) : NULL;
+    if (p && offs && hard) {
         size_t k = 0;
         for (size_t i = 0; i < cat->ntensors; i++)
             for (uint32_t j = 0; j < cat->tensors[i].npieces; j++) {
                 const ckpt_piece *pc = &cat->tensors[i].pieces[j];
                 const ckpt_source *s = &cat->sources[pc->source];
-                if (s->remote && !s->zst)
-                    p[k++] =
-                        (part_start){s->remote, pc->file_offset + (s->member_of ? s->base : 0)};
+                if (s->remote && !s->zst && !continues(&cat->tensors[i], j))
+                    p[k++] = (part_start){s->remote, pc->file_offset + (s->member_of ? s->base : 0),
+                                          false};
             }
         /* A member's bytes end where the next member's header begins: a reader of its last
          * tensor (or of the member whole) has no use for what follows. */
         for (uint32_t i = 0; i < cat->nsources; i++) {
             const ckpt_source *s = &cat->sources[i];
             if (!s->remote || s->zst || !s->member_of) continue;
-            p[k++] = (part_start){s->remote, s->base};
-            p[k++] = (part_start){s->remote, s->base + s->size};
+            p[k++] = (part_start){s->remote, s->base, false};
+            p[k++] = (part_start){s->remote, s->base + s->size, true};
         }
+        n = k;
         qsort(p, n, sizeof *p, by_object);
         for (size_t a = 0, b; a < n; a = b) {
-            for (b = a; b < n && p[b].object == p[a].object; b++) offs[b - a] = p[b].offset;
-            remote_set_boundaries(p[a].object, offs, b - a);
+            for (b = a; b < n && p[b].object == p[a].object; b++) {
+                offs[b - a] = p[b].offset;
+                hard[b - a] = p[b].hard;
+            }
+            remote_set_boundaries(p[a].object, offs, hard, b - a);
         }
     }
     free(p);
     free(offs);
+    free(hard);
 }
 
 /* Names no safetensors header can hold (not UTF-8, or its "__metadata__" key): said once at

@@ -241,9 +241,12 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)rq->off,
                  (unsigned long long)(rq->off + rq->len - 1));
         curl_easy_setopt(h, CURLOPT_RANGE, range);
-        /* A block is megabytes: fewer, larger reads from the socket and callbacks (the
-         * default 16 KiB costs a syscall and a callback each). */
-        if (rq->len >= (1u << 20)) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+        /* A block is megabytes: fewer, larger reads from the socket and callbacks than the
+         * default 16 KiB. libcurl allocates this buffer for every transfer and frees it after:
+         * at 64 KiB it comes from the heap and its pages are reused; at 128 KiB or more (the
+         * daemon's mmap threshold, fs/heap.c) it would be a fresh mapping each time, a page
+         * fault per 4 KiB received (a 512 KiB buffer cost 30,000 faults per GiB read). */
+        if (rq->len >= (1u << 20)) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 64L << 10);
     }
     if (hdrs) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (rq->auth && rq->auth->sigv4) {

@@ -17,6 +17,8 @@
 enum { STREAMS = 8 };
 struct stream {
     uint64_t next, run, seen;
+    uint64_t lowest;      /* the lowest offset it read: has it crossed a part's start? */
+    uint64_t passed_next; /* the first block it has not told the cache it moved past */
 };
 
 struct remote_object {
@@ -34,8 +36,10 @@ struct remote_object {
     pthread_mutex_t streams_lock;
     struct stream streams[STREAMS];
     uint64_t stream_clock;
-    uint64_t *bounds; /* sorted part starts (remote_set_boundaries), under streams_lock */
-    size_t nbounds;
+    /* Sorted part starts, and those of them a stream of many parts stops at too (a tar member's
+     * end): remote_set_boundaries, under streams_lock. */
+    uint64_t *bounds, *hard_bounds;
+    size_t nbounds, nhard;
 };
 
 enum { HEAD_DEFAULT = 256 << 10, BLOCK_DEFAULT = 4 << 20 };
@@ -211,6 +215,7 @@ void remote_close(remote_object *o) {
     remote_target_free(&o->target);
     pthread_mutex_destroy(&o->streams_lock);
     free(o->bounds);
+    free(o->hard_bounds);
     free(o->shown);
     free(o);
 }
@@ -428,7 +433,13 @@ static uint64_t stream_began(const struct stream *s) {
     return s->next - (s->run < s->next ? s->run : s->next);
 }
 
-static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint64_t *ahead) {
+/* What a read tells of its stream (stream_advance). */
+struct advance {
+    uint64_t run, ahead, lowest;
+    uint64_t passed_from, passed_to; /* blocks [from, to) it has moved past */
+};
+
+static void stream_advance(remote_object *o, uint64_t off, size_t len, struct advance *a) {
     pthread_mutex_lock(&o->streams_lock);
     uint64_t now = ++o->stream_clock;
     struct stream *hit = NULL, *old = &o->streams[0];
@@ -444,22 +455,39 @@ static uint64_t stream_advance(remote_object *o, uint64_t off, size_t len, uint6
         hit = old;
         hit->run = 0;
         hit->next = off;
+        hit->lowest = off;
+        hit->passed_next = 0;
     }
+    if (off < hit->lowest) hit->lowest = off;
+    a->lowest = hit->lowest;
     hit->run += len;
     if (off + len > hit->next) hit->next = off + len;
     hit->seen = now;
-    uint64_t run = hit->run;
+    a->run = hit->run;
+    /* A sequential reader has moved past the blocks it read whole up to the one before the
+     * block this read starts in (a block of slack: FUSE threads answer readahead slightly out
+     * of order). Not block 0: it holds the header. */
+    a->passed_from = a->passed_to = 0;
+    uint64_t first_whole = block_of(o, hit->lowest);
+    if (block_start(o, first_whole) < hit->lowest) first_whole++;
+    uint64_t from = hit->passed_next > first_whole ? hit->passed_next : first_whole;
+    if (from < 1) from = 1;
+    uint64_t cur = block_of(o, off);
+    if (a->run >= o->block_len && cur >= 2 && cur - 1 > from) {
+        a->passed_from = from;
+        a->passed_to = cur - 1;
+        hit->passed_next = cur - 1;
+    }
     uint64_t end = off + len, hit_began = stream_began(hit);
-    *ahead = UINT64_MAX;
+    a->ahead = UINT64_MAX;
     for (size_t i = 0; i < STREAMS; i++) {
         const struct stream *s = &o->streams[i];
         uint64_t began = stream_began(s);
         if (s == hit || !s->seen || began <= hit_began) continue;
         uint64_t stop = end <= began ? began : end < s->next ? end : UINT64_MAX;
-        if (stop < *ahead) *ahead = stop;
+        if (stop < a->ahead) a->ahead = stop;
     }
     pthread_mutex_unlock(&o->streams_lock);
-    return run;
 }
 
 static int by_offset(const void *a, const void *b) {
@@ -467,51 +495,84 @@ static int by_offset(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n) {
+/* The offsets (only the hard ones if only_hard) sorted, without duplicates, and without 0 and
+ * those at or past the object's end: *out_n of them. */
+static uint64_t *sorted_starts(const remote_object *o, const uint64_t *offsets, const bool *hard,
+                               size_t n, bool only_hard, size_t *out_n) {
     uint64_t *b = n ? malloc(n * sizeof *b) : NULL;
     size_t k = 0;
     if (b) {
-        memcpy(b, offsets, n * sizeof *b);
-        qsort(b, n, sizeof *b, by_offset);
         for (size_t i = 0; i < n; i++)
-            if (b[i] > 0 && b[i] < o->size && (k == 0 || b[k - 1] != b[i])) b[k++] = b[i];
+            if (!only_hard || (hard && hard[i])) b[k++] = offsets[i];
+        qsort(b, k, sizeof *b, by_offset);
+        size_t m = 0;
+        for (size_t i = 0; i < k; i++)
+            if (b[i] > 0 && b[i] < o->size && (m == 0 || b[m - 1] != b[i])) b[m++] = b[i];
+        k = m;
     }
+    *out_n = k;
+    return b;
+}
+
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool *hard, size_t n) {
+    size_t nb, nh;
+    uint64_t *b = sorted_starts(o, offsets, hard, n, false, &nb);
+    uint64_t *h = sorted_starts(o, offsets, hard, n, true, &nh);
     pthread_mutex_lock(&o->streams_lock);
     free(o->bounds);
+    free(o->hard_bounds);
     o->bounds = b;
-    o->nbounds = k;
+    o->nbounds = nb;
+    o->hard_bounds = h;
+    o->nhard = nh;
     pthread_mutex_unlock(&o->streams_lock);
 }
 
-/* The first part start after `at`, or the object's size. */
-static uint64_t next_boundary(remote_object *o, uint64_t at) {
-    pthread_mutex_lock(&o->streams_lock);
-    size_t lo = 0, hi = o->nbounds;
+/* How many of the n sorted offsets in b are at or before `at`. */
+static size_t count_upto(const uint64_t *b, size_t n, uint64_t at) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (o->bounds[mid] <= at)
+        if (b[mid] <= at)
             lo = mid + 1;
         else
             hi = mid;
     }
-    uint64_t r = lo < o->nbounds ? o->bounds[lo] : o->size;
+    return lo;
+}
+
+/* Where prefetch for a stream that last read up to `at` stops: the first part start after
+ * `at`, or, for a stream that has crossed a part start already (the last one at or before `at`
+ * lies above `lowest`, the lowest offset the stream read: a reader of a whole shard, not of one
+ * tensor), the first hard one. The object's size when there is none. */
+static uint64_t prefetch_stop(remote_object *o, uint64_t at, uint64_t lowest) {
+    pthread_mutex_lock(&o->streams_lock);
+    size_t i = count_upto(o->bounds, o->nbounds, at);
+    uint64_t r = i < o->nbounds ? o->bounds[i] : o->size;
+    if (i > 0 && o->bounds[i - 1] > lowest) {
+        size_t j = count_upto(o->hard_bounds, o->nhard, at);
+        r = j < o->nhard ? o->hard_bounds[j] : o->size;
+    }
     pthread_mutex_unlock(&o->streams_lock);
     return r;
 }
 
 /* A stream that has read a block's worth in a row gets the blocks after this read fetched
  * ahead, `prefetch` of them in flight. The window grows with the run (never more ahead than
- * was read in a row), and stops at the next tensor's start and where another stream began. */
+ * was read in a row), and stops where another stream began and at the next tensor's start,
+ * unless this stream has read across a tensor's start already (a shard read whole through the
+ * Hugging Face view): then only a tar member's end stops it. */
 static void maybe_prefetch(remote_object *o, uint64_t off, size_t len) {
     if (!conf.prefetch) return;
-    uint64_t ahead;
-    uint64_t run = stream_advance(o, off, len, &ahead);
-    if (run < o->block_len) return;
+    struct advance a;
+    stream_advance(o, off, len, &a);
+    for (uint64_t k = a.passed_from; k < a.passed_to; k++) bc_passed(&o->bc, k);
+    if (a.run < o->block_len) return;
     uint64_t last = block_of(o, off + len - 1);
-    uint64_t window = run / o->block_len;
+    uint64_t window = a.run / o->block_len;
     if (window > conf.prefetch) window = conf.prefetch;
-    uint64_t stop = next_boundary(o, off + len - 1);
-    if (ahead < stop) stop = ahead;
+    uint64_t stop = prefetch_stop(o, off + len - 1, a.lowest);
+    if (a.ahead < stop) stop = a.ahead;
     for (uint64_t i = 1; i <= window; i++) {
         uint64_t k = last + i;
         size_t bl = block_size_of(o, k);

@@ -38,9 +38,11 @@ int remote_view(remote_object *o, uint64_t off, size_t len, ckpt_view *v);
 void remote_unview(void *hold);
 bool remote_changed(const remote_object *o);
 const char *remote_last_error(void);
-/* Where the object's parts start (tensor data offsets, any order): a reader's prefetch stops at
- * the next one after it, so reading one tensor to its end fetches (almost) nothing of the next. */
-void remote_set_boundaries(remote_object *o, const uint64_t *offsets, size_t n);
+/* Where the object's parts start (tensor data offsets, any order; hard[i]: a tar member's end,
+ * hard may be NULL): a reader's prefetch stops at the next one after it, so reading one tensor
+ * to its end fetches (almost) nothing of the next. A reader that has read across a part's start
+ * reads more than one tensor: its prefetch stops only at hard ones. */
+void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool *hard, size_t n);
 /* Opens these objects in parallel (a mount's shards); remote_open then finds them ready. */
 void remote_warm(const char *const *paths, size_t n);
 

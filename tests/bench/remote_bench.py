@@ -11,10 +11,13 @@ figure is a ratio of runs side by side in this one script, the median of RUNS ro
               same mount of the local folder (the CPU part both pay); requests it took
   sequential  a reader of one SIZE_MIB tensor through the mount vs `curl -r` of the same byte
               range into a reader alike; both readers compare every chunk they get with the
-              local file (the bytes are checked, not just counted)
+              local file (the bytes are checked, not just counted); the daemon's resident size
+              after the read
   two streams two readers of the two halves of that tensor at once, through one mount
-  random      4 KiB preads at random offsets of that tensor with a warm block cache vs the
-              same preads on a local mount of the same file, each checked against the file
+  random      4 KiB preads at random offsets of that tensor with a warm block cache (every
+              block fetched by a pread of its own first, in random order: a sequential read keeps
+              only a 32nd of the cache of the blocks it moved past) vs the same preads on a
+              local mount of the same file, each checked against the file
   waste       bytes fetched (cache.json) minus bytes read, per read stream: the sequential
               read, the two streams, and a 64 MiB tensor read whole out of a file of four
               (prefetch must stop at its end)
@@ -94,6 +97,45 @@ def mount(ckptfs, src, opts=()):
 def umount(mnt):
     subprocess.run(["fusermount3", "-u", mnt], check=True)
     os.rmdir(mnt)
+
+
+def daemon_rss_mib(mnt):
+    """VmRSS of the daemon serving mnt (its command line names the mountpoint), or None."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                args = f.read().split(b"\0")
+            if mnt.encode() not in args:
+                continue
+            with open("/proc/%s/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return None
+
+
+def warm_blocks(path, nbytes, block):
+    """One 4 KiB pread in every block of the file, in random order, eight at a time: each block
+    is fetched into the cache by a reader that is no sequential stream."""
+    fd = os.open(path, os.O_RDONLY)
+    step = max(4096, block // 2)
+    offs = list(range(0, nbytes - 4096, step))
+    random.Random(2).shuffle(offs)
+
+    def part(xs):
+        for o in xs:
+            os.pread(fd, 4096, o)
+
+    ts = [threading.Thread(target=part, args=(offs[i::8],)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    os.close(fd)
 
 
 def cache_stats(mnt):
@@ -256,8 +298,8 @@ def main():
             log("one way %g ms: proxy rtt %.2f ms, HTTP HEAD %.2f ms"
                 % (d, row["rtt_ms"], row["http_rtt_ms"]))
             v = {k: [] for k in ("mount", "mount_local", "mount_requests", "seq", "curl",
-                                 "waste_seq", "two", "waste_two", "waste_part", "rnd_remote",
-                                 "rnd_local")}
+                                 "waste_seq", "rss_seq", "two", "waste_two", "waste_part",
+                                 "rnd_remote", "rnd_local")}
             for r in range(RUNS):
                 # Mount: remote and local side by side.
                 n0 = len(server.requests())
@@ -273,6 +315,7 @@ def main():
                     v["curl"].append(seq_curl(url + "/big.safetensors", base, checker, nbytes))
                 mnt, _ = mount(ckptfs, url + "/big.safetensors")
                 v["seq"].append(seq_mount(os.path.join(mnt, "w"), checker, nbytes))
+                v["rss_seq"].append(daemon_rss_mib(mnt) or 0)
                 st = cache_stats(mnt)
                 v["waste_seq"].append(st["bytes_fetched"] - nbytes)
                 umount(mnt)
@@ -300,7 +343,7 @@ def main():
                 local_mnt, _ = mount(ckptfs, big)
                 mnt, _ = mount(ckptfs, url + "/big.safetensors",
                                ["-o", "cache_ram=%dMiB" % (SIZE_MIB + 64)])
-                seq_mount(os.path.join(mnt, "w"), checker, nbytes)
+                warm_blocks(os.path.join(mnt, "w"), nbytes, block)
                 pair = [("rnd_remote", mnt), ("rnd_local", local_mnt)]
                 for key, where in pair if r % 2 == 0 else pair[::-1]:  # who goes first alternates
                     v[key].append(random_reads(os.path.join(where, "w"), checker, offs, warm))
@@ -314,6 +357,7 @@ def main():
                 "mount_vs_local": m["mount"] / m["mount_local"],
                 "seq_MBps": nbytes / 1e6 / m["seq"], "curl_MBps": nbytes / 1e6 / m["curl"],
                 "seq_vs_curl": m["curl"] / m["seq"],
+                "daemon_rss_after_seq_mib": m["rss_seq"],
                 "two_streams_MBps": nbytes / 1e6 / m["two"],
                 "two_streams_vs_curl": m["curl"] / m["two"],
                 "block_size": block,
@@ -329,7 +373,8 @@ def main():
     results["loadavg_end"] = os.getloadavg()[0]
     with open(os.path.join(out, "bench-remote.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("remote sources (median of %d; ratios of runs side by side; every byte checked)" % RUNS)
+    print("remote sources (median of %d; ratios of runs side by side; every byte checked; load "
+          "%.1f -> %.1f)" % (RUNS, results["loadavg_start"], results["loadavg_end"]))
     print("%-6s %-6s %-18s %-9s %-22s %-17s %-22s %-20s" % (
         "1-way", "rtt", "mount 64x100k", "requests", "seq MB/s (vs curl)", "2 streams MB/s",
         "waste B: seq/2str/1of4", "rnd4k us rem/loc"))
@@ -344,6 +389,9 @@ def main():
                           r["waste_one_of_four_bytes"]),
             "%.1f/%.1f (%.2fx)" % (r["random4k_remote_us"], r["random4k_local_us"],
                                    r["random4k_remote_vs_local"])))
+    print("daemon RSS after the sequential read: " + ", ".join(
+        "%.0f MiB (rtt %.0f ms)" % (r["daemon_rss_after_seq_mib"], r["rtt_ms"])
+        for r in results["delays"]))
     plot(results, os.path.join(out, "bench-remote.png"))
     return 0
 

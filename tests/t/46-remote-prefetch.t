@@ -14,6 +14,11 @@ A safetensors file of three 12 MiB tensors (random bytes, written here) is mount
     a RAM cache of twenty (the second reader's first blocks have left it by then; both windows
     of unread prefetches fit in half of it): at most one block fetched beyond the bytes read
     per reader; prefetch does not fetch again what the second one read;
+  - the Hugging Face view's model.safetensors read whole, 256 KiB at a time (its tensors are the
+    file's, in the file's order): once the reader has crossed a's end into b, prefetch runs on
+    past c's start (a reader of a whole shard is not stopped at every tensor start: blocks
+    wholly inside c are fetched before the reader gets there), and every block of the file is
+    fetched once;
   - a tar of a.safetensors, ten members of random bytes and b.safetensors: reading a's last
     tensor whole fetches at most one block beyond it (prefetch stops at the member's end, not
     at b's first tensor);
@@ -27,6 +32,7 @@ import struct
 import sys
 import tarfile
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from mount_checks import finish, mounted, read_json, start  # noqa: E402
@@ -113,6 +119,54 @@ def body(tap, ckptfs, work, server, data, tar_data):
                "and it was prefetched (%d blocks)" % st["blocks_prefetched"], [st])
 
     mounted(tap, ckptfs, url, "one tensor of three", one_tensor, options=opts)
+
+    def whole_shard(mnt):
+        size = os.path.getsize(os.path.join(server.root, "three.safetensors"))
+        hlen = struct.unpack("<Q", open(os.path.join(server.root, "three.safetensors"),
+                                        "rb").read(8))[0]
+        c_remote = 8 + hlen + 2 * TENSOR  # where c starts in the served file
+        path = os.path.join(mnt, ".ckptfs", "hf", "model.safetensors")
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        vlen = struct.unpack("<Q", os.pread(fd, 8, 0))[0]
+        view = json.loads(os.pread(fd, vlen, 8))
+        base = 8 + vlen
+        c_view = base + view["c"]["data_offsets"][0]
+        # Up to the page before the one c starts in: the kernel reads whole pages.
+        stop = (c_view // 4096 - 1) * 4096
+        got, off = [], 0
+        while off < stop:
+            got.append(os.pread(fd, min(STEP, stop - off), off))
+            off += len(got[-1])
+        # The prefetches this read started: wait until they are in.
+        st = read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+        for _ in range(100):
+            time.sleep(0.05)
+            before, st = st, read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+            if st["bytes_fetched"] == before["bytes_fetched"]:
+                break
+        fetched_at_c = st["bytes_fetched"]
+        while True:
+            b = os.pread(fd, STEP, off)
+            if not b:
+                break
+            got.append(b)
+            off += len(b)
+        os.close(fd)
+        st = read_json(os.path.join(mnt, ".ckptfs", "cache.json"))
+        whole = b"".join(got)
+        tap.ok(all(whole[base + view[n]["data_offsets"][0]:base + view[n]["data_offsets"][1]]
+                   == data[n] for n in ("a", "b", "c")),
+               "the Hugging Face view's model.safetensors read whole holds a, b and c")
+        tap.ok(fetched_at_c > c_remote + BLOCK,
+               "reading the view up to a page before c's start had bytes up to %d fetched, past "
+               "the block that holds c's start (%d): prefetch does not stop at every tensor start for a reader "
+               "of many tensors" % (fetched_at_c, c_remote), [st])
+        tap.ok(st["bytes_fetched"] <= size,
+               "the view read whole fetched %d bytes of a %d-byte file (each block once)"
+               % (st["bytes_fetched"], size), [st])
+
+    mounted(tap, ckptfs, url, "a shard read whole", whole_shard, options=opts)
 
     def halves(mnt):
         half = TENSOR // 2

@@ -1,8 +1,9 @@
 /* The block cache against a source that counts its fetches (block i holds bytes (i*7 + j) %
  * 251): reads copy the right bytes; a cached block is not fetched again; when the cache is full,
  * blocks already read leave it before prefetched ones nobody has read yet, but unread blocks
- * over half the cache go too (oldest first); a pinned block stays readable after its object is
- * forgotten, and leaves when unpinned. */
+ * over half the cache go too (oldest first); blocks a sequential reader moved past leave first,
+ * and beyond a 32nd of the cache even when there is room; a pinned block stays readable after
+ * its object is forgotten, and leaves when unpinned. */
 #include "blockcache.h"
 #include "tap.h"
 
@@ -65,14 +66,49 @@ int main(void) {
 
     /* Unread blocks over half the cache: the oldest of them go before the newest read one. */
     bc_forget(1);
-    for (uint64_t i = 30; i < 36; i++) bc_prefetch(&src, i, BLOCK); /* 6 unread of 8 */
-    bc_quiesce();
+    /* 6 unread of 8, finished in this order (two workers at once could finish them in another:
+     * the LRU order this checks). */
+    for (uint64_t i = 30; i < 36; i++) {
+        bc_prefetch(&src, i, BLOCK);
+        bc_quiesce();
+    }
     for (uint64_t i = 40; i < 43; i++) all &= read_ok(&src, i);
     reset_counts();
     all &= read_ok(&src, 30);
     all &= read_ok(&src, 35);
     is_u64(atomic_load(&fetches[30]), 1, "the oldest unread block left when unread were over half");
     is_u64(atomic_load(&fetches[35]), 0, "the newest unread block stayed");
+
+    /* Blocks a sequential reader moved past, in a cache of 32 blocks: a 32nd of it (one block)
+     * is kept, the oldest passed goes first, even with room to spare. */
+    bc_forget(1);
+    cfg.ram_cap = 32 * BLOCK;
+    ok(bc_configure(&cfg) == 0, "configure: 32 blocks of RAM");
+    for (uint64_t i = 52; i < 58; i++) all &= read_ok(&src, i);
+    bc_passed(&src, 56);
+    bc_passed(&src, 57);
+    bc_stats bs;
+    bc_get_stats(&bs);
+    is_u64(bs.ram_blocks, 5, "two blocks passed with room to spare: the older one left");
+    reset_counts();
+    all &= read_ok(&src, 57);
+    all &= read_ok(&src, 56);
+    all &= read_ok(&src, 52);
+    is_u64(atomic_load(&fetches[57]) * 10 + atomic_load(&fetches[56]) * 1 +
+               atomic_load(&fetches[52]) * 100,
+           1, "the newer passed block and the blocks read stayed, the older passed one did not");
+
+    /* A full cache drops a passed block before the least recently used block read. */
+    bc_forget(1);
+    for (uint64_t i = 0; i < 31; i++) all &= read_ok(&src, i);
+    bc_passed(&src, 1);
+    all &= read_ok(&src, 31); /* 32 blocks: full */
+    all &= read_ok(&src, 32); /* one over */
+    reset_counts();
+    all &= read_ok(&src, 0);
+    all &= read_ok(&src, 1);
+    is_u64(atomic_load(&fetches[0]), 0, "the least recently used block read stayed");
+    is_u64(atomic_load(&fetches[1]), 1, "the passed block left first");
 
     /* A pinned block outlives bc_forget and is freed on unpin (sanitizers check the rest). */
     const char *data;
