@@ -1,6 +1,7 @@
 /* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
 #include "catalog.h"
 #include "text.h"
+#include "search.h"
 #include "strbuf.h"
 
 #include <errno.h>
@@ -258,14 +259,7 @@ ssize_t ckpt_tsv_pages_read(const ckpt_tsv_pages *p, uint64_t off, char *dst, si
         done = sizeof tsv_head - 1 - (size_t)off < len ? sizeof tsv_head - 1 - (size_t)off : len;
         memcpy(dst, tsv_head + off, done);
     }
-    size_t lo = 0, hi = p->npages; /* the last page starting at or before off + done */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->start[mid] <= off + done)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    size_t lo = last_at_or_before(p->start, p->npages, off + done);
     strbuf sb;
     sb_init(&sb);
     uint64_t at = p->npages ? p->start[lo] : p->size;

@@ -11,6 +11,7 @@
  * conversion script would write. */
 #include "hfview.h"
 #include "le.h"
+#include "search.h"
 
 #include "catalog.h"
 #include "strbuf.h"
@@ -212,15 +213,7 @@ struct hfview_pages {
 
 /* The last page whose start (at[page]) is at or before off. */
 static size_t page_of(const uint64_t *at, size_t npages, uint64_t off) {
-    size_t lo = 0, hi = npages;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (at[mid] <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return last_at_or_before(at, npages, off);
 }
 
 static size_t npages_of(const hfview_pages *pg) {

@@ -7,6 +7,7 @@
  * the logical layout and in the piece's file layout, so a 1 MiB read of a tensor split on dim 1
  * costs one binary search per dimension per row fragment, and an unsplit tensor costs nothing. */
 #include "catalog.h"
+#include "search.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -35,15 +36,7 @@ static int u64_cmp(const void *a, const void *b) {
 
 /* Index of the last bound <= v. */
 static uint32_t bound_search(const uint64_t *b, uint32_t n, uint64_t v) {
-    uint32_t lo = 0, hi = n; /* answer in [lo, hi) */
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (b[mid] <= v)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return (uint32_t)last_at_or_before(b, n, v);
 }
 
 static bool row_major(const ckpt_piece *p, uint32_t ndim) {

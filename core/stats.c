@@ -13,6 +13,7 @@
  * deviations per block and Chan, Golub and LeVeque's update to merge blocks, which stays right
  * when the mean is large against the spread (the one-pass sumsq - sum^2/n does not). */
 #include "stats.h"
+#include "search.h"
 
 /* The value loops are simple enough for the vectorizer, which GCC runs fully only at -O3. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
@@ -451,15 +452,7 @@ typedef struct job {
 } job;
 
 static size_t tensor_of_unit(const job *j, uint64_t g) {
-    size_t lo = 0, hi = j->n; /* the last i with first_unit[i] <= g */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (j->first_unit[mid] <= g)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return last_at_or_before(j->first_unit, j->n, g);
 }
 
 static void fail_tensor(job *j, size_t i, int rc, const ckpt_err *e) {
@@ -906,14 +899,7 @@ ssize_t ckpt_stats_pages_read(const ckpt_stats_pages *p, uint64_t off, char *dst
     uint64_t size = ckpt_stats_pages_size(p);
     if (off >= size || len == 0) return 0;
     if (len > size - off) len = (size_t)(size - off);
-    size_t lo = 0, hi = p->npages; /* the last page starting at or before off */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->start[mid] <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    size_t lo = last_at_or_before(p->start, p->npages, off);
     strbuf sb;
     sb_init(&sb);
     size_t done = 0;

@@ -1,4 +1,5 @@
 #include "zstd_seekable.h"
+#include "search.h"
 #include "le.h"
 #include "remote/remote.h"
 
@@ -419,15 +420,7 @@ static int decompress_whole(const zst_table *t, uint32_t k, unsigned char *dst) 
 /* The entry holding content byte pos (< the content size): the last whose start is <= pos, so
  * empty entries are passed over. */
 static uint32_t frame_of(const zst_table *t, uint64_t pos) {
-    uint32_t lo = 0, hi = t->nframes; /* doff[lo] <= pos < doff[hi] */
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->doff[mid] <= pos)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return (uint32_t)last_at_or_before(t->doff, t->nframes, pos);
 }
 
 /* ---- the cache of decompressed frames, shared by every table and thread ---- */
