@@ -254,13 +254,21 @@ def kill_idle(tap, ckptfs, fixtures, work):
         unmount(mnt)
 
 
-def full_disk(tap, ckptfs, work):
-    what = "full disk"
-    small = os.path.join(work, "small")
+def small_tmpfs(tap, work, name, what):
+    """A 16 MiB tmpfs mounted at WORK/NAME (its path), or None with a SKIP saying why."""
+    small = os.path.join(work, name)
     os.makedirs(small)
     rc, _, err = run_capture(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], 30)
     if rc != 0:
         tap.skip(what, "cannot mount a tmpfs (%s)" % err.decode(errors="replace").strip())
+        return None
+    return small
+
+
+def full_disk(tap, ckptfs, work):
+    what = "full disk"
+    small = small_tmpfs(tap, work, "small", what)
+    if not small:
         return
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     spool = os.path.join(work, "full-spool")
@@ -301,11 +309,8 @@ def full_disk(tap, ckptfs, work):
 
 def full_pack(tap, ckptfs, work):
     what = "full pack"
-    small = os.path.join(work, "small-pack")
-    os.makedirs(small)
-    rc, _, err = run_capture(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], 30)
-    if rc != 0:
-        tap.skip(what, "cannot mount a tmpfs (%s)" % err.decode(errors="replace").strip())
+    small = small_tmpfs(tap, work, "small-pack", what)
+    if not small:
         return
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     out = os.path.join(small, "out.safetensors")  # the spool beside it: the pack is there too
