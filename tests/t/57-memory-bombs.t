@@ -577,20 +577,8 @@ def stats_cases(tap, ckptfs, tmp, asan):
         f.write(struct.pack("<%df" % (4 * m), *(rnd.gauss(0, 1) for _ in range(4 * m))))
     limit = bound(size, asan)
     mnt = os.path.join(tmp, "mnt")
-    os.makedirs(mnt, exist_ok=True)
-    errf = tempfile.TemporaryFile()
-    p = subprocess.Popen([ckptfs, src, mnt, "-f"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
-                         preexec_fn=address_limit(asan))
-    deadline = time.time() + TIMEOUT
-    while not is_mounted(mnt) and p.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    mounted = is_mounted(mnt)
-    tap.ok(mounted, "stats.json of 200,000 tensors: mounts")
-    if not mounted:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+    p, _, failed = start_mount(ckptfs, src, mnt, asan)
+    if not tap.ok(failed is None, "stats.json of 200,000 tensors: mounts", [failed or ""]):
         return
     try:
         path = os.path.join(mnt, ".ckptfs", "stats.json")
