@@ -5,6 +5,7 @@
 
 #include "catalog.h"
 #include "dequant.h"
+#include "pwrite_pieces.h"
 #include "writers/writers.h"
 
 #include <errno.h>
@@ -131,19 +132,10 @@ static size_t encode_f64(ckpt_dtype to, const unsigned char *src, size_t n, unsi
 }
 
 static int write_all(int fd, const void *p, size_t n, uint64_t at, const char *dir, ckpt_err *err) {
-    size_t done = 0;
-    while (done < n) {
-        size_t want = n - done < OUT_WRITE_PIECE ? n - done : OUT_WRITE_PIECE;
-        ssize_t w = pwrite(fd, (const char *)p + done, want, (off_t)(at + done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            return ckpt_fail(err, -e, "%s: writing cast tensors to a temporary file: %s", dir,
-                             strerror(e));
-        }
-        done += (size_t)w;
-    }
-    return 0;
+    int e = pwrite_pieces(fd, p, n, at);
+    return e ? ckpt_fail(err, -e, "%s: writing cast tensors to a temporary file: %s", dir,
+                         strerror(e))
+             : 0;
 }
 
 typedef struct cast_buffers {

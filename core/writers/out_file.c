@@ -116,7 +116,7 @@ mode_t out_data_sources_mode(const ckpt_catalog *cat) {
 static void write_all(out_file *f, const void *p, size_t n) {
     size_t at = 0;
     while (!f->failed && at < n) {
-        size_t want = n - at < OUT_WRITE_PIECE ? n - at : OUT_WRITE_PIECE;
+        size_t want = n - at < PWRITE_PIECE ? n - at : PWRITE_PIECE;
         ssize_t w = write(f->fd, (const char *)p + at, want);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {

@@ -4,12 +4,7 @@
 #define CKPT_WRITERS_H
 
 #include "../ckpt.h"
-
-/* At most this much a write(): the kernel sizes a page-cache folio after the write that fills
- * it, and a large folio needs a block of free memory that compaction may first have to make.
- * Measured on this project's VMs (6.18 kernel, ext4, 2 GiB written, rounds side by side):
- * 0.5-1.8 s in 64 KiB writes, 1.0-5.8 s in 4 MiB writes. */
-enum { OUT_WRITE_PIECE = 64 << 10 };
+#include "../pwrite_pieces.h"
 
 typedef struct out_file {
     char *final_path;

@@ -5,6 +5,7 @@
  * made at open (status) or by the commit run through the handle. */
 #include "stage_ops.h"
 
+#include "core/pwrite_pieces.h"
 #include "core/segread.h"
 
 #include <errno.h>
@@ -33,14 +34,9 @@ int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_
     return 0;
 }
 
-/* Writes reach the spool in pieces of WRITE_PIECE bytes, not as the 1 MiB a FUSE WRITE
- * brings: a 1 MiB pwrite lets ext4 put it in one new 1 MiB folio, and on the VM this was
- * measured on (2 cores, free page reporting) filling such folios cost about 3x the CPU of
- * filling 64 KiB ones, the size cp's own copy_file_range writes in: `cp` of 2 GiB into the
- * stage took 2.9-3.3 s (daemon CPU ~3 s, most of it in copy_folio_from_iter_atomic) with
- * 1 MiB pwrites and 1.0-1.3 s (daemon CPU ~0.95 s) with 64 KiB ones, in alternating runs;
- * 128 KiB ones were in between. Elsewhere the pieces cost a few syscalls per MiB. */
-enum { WRITEBACK_STEP = 8 << 20, WRITE_PIECE = 64 << 10 };
+/* Writes reach the spool in pieces (core/pwrite_pieces.h says why), not as the 1 MiB a FUSE
+ * WRITE brings. */
+enum { WRITEBACK_STEP = 8 << 20 };
 
 /* ---- write-behind ----
  * A write into the pack by the file that owns its tail is answered as soon as its bytes are in
@@ -101,18 +97,6 @@ void stage_lock_drained(stage *st) {
     }
 }
 
-static int write_full(int fd, const char *p, size_t n, uint64_t off) {
-    while (n) {
-        ssize_t w = pwrite(fd, p, n < WRITE_PIECE ? n : WRITE_PIECE, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : ENOSPC;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Closes a data file nobody has open any more. */
 static void settle_fd(snode *n) {
     if (n->nopen == 0 && n->fd >= 0) {
@@ -131,7 +115,7 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
     if (keep && n->src == SRC_LOWER_SIDECAR) {
         size_t len;
         char *text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &len);
-        e = text ? write_full(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
+        e = text ? pwrite_pieces(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
         free(text);
     } else if (keep && n->src == SRC_PACK) {
         int pfd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
@@ -141,7 +125,7 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
         for (uint64_t off = 0; !e && off < size;) {
             size_t want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
             ssize_t got = pread(pfd, buf, want, (off_t)(n->pack_off + off));
-            e = got < 0 ? errno : got == 0 ? EIO : write_full(fd, buf, (size_t)got, off);
+            e = got < 0 ? errno : got == 0 ? EIO : pwrite_pieces(fd, buf, (size_t)got, off);
             if (got > 0) off += (uint64_t)got;
         }
         free(buf);
@@ -154,7 +138,7 @@ static int copy_up(stage *st, snode *n, uint64_t keep) {
             size_t got, want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
             e = stage_read_lower(st->lower, n->lower, off, want, buf, &got);
             if (!e && got != want) e = EIO;
-            if (!e) e = write_full(fd, buf, got, off);
+            if (!e) e = pwrite_pieces(fd, buf, got, off);
             off += got;
         }
         free(buf);
@@ -403,7 +387,7 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void write_behind(stage *st, snode *n, int fd, const char *buf, size_t size, uint64_t off) {
     if (n->late_error) return; /* set by the write before, on its turn: the file ends there */
     uint64_t at = n->pack_off + off;
-    int e = write_full(fd, buf, size, at);
+    int e = pwrite_pieces(fd, buf, size, at);
     if (e) {
         pthread_mutex_lock(&st->lock);
         n->late_error = e;
@@ -506,7 +490,7 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
         return;
     }
     pthread_mutex_unlock(&st->lock);
-    if (!e) e = fd >= 0 ? write_full(fd, buf, size, base + (uint64_t)off) : EBADF;
+    if (!e) e = fd >= 0 ? pwrite_pieces(fd, buf, size, base + (uint64_t)off) : EBADF;
     if (!e && !st->dirty) {
         pthread_mutex_lock(&st->lock);
         stage_pack_grew(st, n, (uint64_t)off + size);

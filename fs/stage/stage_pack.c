@@ -19,6 +19,7 @@
 #include "stage_pack.h"
 
 #include "core/hfview.h"
+#include "core/pwrite_pieces.h"
 #include "core/text.h"
 #include "core/writer.h"
 #include "core/utf8.h"
@@ -171,15 +172,7 @@ uint64_t pack_live_end(const snode *dir, uint64_t id) {
 }
 
 int pack_pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)at);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? -errno : -ENOSPC;
-        p = (const char *)p + w;
-        n -= (size_t)w;
-        at += (uint64_t)w;
-    }
-    return 0;
+    return -pwrite_pieces(fd, p, n, at);
 }
 
 enum { COPY_CHUNK = 64 << 20, BUF = PACK_COPY_BUF };
