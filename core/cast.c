@@ -1,25 +1,21 @@
 /* convert --dtype: float tensors rounded to F32, F16 or BF16 (to nearest, ties to even, as
- * numpy's astype does), written once to a temporary file the catalog then reads them from, so
- * every writer sees plain tensors of the new dtype. */
+ * numpy's astype does), read through a virtual source that converts as it is read, so every
+ * writer sees plain tensors of the new dtype. */
 #include "cast.h"
 
 #include "catalog.h"
 #include "dequant.h"
-#include "pwrite_pieces.h"
 #include "writers/writers.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 enum { CHUNK_ELEMS = 1 << 20 };
-
-/* The cast file starts with this, so it is never mistaken for a zstd file when opened. */
-static const char cast_magic[8] = "CKPTCAST";
 
 static bool is_float(ckpt_dtype dt) {
     return dt == CKPT_F64 || dt == CKPT_F32 || dt == CKPT_F16 || dt == CKPT_BF16 ||
@@ -131,56 +127,94 @@ static size_t encode_f64(ckpt_dtype to, const unsigned char *src, size_t n, unsi
     return n * (to == CKPT_F32 ? 4 : 2);
 }
 
-static int write_all(int fd, const void *p, size_t n, uint64_t at, const char *dir, ckpt_err *err) {
-    int e = pwrite_pieces(fd, p, n, at);
-    return e ? ckpt_fail(err, -e, "%s: writing cast tensors to a temporary file: %s", dir,
-                         strerror(e))
-             : 0;
-}
+/* The cast tensors as one virtual source, laid end to end: a read converts the source
+ * elements under the bytes asked for, so a writer's reads produce them as it goes and each byte
+ * is written once, into OUT (an earlier version cast into a temporary file first, which cost
+ * OUT's size in disk space and a second pass). */
+typedef struct cast_entry {
+    uint64_t at;      /* first byte in the virtual source */
+    uint64_t bytes;   /* its bytes there: numel * the target's size */
+    ckpt_tensor orig; /* the tensor as it was: its dtype and pieces are read */
+} cast_entry;
 
-typedef struct cast_buffers {
+struct cast_source {
+    const ckpt_catalog *cat;
+    ckpt_dtype to;
+    size_t n;
+    cast_entry *e;
+    /* Reads are serialized: one conversion scratch, and a writer reads in order anyway. */
+    pthread_mutex_t lock;
     unsigned char *src, *dst;
     float *f32;
-} cast_buffers;
+};
 
-/* Writes tensor t cast to `to` at *at of fd, advancing *at. */
-static int cast_one(const ckpt_catalog *cat, const ckpt_tensor *t, ckpt_dtype to, int fd,
-                    uint64_t *at, cast_buffers *b, const char *dir, ckpt_err *err) {
-    const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
-    uint64_t nblocks = t->numel / info->block;
-    size_t per_chunk = CHUNK_ELEMS / info->block;
-    for (uint64_t k = 0; k < nblocks;) {
-        size_t n = nblocks - k < per_chunk ? (size_t)(nblocks - k) : per_chunk;
-        int rc = tensor_read(cat, t, k * info->block_bytes, b->src, n * info->block_bytes, err);
-        if (rc) return rc;
-        size_t len;
-        if (t->dtype == CKPT_F64) {
-            len = encode_f64(to, b->src, n, b->dst);
-        } else {
-            decode_f32(t->dtype, b->src, n, b->f32);
-            len = encode_f32(to, b->f32, n * info->block, b->dst);
-        }
-        if ((rc = write_all(fd, b->dst, len, *at, dir, err))) return rc;
-        *at += len;
-        k += n;
-    }
-    return 0;
+static _Thread_local char cast_error[sizeof(((ckpt_err *)0)->msg)];
+
+const char *cast_last_error(void) {
+    return cast_error[0] ? cast_error : "error while casting";
 }
 
-/* The cast file: unlinked from the start where the file system allows (O_TMPFILE), so a kill
- * leaves nothing behind; else a named temporary removed at once. */
-static int open_spool(const char *dir, char *path, size_t cap, ckpt_err *err) {
-    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(path, cap, "%s/.ckptfs-cast-XXXXXX", dir);
-        fd = mkostemp(path, O_CLOEXEC);
-        if (fd < 0)
-            return ckpt_fail(err, -errno, "%s: cannot create a temporary file for cast tensors: %s",
-                             dir, strerror(errno));
-        unlink(path);
+void cast_source_free(cast_source *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->n; i++) piece_index_free(c->e[i].orig.index);
+    pthread_mutex_destroy(&c->lock);
+    free(c->e);
+    free(c->src);
+    free(c->dst);
+    free(c->f32);
+    free(c);
+}
+
+/* The entry holding byte off (entries are contiguous from 0; off is inside the source). */
+static const cast_entry *entry_at(const cast_source *c, uint64_t off) {
+    size_t lo = 0, hi = c->n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->e[mid].at <= off)
+            lo = mid;
+        else
+            hi = mid;
     }
-    snprintf(path, cap, "/proc/self/fd/%d", fd);
-    return fd;
+    return &c->e[lo];
+}
+
+/* Up to len cast bytes at off: the whole blocks under them are read and converted, and as
+ * much of the one entry holding off as fits is copied out (callers loop, as for a file). */
+static ssize_t convert_at(cast_source *c, void *buf, size_t len, uint64_t off) {
+    const cast_entry *e = entry_at(c, off);
+    const ckpt_tensor *t = &e->orig;
+    const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
+    uint64_t rel = off - e->at, out_block = (uint64_t)info->block * (c->to == CKPT_F32 ? 4 : 2);
+    uint64_t end = e->bytes - rel < len ? e->bytes : rel + len;
+    uint64_t first = rel / out_block, last = (end + out_block - 1) / out_block;
+    size_t n = last - first < CHUNK_ELEMS / info->block ? (size_t)(last - first)
+                                                        : CHUNK_ELEMS / info->block;
+    ckpt_err err;
+    int rc = tensor_read(c->cat, t, first * info->block_bytes, c->src, n * info->block_bytes, &err);
+    if (rc) {
+        snprintf(cast_error, sizeof cast_error, "%s", err.msg);
+        return rc;
+    }
+    size_t made;
+    if (t->dtype == CKPT_F64) {
+        made = encode_f64(c->to, c->src, n, c->dst);
+    } else {
+        decode_f32(t->dtype, c->src, n, c->f32);
+        made = encode_f32(c->to, c->f32, n * info->block, c->dst);
+    }
+    size_t skip = (size_t)(rel - first * out_block);
+    size_t give = made - skip < end - rel ? made - skip : (size_t)(end - rel);
+    memcpy(buf, c->dst + skip, give);
+    return (ssize_t)give;
+}
+
+ssize_t cast_pread(cast_source *c, void *buf, size_t len, uint64_t off) {
+    uint64_t total = c->n ? c->e[c->n - 1].at + c->e[c->n - 1].bytes : 0;
+    if (off >= total || len == 0) return 0;
+    pthread_mutex_lock(&c->lock);
+    ssize_t r = convert_at(c, buf, len, off);
+    pthread_mutex_unlock(&c->lock);
+    return r;
 }
 
 static bool cast_this(const ckpt_tensor *t, ckpt_dtype to, bool quantized, bool keep_vectors) {
@@ -188,64 +222,77 @@ static bool cast_this(const ckpt_tensor *t, ckpt_dtype to, bool quantized, bool 
            ckpt_cast_applies(t->dtype, to, quantized);
 }
 
+static cast_source *cast_source_new(const ckpt_catalog *cat, ckpt_dtype to, size_t n) {
+    cast_source *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->cat = cat;
+    c->to = to;
+    pthread_mutex_init(&c->lock, NULL);
+    c->e = calloc(n ? n : 1, sizeof *c->e);
+    c->src = malloc(CHUNK_ELEMS * 8);
+    c->dst = malloc(CHUNK_ELEMS * 4);
+    c->f32 = malloc(CHUNK_ELEMS * sizeof(float));
+    if (!c->e || !c->src || !c->dst || !c->f32) {
+        cast_source_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
-                      const char *spool_dir, size_t *count, ckpt_err *err) {
+                      size_t *count, ckpt_err *err) {
     *count = 0;
     if (to != CKPT_F32 && to != CKPT_F16 && to != CKPT_BF16)
         return ckpt_fail(err, -EINVAL, "casting to %s: only F32, F16 and BF16 are targets",
                          ckpt_dtype_info_of(to)->name);
-    uint64_t *offset = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *offset);
-    cast_buffers b = {malloc(CHUNK_ELEMS * 8), malloc(CHUNK_ELEMS * 4),
-                      malloc(CHUNK_ELEMS * sizeof(float))};
-    char path[64 + 4096];
-    int fd = -1, rc = 0;
-    if (!offset || !b.src || !b.dst || !b.f32)
-        rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    else if ((fd = open_spool(spool_dir, path, sizeof path, err)) < 0)
-        rc = fd;
-    uint64_t at = sizeof cast_magic;
-    if (!rc) rc = write_all(fd, cast_magic, sizeof cast_magic, 0, spool_dir, err);
-    for (size_t i = 0; !rc && i < cat->ntensors; i++) {
+    size_t n = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (!cast_this(t, to, quantized, keep_vectors)) continue;
         if (t->incomplete)
-            rc =
-                ckpt_fail(err, -EIO, "tensor \"%.*s\" is incomplete (part of it is stored nowhere)",
-                          SHOWN(t->name_len), t->name);
-        else {
-            offset[i] = at;
-            rc = cast_one(cat, t, to, fd, &at, &b, spool_dir, err);
-            ++*count;
-        }
+            return ckpt_fail(err, -EIO,
+                             "tensor \"%.*s\" is incomplete (part of it is stored nowhere)",
+                             SHOWN(t->name_len), t->name);
+        n++;
     }
-    uint32_t src = 0;
-    /* Opened again by its /proc name: the catalog keeps a descriptor of its own. */
-    if (!rc && *count) rc = catalog_add_source(cat, path, "(cast tensors)", &src, err);
+    if (n == 0) return 0;
+    cast_source *c = cast_source_new(cat, to, n);
+    if (!c) return ckpt_fail(err, -ENOMEM, "out of memory");
+    uint64_t at = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (!cast_this(t, to, quantized, keep_vectors)) continue;
+        c->e[c->n++] =
+            (cast_entry){.at = at, .bytes = t->numel * (to == CKPT_F32 ? 4 : 2), .orig = *t};
+        at += c->e[c->n - 1].bytes;
+    }
+    uint32_t src;
+    int rc = catalog_add_cast_source(cat, c, at, &src, err);
+    if (rc) {
+        for (size_t k = 0; k < c->n; k++) c->e[k].orig.index = NULL; /* still the tensors' */
+        cast_source_free(c);
+        return rc;
+    }
+    /* From here the source owns c, and each entry's piece index moves into it. */
+    for (size_t i = 0; i < cat->ntensors; i++)
+        if (cast_this(&cat->tensors[i], to, quantized, keep_vectors)) cat->tensors[i].index = NULL;
     arena *mem = &cat->priv->mem;
-    for (size_t i = 0; !rc && *count && i < cat->ntensors; i++) {
+    size_t k = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
         if (!cast_this(t, to, quantized, keep_vectors)) continue;
         ckpt_piece *p = arena_alloc(mem, sizeof *p);
         uint64_t *origin = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *origin);
         uint64_t *sizes = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *sizes);
-        if (!p || !origin || !sizes) {
-            rc = ckpt_fail(err, -ENOMEM, "out of memory");
-            break;
-        }
+        if (!p || !origin || !sizes) return ckpt_fail(err, -ENOMEM, "out of memory");
         if (t->ndim) memcpy(sizes, t->shape, t->ndim * sizeof *sizes);
         *p = (ckpt_piece){
-            .source = src, .file_offset = offset[i], .offsets = origin, .sizes = sizes};
-        piece_index_free(t->index);
-        t->index = NULL;
+            .source = src, .file_offset = c->e[k++].at, .offsets = origin, .sizes = sizes};
         t->pieces = p;
         t->npieces = 1;
         t->dtype = to;
         t->nbytes = t->numel * (to == CKPT_F32 ? 4 : 2);
+        ++*count;
     }
-    if (fd >= 0) close(fd);
-    free(offset);
-    free(b.src);
-    free(b.dst);
-    free(b.f32);
-    return rc;
+    return 0;
 }

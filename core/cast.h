@@ -4,6 +4,8 @@
 
 #include "ckpt.h"
 
+#include <sys/types.h>
+
 /* Whether a tensor of dtype `from` is cast to `to`: float tensors (F64, F32, F16, BF16,
  * F8_E4M3, F8_E5M2) of another dtype always; the ggml block types that dequantize (Q8_0, Q4_0,
  * Q4_K, Q6_K) only with `quantized`; integers, bool, complex and other types never. */
@@ -21,12 +23,19 @@ uint16_t ckpt_f32_to_bf16(uint32_t u);
 uint16_t ckpt_f32_to_f16(uint32_t u);
 
 /* Casts every model tensor (not aside) that ckpt_cast_applies to `to` (F32, F16 or BF16): the
- * converted bytes are written to an unlinked temporary file in spool_dir, which becomes a
- * source of the catalog, and the tensor then reads from there with its new dtype. For a
- * catalog about to be written: it changes tensors in place, after catalog_finish. With
- * keep_vectors, tensors of fewer than 2 dims stay as they are (llama.cpp needs its norms F32).
- * *count says how many were cast. */
+ * catalog gets a virtual source that converts the original bytes as they are read (nothing is
+ * written ahead), and the tensor then reads from there with its new dtype. For a catalog about
+ * to be written: it changes tensors in place, after catalog_finish. With keep_vectors, tensors
+ * of fewer than 2 dims stay as they are (llama.cpp needs its norms F32). *count says how many
+ * were cast. */
 int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
-                      const char *spool_dir, size_t *count, ckpt_err *err);
+                      size_t *count, ckpt_err *err);
+
+/* The virtual source (ckpt_source.cast): reads as a file's pread does (a short count is not
+ * the end; 0 is), a negative errno with cast_last_error() saying why. Safe from many threads. */
+typedef struct cast_source cast_source;
+ssize_t cast_pread(cast_source *c, void *buf, size_t len, uint64_t off);
+const char *cast_last_error(void);
+void cast_source_free(cast_source *c);
 
 #endif

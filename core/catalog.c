@@ -1,4 +1,5 @@
 #include "catalog.h"
+#include "cast.h"
 #include "grow.h"
 #include "pipeline.h"
 #include "remote/remote.h"
@@ -40,6 +41,7 @@ void ckpt_close(ckpt_catalog *cat) {
     for (uint32_t i = 0; i < cat->nsources; i++) {
         zst_table_free(cat->sources[i].zst);
         remote_close(cat->sources[i].remote);
+        cast_source_free(cat->sources[i].cast);
         if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
     }
     for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
@@ -184,6 +186,23 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
         close(fd);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
+    *index = cat->nsources++;
+    return 0;
+}
+
+int catalog_add_cast_source(ckpt_catalog *cat, struct cast_source *cast, uint64_t size,
+                            uint32_t *index, ckpt_err *err) {
+    struct ckpt_catalog_private *pv = cat->priv;
+    if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "too many files");
+    if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    ckpt_source *s = &cat->sources[cat->nsources];
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->path = s->relpath = (char *)"(cast tensors)";
+    s->size = s->file_size = size;
+    s->mode = S_IFREG | 07777; /* its bytes come from the other sources, whose modes count */
+    s->cast = cast;
     *index = cat->nsources++;
     return 0;
 }

@@ -117,6 +117,7 @@ typedef struct ckpt_source {
     /* A file its reader writes itself (a stage's spool, whose pack grows during a commit): its
      * size and mtime are not pinned, only its identity (device, inode) is checked. */
     bool owned;
+    struct cast_source *cast; /* tensors cast as they are read (cast.c); no file (fd is -1) */
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number

@@ -1,7 +1,9 @@
 /* The output-file helpers every writer in this folder writes through. */
 #include "writers.h"
+
 #include "../writer.h"
 
+#include "../cast.h"
 #include "../catalog.h"
 #include "../hashmap.h"
 #include "../le.h"
@@ -351,9 +353,10 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
                 f->failed = -e;
                 ckpt_fail(f->err, -e, "%s: reading %s at offset %llu: %s", what, s->path,
                           (unsigned long long)(seg[i].offset + done),
-                          r == 0   ? "the file is shorter than when it was opened"
-                          : s->zst ? zst_last_error()
-                                   : strerror(e));
+                          r == 0    ? "the file is shorter than when it was opened"
+                          : s->cast ? cast_last_error()
+                          : s->zst  ? zst_last_error()
+                                    : strerror(e));
                 return;
             }
             f->buf_len += (size_t)r;

@@ -8,7 +8,6 @@
 #include "core/writer.h"
 
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,17 +130,11 @@ static int for_llamacpp(const cli_common *c, ckpt_catalog **cat, convert_opts *o
 static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, convert_opts *o) {
     ckpt_err err;
     if (o->cast) {
-        char dir_buf[PATH_MAX];
-        size_t n = strlen(out);
-        while (n > 1 && out[n - 1] == '/') n--;
-        if (n >= sizeof dir_buf) n = sizeof dir_buf - 1;
-        memcpy(dir_buf, out, n);
-        dir_buf[n] = '\0';
         size_t cast;
-        if (ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp, dirname(dir_buf),
-                              &cast, &err)) {
+        int rc = ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp, &cast, &err);
+        if (rc) {
             cli_error(c->cmd, "%s", err.msg);
-            return CLI_OUTPUT;
+            return rc == -EIO ? CLI_SOURCE : CLI_OUTPUT; /* an incomplete tensor; else memory */
         }
     }
     if (!writes_directory(out, &o->wo) && !o->for_llamacpp) note_left_behind(cat, out);

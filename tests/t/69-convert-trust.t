@@ -11,7 +11,8 @@ Environment: CKPTFS, FIXTURES (as for the other tests).
   subnormals, overflow) equals an independent round-to-nearest-even reference (numpy astype
   for F16/F32, exact rational arithmetic for BF16); NaN stays NaN; integer tensors keep dtype
   and bytes; Q8_0 stays Q8_0 unless --cast-quantized, then it is the dequantized values
-  rounded.
+  rounded. Tensors of more than a million elements (cast a chunk at a time as the writer reads
+  them) equal torch's BF16 and numpy's F16 in a file, a seekable .zst and HF shards.
 - convert DIR x.safetensors says which of DIR's files (config.json...) are not carried.
 - summary.json of a torch file with tied weights counts the tied storage once
   (parameter_count = numel of distinct storages per torch), alias_count the others; in a
@@ -158,7 +159,8 @@ def special_values():
 
 
 def main():
-    return run_cases("ckptfs-trust-", refusals, selection, casting, quantized, counts)
+    return run_cases("ckptfs-trust-", refusals, selection, casting, casting_large, quantized,
+                     counts)
 
 
 def refusals(tap, work):
@@ -332,6 +334,85 @@ def q8_0_dequant(raw):
         q = np.frombuffer(blk[2:], np.int8).astype(np.float32)
         out.append(q * d)
     return np.concatenate(out).astype(np.float64)
+
+
+def casting_large(tap, work):
+    """Tensors larger than one cast chunk (2^20 elements), of odd lengths, into each kind of
+    output: what the writer reads of the cast, in whatever pieces it reads, is numpy's/torch's."""
+    import torch
+    rng = np.random.default_rng(11)
+    f32 = (rng.standard_normal(1500 * 1001) * 10.0 ** rng.integers(-6, 6, 1500 * 1001))
+    f32 = f32.astype(np.float32)
+    f32[::99991] = np.inf
+    f32[7::99991] = np.nan
+    f64 = rng.standard_normal(300001) * 1e3
+    f16 = (rng.standard_normal(1000001) * 100).astype(np.float16)
+    tensors = {
+        "big.f32": ("F32", [1500, 1001], f32.astype("<f4").tobytes()),
+        "mid.f64": ("F64", [300001], f64.astype("<f8").tobytes()),
+        "odd.f16": ("F16", [1000001], f16.astype("<f2").tobytes()),
+        "small.i32": ("I32", [3], np.array([1, 2, 3], "<i4").tobytes()),
+    }
+    src = os.path.join(work, "large-src.safetensors")
+    write_st(src, tensors)
+
+    def bf16(values32):
+        values32 = np.ascontiguousarray(values32, dtype=np.float32)
+        out = torch.from_numpy(values32).to(torch.bfloat16).view(torch.int16).numpy()
+        out = out.view(np.uint16).copy()
+        # torch 1.13 writes every NaN as 0xFFFF; ckpt(5) keeps sign and leading payload bits
+        # and sets the quiet bit (checked on its own in casting() above)
+        nan = np.isnan(values32)
+        out[nan] = (values32.view(np.uint32)[nan] >> 16).astype(np.uint16) | 0x40
+        return out.astype("<u2").tobytes()
+
+    expect = {
+        "bf16": {"big.f32": bf16(f32), "odd.f16": bf16(f16.astype(np.float32)),
+                 # F64 rounds once, straight to BF16: torch would go through F32 first
+                 "mid.f64": None},
+        "f16": {"big.f32": f32.astype("<f2").tobytes(), "mid.f64": f64.astype("<f2").tobytes(),
+                "odd.f16": tensors["odd.f16"][2]},
+    }
+    for target, kind in (("bf16", ".safetensors"), ("bf16", ".safetensors.zst"), ("f16", "/")):
+        out = os.path.join(work, "large-%s%s" % (target, kind))
+        extra = ["--max-shard-size", "3MB"] if kind == "/" else []
+        rc, err = convert(src, out, "--dtype", target, *extra)
+        if not tap.ok(rc == 0, "--dtype %s of tensors past a chunk -> %s: exit 0"
+                      % (target, kind), [err]):
+            continue
+        got = {}
+        if kind == "/":
+            shards = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
+            for f in shards:
+                got.update(read_st(os.path.join(out, f)))
+            tap.ok(len(shards) > 2, "--max-shard-size 3MB gives %d shards" % len(shards))
+        elif kind.endswith(".zst"):
+            plain = out[:-4]
+            subprocess.run(["zstd", "-q", "-d", "-f", out, "-o", plain], check=True)
+            got = read_st(plain)
+        else:
+            got = read_st(out)
+        bad = []
+        for name, want in expect[target].items():
+            dtype, shape, raw = got.get(name, (None, None, b""))
+            if dtype != target.upper() or shape != tensors[name][1]:
+                bad.append("%s: %s %s" % (name, dtype, shape))
+            elif want is not None and raw != want:
+                diff = next(i for i in range(min(len(raw), len(want))) if raw[i] != want[i]) \
+                    if len(raw) == len(want) else -1
+                bad.append("%s: %d bytes, first difference at byte %d" % (name, len(raw), diff))
+            elif want is None:  # F64 to BF16: the exact reference, on a sample
+                vals = np.frombuffer(raw, "<u2")
+                for i in list(range(0, 300001, 7919)) + [300000]:
+                    if int(vals[i]) != bf16_bits_exact(f64[i]):
+                        bad.append("mid.f64[%d]: %04x, expected %04x"
+                                   % (i, int(vals[i]), bf16_bits_exact(f64[i])))
+                        break
+        kept = got.get("small.i32", (None, None, b""))
+        if kept[0] != "I32" or kept[2] != tensors["small.i32"][2]:
+            bad.append("small.i32 changed: %r" % (kept[:2],))
+        tap.ok(not bad, "--dtype %s -> %s: tensors of 300,001 to 1,501,500 elements equal the "
+               "reference byte for byte" % (target, kind), bad[:5])
 
 
 def quantized(tap, work):
