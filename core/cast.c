@@ -94,7 +94,45 @@ uint16_t ckpt_f32_to_f16(uint32_t u) {
     return sign | (uint16_t)q; /* q may reach 0x400: the least normal, encoded alike */
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* The CPU's own conversion: IEEE round to nearest even with subnormals (MXCSR's DAZ/FTZ are
+ * never set here), NaN quieted with its leading payload bits, as ckpt_f32_to_f16 does:
+ * tests/unit/cast.c compares the two. ~7 ns a value in C, a fraction of that here. */
+__attribute__((target("avx,f16c"))) static void f16_by_f16c(const float *in, size_t n,
+                                                            uint16_t *out) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], 4);
+        out[i] = ckpt_f32_to_f16(u);
+    }
+}
+#endif
+
+void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+        f16_by_f16c(in, n, out);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], 4);
+        out[i] = ckpt_f32_to_f16(u);
+    }
+}
+
 static size_t encode_f32(ckpt_dtype to, const float *in, size_t n, unsigned char *out) {
+    if (to == CKPT_F16) { /* out is the cast scratch: malloc'd, so aligned for uint16_t */
+        ckpt_f32_to_f16_many(in, n, (uint16_t *)(void *)out);
+        return n * 2;
+    }
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &in[i], 4);

@@ -21,6 +21,8 @@ uint32_t ckpt_round_float(double x, int mbits, int ebits);
 uint32_t ckpt_f32_to_f32(uint32_t u);
 uint16_t ckpt_f32_to_bf16(uint32_t u);
 uint16_t ckpt_f32_to_f16(uint32_t u);
+/* ckpt_f32_to_f16 of n floats, with the CPU's F16C instructions where it has them. */
+void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out);
 
 /* Casts every model tensor (not aside) that ckpt_cast_applies to `to` (F32, F16 or BF16): the
  * catalog gets a virtual source that converts the original bytes as they are read (nothing is
