@@ -175,7 +175,7 @@ typedef struct cast_entry {
     ckpt_tensor orig; /* the tensor as it was: its dtype and pieces are read */
 } cast_entry;
 
-struct cast_source {
+typedef struct cast_source {
     const ckpt_catalog *cat;
     ckpt_dtype to;
     size_t n;
@@ -184,15 +184,15 @@ struct cast_source {
     pthread_mutex_t lock;
     unsigned char *src, *dst;
     float *f32;
-};
+} cast_source;
 
 static _Thread_local char cast_error[sizeof(((ckpt_err *)0)->msg)];
 
-const char *cast_last_error(void) {
+static const char *cast_last_error(void) {
     return cast_error[0] ? cast_error : "error while casting";
 }
 
-void cast_source_free(cast_source *c) {
+static void cast_source_free(cast_source *c) {
     if (!c) return;
     for (size_t i = 0; i < c->n; i++) piece_index_free(c->e[i].orig.index);
     pthread_mutex_destroy(&c->lock);
@@ -246,7 +246,8 @@ static ssize_t convert_at(cast_source *c, void *buf, size_t len, uint64_t off) {
     return (ssize_t)give;
 }
 
-ssize_t cast_pread(cast_source *c, void *buf, size_t len, uint64_t off) {
+static ssize_t cast_pread(void *ctx, void *buf, size_t len, uint64_t off) {
+    cast_source *c = ctx;
     uint64_t total = c->n ? c->e[c->n - 1].at + c->e[c->n - 1].bytes : 0;
     if (off >= total || len == 0) return 0;
     pthread_mutex_lock(&c->lock);
@@ -254,6 +255,12 @@ ssize_t cast_pread(cast_source *c, void *buf, size_t len, uint64_t off) {
     pthread_mutex_unlock(&c->lock);
     return r;
 }
+
+static void release(void *ctx) {
+    cast_source_free(ctx);
+}
+
+static const ckpt_virtual_ops cast_ops = {cast_pread, cast_last_error, release};
 
 static bool cast_this(const ckpt_tensor *t, ckpt_dtype to, bool quantized, bool keep_vectors) {
     return !t->aside && !(keep_vectors && t->ndim < 2) &&
@@ -305,7 +312,7 @@ int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool kee
         at += c->e[c->n - 1].bytes;
     }
     uint32_t src;
-    int rc = catalog_add_cast_source(cat, c, at, &src, err);
+    int rc = catalog_add_virtual_source(cat, "(cast tensors)", at, &cast_ops, c, &src, err);
     if (rc) {
         for (size_t k = 0; k < c->n; k++) c->e[k].orig.index = NULL; /* still the tensors' */
         cast_source_free(c);

@@ -33,11 +33,4 @@ void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out);
 int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
                       size_t *count, ckpt_err *err);
 
-/* The virtual source (ckpt_source.cast): reads as a file's pread does (a short count is not
- * the end; 0 is), a negative errno with cast_last_error() saying why. Safe from many threads. */
-typedef struct cast_source cast_source;
-ssize_t cast_pread(cast_source *c, void *buf, size_t len, uint64_t off);
-const char *cast_last_error(void);
-void cast_source_free(cast_source *c);
-
 #endif

@@ -1,5 +1,4 @@
 #include "catalog.h"
-#include "cast.h"
 #include "grow.h"
 #include "pipeline.h"
 #include "remote/remote.h"
@@ -41,7 +40,7 @@ void ckpt_close(ckpt_catalog *cat) {
     for (uint32_t i = 0; i < cat->nsources; i++) {
         zst_table_free(cat->sources[i].zst);
         remote_close(cat->sources[i].remote);
-        cast_source_free(cat->sources[i].cast);
+        if (cat->sources[i].virt) cat->sources[i].virt->release(cat->sources[i].virt_ctx);
         if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
     }
     for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
@@ -190,8 +189,9 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
     return 0;
 }
 
-int catalog_add_cast_source(ckpt_catalog *cat, struct cast_source *cast, uint64_t size,
-                            uint32_t *index, ckpt_err *err) {
+int catalog_add_virtual_source(ckpt_catalog *cat, const char *name, uint64_t size,
+                               const ckpt_virtual_ops *ops, void *ctx, uint32_t *index,
+                               ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
     if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "too many files");
     if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
@@ -199,10 +199,12 @@ int catalog_add_cast_source(ckpt_catalog *cat, struct cast_source *cast, uint64_
     ckpt_source *s = &cat->sources[cat->nsources];
     memset(s, 0, sizeof *s);
     s->fd = -1;
-    s->path = s->relpath = (char *)"(cast tensors)";
+    s->path = s->relpath = arena_strdup(&pv->mem, name);
+    if (!s->path) return ckpt_fail(err, -ENOMEM, "out of memory");
     s->size = s->file_size = size;
     s->mode = S_IFREG | 07777; /* its bytes come from the other sources, whose modes count */
-    s->cast = cast;
+    s->virt = ops;
+    s->virt_ctx = ctx;
     *index = cat->nsources++;
     return 0;
 }

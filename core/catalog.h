@@ -40,10 +40,11 @@ const char *file_type_name(mode_t mode);
  * Anything but a regular file (a FIFO, a device) is refused by name without blocking. */
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err);
-/* Registers cast.c's virtual source of `size` bytes (convert --dtype); it owns `cast` from then
- * on once this succeeds. */
-int catalog_add_cast_source(ckpt_catalog *cat, struct cast_source *cast, uint64_t size,
-                            uint32_t *index, ckpt_err *err);
+/* Registers a virtual source of `size` bytes named `name` (see ckpt_source.virt); the catalog
+ * owns ctx once this succeeds. */
+int catalog_add_virtual_source(ckpt_catalog *cat, const char *name, uint64_t size,
+                               const ckpt_virtual_ops *ops, void *ctx, uint32_t *index,
+                               ckpt_err *err);
 /* Registers the member `name` of the tar archive `archive` (a registered source): its `size`
  * bytes at `base` of the archive file, read in place through a descriptor of its own. */
 int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,

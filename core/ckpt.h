@@ -98,6 +98,15 @@ unsigned ckpt_dtype_elem_size(ckpt_dtype dt);
 
 enum { CKPT_MAX_DIMS = 32 };
 
+/* What a virtual source does (see ckpt_source.virt). pread reads as a file's does (a short
+ * count is not the end, 0 is) and is safe from many threads; last_error says why the calling
+ * thread's last pread failed; release frees ctx with the catalog. */
+typedef struct ckpt_virtual_ops {
+    ssize_t (*pread)(void *ctx, void *buf, size_t len, uint64_t off);
+    const char *(*last_error)(void);
+    void (*release)(void *ctx);
+} ckpt_virtual_ops;
+
 typedef struct ckpt_source {
     char *path;    /* as opened */
     char *relpath; /* relative to the catalog root, shown in sidecars */
@@ -117,7 +126,9 @@ typedef struct ckpt_source {
     /* A file its reader writes itself (a stage's spool, whose pack grows during a commit): its
      * size and mtime are not pinned, only its identity (device, inode) is checked. */
     bool owned;
-    struct cast_source *cast; /* tensors cast as they are read (cast.c); no file (fd is -1) */
+    /* Bytes made when read, stored in no file (fd is -1): convert --dtype's cast tensors. */
+    const struct ckpt_virtual_ops *virt;
+    void *virt_ctx;
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number

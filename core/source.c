@@ -1,4 +1,3 @@
-#include "cast.h"
 #include "catalog.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
@@ -26,7 +25,7 @@ int ckpt_source_open_again(const ckpt_source *s) {
 }
 
 bool ckpt_source_unchanged(const ckpt_source *s) {
-    if (s->cast) return true; /* its reads check the sources they convert */
+    if (s->virt) return true; /* its reads check the sources they are made from */
     if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
     struct stat st;
     uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
@@ -40,7 +39,7 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
 }
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
-    if (s->cast) return cast_pread(s->cast, buf, len, off);
+    if (s->virt) return s->virt->pread(s->virt_ctx, buf, len, off);
     if (s->zst) return zst_pread(s->zst, buf, len, off);
     if (s->member_of) { /* never past the member's end into the next one */
         if (off >= s->size) return 0;
@@ -88,7 +87,7 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
             return ckpt_fail(err, (int)r, "%s: reading %s at offset %llu%s: %s", s->path, what,
                              (unsigned long long)(off + got),
                              s->zst ? " of the decompressed content" : "",
-                             s->cast     ? cast_last_error()
+                             s->virt     ? s->virt->last_error()
                              : s->zst    ? zst_last_error()
                              : s->remote ? remote_last_error()
                                          : strerror((int)-r));

@@ -3,7 +3,6 @@
 
 #include "../writer.h"
 
-#include "../cast.h"
 #include "../catalog.h"
 #include "../hashmap.h"
 #include "../le.h"
@@ -354,7 +353,7 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
                 ckpt_fail(f->err, -e, "%s: reading %s at offset %llu: %s", what, s->path,
                           (unsigned long long)(seg[i].offset + done),
                           r == 0    ? "the file is shorter than when it was opened"
-                          : s->cast ? cast_last_error()
+                          : s->virt ? s->virt->last_error()
                           : s->zst  ? zst_last_error()
                                     : strerror(e));
                 return;
