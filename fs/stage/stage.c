@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stddef.h>
@@ -104,74 +103,6 @@ static int take_from(int *argc, char **argv, char **from) {
     *argc = w;
     argv[w] = NULL;
     return 0;
-}
-
-/* OUT made absolute (its directory must exist), keeping a trailing '/' that asks for an HF
- * directory. The names ckpt_write understands are checked now, not at the first commit. */
-static char *absolute_out(const char *out) {
-    size_t n = strlen(out);
-    bool dir_form = n && out[n - 1] == '/';
-    char *trimmed = strdup(out);
-    if (!trimmed) return NULL;
-    while (n > 1 && trimmed[n - 1] == '/') trimmed[--n] = '\0';
-    char *d = strdup(trimmed), *b = strdup(trimmed);
-    char dir[PATH_MAX];
-    char *result = NULL;
-    struct stat s;
-    if (!d || !b) {
-        fprintf(stderr, "ckptfs stage: out of memory\n");
-    } else if (!realpath(dirname(d), dir)) {
-        fprintf(stderr, "ckptfs stage: OUT %s: its directory cannot be used: %s\n", out,
-                strerror(errno));
-    } else {
-        const char *base = basename(b);
-        bool is_dir = dir_form || (stat(trimmed, &s) == 0 && S_ISDIR(s.st_mode));
-        if (!ckpt_writer_for(out) || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 ||
-            strcmp(base, "..") == 0) {
-            fprintf(stderr,
-                    "ckptfs stage: OUT %s: cannot tell the format from the name (use %s, any of "
-                    "them + .zst, or DIR/ for a Hugging Face directory)\n",
-                    out, ckpt_writer_suffixes());
-        } else if ((result = malloc(strlen(dir) + strlen(base) + 3))) {
-            sprintf(result, "%s%s%s%s", dir, strcmp(dir, "/") ? "/" : "", base, is_dir ? "/" : "");
-        }
-    }
-    free(d);
-    free(b);
-    free(trimmed);
-    return result;
-}
-
-/* The spool: -o spool=DIR (its parent must exist), or .NAME.stage next to OUT. */
-static char *spool_path(const char *out_abs, const char *opt) {
-    char *copy = strdup(opt ? opt : out_abs), *copy2 = strdup(opt ? opt : out_abs);
-    char *result = NULL;
-    if (copy && copy2) {
-        size_t n = strlen(copy);
-        while (n > 1 && copy[n - 1] == '/') {
-            n--;
-            copy[n] = copy2[n] = '\0';
-        }
-        char dir[PATH_MAX];
-        const char *base = basename(copy2);
-        if (!realpath(dirname(copy), dir)) {
-            fprintf(stderr, "ckptfs stage: spool %s: its directory cannot be used: %s\n",
-                    opt ? opt : out_abs, strerror(errno));
-        } else if ((result = malloc(strlen(dir) + strlen(base) + 16))) {
-            sprintf(result, "%s/%s%s%s", strcmp(dir, "/") ? dir : "", opt ? "" : ".", base,
-                    opt ? "" : ".stage");
-        }
-    }
-    free(copy);
-    free(copy2);
-    return result;
-}
-
-char *stage_spool_of(const char *out, const char *spool_opt) {
-    char *abs = absolute_out(out);
-    char *spool = abs ? spool_path(abs, spool_opt) : NULL;
-    free(abs);
-    return spool;
 }
 
 /* True when path is dir or lies below it (both absolute, without "." or ".."). */
@@ -297,7 +228,7 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         goto out;
     }
     if (!mountpoint_usable("ckptfs stage", mnt)) goto out;
-    if (!(st.out = absolute_out(req->out)) || !(st.spool = spool_path(st.out, req->spool)))
+    if (!(st.out = stage_out_path(req->out)) || !(st.spool = stage_spool_path(st.out, req->spool)))
         goto out;
     if (parse_size_option(req->max_shard_size, &st.max_shard_size) != 0) {
         fprintf(stderr,

@@ -209,13 +209,29 @@ int journal_pack_size(stage *st, const snode *n);  /* its final size */
 int journal_pack_moved(stage *st, const snode *n); /* a closed file, now at its start and size */
 int journal_sync(stage *st);
 
+/* ---- stage_paths.c ---- */
+/* OUT made absolute (its directory must exist), keeping a trailing '/' that asks for an HF
+ * directory; NULL after saying on stderr why OUT cannot be staged. malloc'd. */
+char *stage_out_path(const char *out);
+/* The spool of an absolute OUT: -o spool=DIR as opt (its parent must exist), or NULL for
+ * .NAME.stage next to OUT; NULL after saying why on stderr. malloc'd. */
+char *stage_spool_path(const char *out_abs, const char *opt);
+
 /* ---- stage_ops.c ---- */
 extern const struct fuse_lowlevel_ops stage_ops;
+
+/* ---- stage_copy_up.c ---- */
 /* Reads bytes of a source tensor's raw file: 0, or a positive errno. */
 int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_t len, char *buf,
                      size_t *got);
-/* Copies a node that refers to the source into the spool (under st->lock): 0 or an errno. */
+/* Copies the first `keep` bytes of a node that refers to the source (or the pack) into a new
+ * data file, which the node then refers to, n->fd left open for the caller. Under st->lock
+ * and the gate. 0 or a positive errno. */
+int stage_copy_up_keep(stage *st, snode *n, uint64_t keep);
+/* All of it, and n->fd closed again when nobody has the file open: 0 or an errno. */
 int stage_copy_up(stage *st, snode *n);
+/* Closes a data file nobody has open any more. */
+void stage_settle_fd(snode *n);
 
 /* ---- stage_commit.c ---- */
 /* Validates the staged tree and writes OUT. Returns STAGE_OK / STAGE_INVALID /
@@ -231,7 +247,7 @@ bool stage_replaces_source(const stage *st);
 int stage_rebase(stage *st, snode *const *nodes, size_t n, const struct staged_report *rep,
                  strbuf *report);
 
-/* ---- stage_pack.c (under st->lock) ---- */
+/* ---- stage_pack_live.c (under st->lock) ---- */
 enum { PACK_DATA_START = 1 << 20 }; /* bytes reserved for the 8-byte length and the header */
 /* Makes the new empty file n (named `name`) a file of the pack that owns its tail: 0, or a
  * positive errno (ENOTSUP: the pack is not for this file; it takes a data file instead). */

@@ -1,12 +1,10 @@
 /* File contents in the staging mount: reads and writes go to the spool's data files with
- * pread/pwrite outside the tree lock; the source's files are read through the planner. A file
- * of the source is copied into the spool only when it is opened for writing or truncated
- * ("copy-up"), and then only as much of it as is kept. The control files answer from text
- * made at open (status) or by the commit run through the handle. */
+ * pread/pwrite outside the tree lock; the source's files are read through the planner, and
+ * copied into the spool when opened for writing or truncated (stage_copy_up.c). The control
+ * files answer from text made at open (status) or by the commit run through the handle. */
 #include "stage_ops.h"
 
 #include "core/pwrite_pieces.h"
-#include "core/segread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,25 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-int stage_read_lower(const ckpt_catalog *cat, size_t tensor, uint64_t off, size_t len, char *buf,
-                     size_t *got) {
-    const ckpt_tensor *t = &cat->tensors[tensor];
-    *got = 0;
-    if (off >= t->nbytes) return 0;
-    if (len > t->nbytes - off) len = (size_t)(t->nbytes - off);
-    while (*got < len) {
-        ckpt_segment seg[64];
-        uint64_t done;
-        size_t n = ckpt_plan(t, off + *got, len - *got, seg, 64, &done);
-        if (n == 0) return EIO;
-        /* A source that shrank gives EIO: never other bytes. */
-        int e = ckpt_read_segments(cat, seg, n, buf + *got, NULL);
-        if (e) return -e; /* positive here, as FUSE replies take it */
-        *got += (size_t)done;
-    }
-    return 0;
-}
 
 /* Writes reach the spool in pieces (core/pwrite_pieces.h says why), not as the 1 MiB a FUSE
  * WRITE brings. */
@@ -97,80 +76,6 @@ void stage_lock_drained(stage *st) {
     }
 }
 
-/* Closes a data file nobody has open any more. */
-static void settle_fd(snode *n) {
-    if (n->nopen == 0 && n->fd >= 0) {
-        close(n->fd);
-        n->fd = -1;
-    }
-}
-
-/* Copies the first `keep` bytes of a source file into a new data file, which the node then
- * refers to (n->fd stays open for the caller). Under st->lock and the gate. Positive errno. */
-static int copy_up(stage *st, snode *n, uint64_t keep) {
-    uint64_t id;
-    int fd = spool_data_create(st, &id);
-    if (fd < 0) return -fd;
-    int e = 0;
-    if (keep && n->src == SRC_LOWER_SIDECAR) {
-        size_t len;
-        char *text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &len);
-        e = text ? pwrite_pieces(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
-        free(text);
-    } else if (keep && n->src == SRC_PACK) {
-        int pfd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
-        uint64_t size = n->pack_size < keep ? n->pack_size : keep;
-        char *buf = malloc(MAX_IO);
-        e = pfd < 0 ? -pfd : buf ? 0 : ENOMEM;
-        for (uint64_t off = 0; !e && off < size;) {
-            size_t want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
-            ssize_t got = pread(pfd, buf, want, (off_t)(n->pack_off + off));
-            e = got < 0 ? errno : got == 0 ? EIO : pwrite_pieces(fd, buf, (size_t)got, off);
-            if (got > 0) off += (uint64_t)got;
-        }
-        free(buf);
-        if (pfd >= 0 && pfd != n->fd) close(pfd);
-    } else if (keep) {
-        char *buf = malloc(MAX_IO);
-        uint64_t size = n->lower_size < keep ? n->lower_size : keep;
-        e = buf ? 0 : ENOMEM;
-        for (uint64_t off = 0; !e && off < size;) {
-            size_t got, want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
-            e = stage_read_lower(st->lower, n->lower, off, want, buf, &got);
-            if (!e && got != want) e = EIO;
-            if (!e) e = pwrite_pieces(fd, buf, got, off);
-            off += got;
-        }
-        free(buf);
-    }
-    sn_src was = n->src;
-    uint64_t was_id = n->data_id;
-    n->src = SRC_SPOOL;
-    n->data_id = id;
-    if (!e) e = -journal_file(st, n);
-    if (!e) n->late_error = 0; /* its bytes, as they are, in a file of their own */
-    if (e) {
-        n->src = was;
-        n->data_id = was_id;
-        close(fd);
-        spool_data_unlink(st, id);
-        return e;
-    }
-    if (was == SRC_PACK) {
-        stage_pack_drop_tail(st, n); /* its bytes at the pack's end are free again */
-        if (n->fd >= 0) close(n->fd);
-    }
-    n->fd = fd;
-    mark_changed(st);
-    return 0;
-}
-
-int stage_copy_up(stage *st, snode *n) {
-    int e = copy_up(st, n, UINT64_MAX);
-    settle_fd(n);
-    return e;
-}
-
 /* A file in the pack: the owner of the tail grows or shrinks there; another only shrinks
  * (the rest becomes a hole). Returns -1 when it must be copied out first. */
 static int set_pack_size(stage *st, snode *n, uint64_t size) {
@@ -203,13 +108,13 @@ int stage_set_size(stage *st, snode *n, uint64_t size) {
         int pe = set_pack_size(st, n, size);
         if (pe >= 0) return pe;
     }
-    int e = n->src != SRC_SPOOL ? copy_up(st, n, size) : 0;
+    int e = n->src != SRC_SPOOL ? stage_copy_up_keep(st, n, size) : 0;
     if (e) return e;
     int fd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
     if (fd < 0) return -fd;
     if (ftruncate(fd, (off_t)size) != 0) e = errno;
     if (fd != n->fd) close(fd);
-    settle_fd(n);
+    stage_settle_fd(n);
     if (!e) mark_changed(st);
     return e;
 }
@@ -257,13 +162,13 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     if (changes && n->src == SRC_PACK && !stage_pack_writable(st, n)) {
         /* written again after it was closed: it starts over at the pack's end, or moves out */
         if (!trunc || stage_pack_claim(st, n, n->name) != 0)
-            e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+            e = stage_copy_up_keep(st, n, trunc ? 0 : UINT64_MAX);
         else
             mark_changed(st);
     } else if (changes && n->src != SRC_SPOOL && n->src != SRC_PACK) {
         /* a source tensor replaced (cp over it): its new bytes go to the pack as a new file's */
         if (!trunc || stage_pack_claim(st, n, n->name) != 0)
-            e = copy_up(st, n, trunc ? 0 : UINT64_MAX);
+            e = stage_copy_up_keep(st, n, trunc ? 0 : UINT64_MAX);
         else
             mark_changed(st);
     } else if (trunc) {
@@ -287,7 +192,7 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     if (!e)
         n->nopen++;
     else
-        settle_fd(n); /* a copy-up may have opened it */
+        stage_settle_fd(n); /* a copy-up may have opened it */
     pthread_mutex_unlock(&st->lock);
     if (changes) gate_leave(st);
     if (e) {
@@ -474,7 +379,8 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
     pthread_mutex_lock(&st->lock);
     int e = n->late_error; /* an earlier write failed after it was answered */
     /* a file of the pack that no longer owns its tail (a commit sealed it) moves out first */
-    if (!e && n->src == SRC_PACK && !stage_pack_writable(st, n)) e = copy_up(st, n, UINT64_MAX);
+    if (!e && n->src == SRC_PACK && !stage_pack_writable(st, n))
+        e = stage_copy_up_keep(st, n, UINT64_MAX);
     int fd = n->src == SRC_SPOOL || n->src == SRC_PACK ? n->fd : -1;
     uint64_t base = n->src == SRC_PACK ? n->pack_off : 0;
     if (!e && fd >= 0 && n->src == SRC_PACK) {
@@ -547,7 +453,7 @@ void handle_release(stage *st, handle *h) {
             else
                 stage_pack_seal(st);
         }
-        settle_fd(n);
+        stage_settle_fd(n);
         tree_release_if_unused(n);
         pthread_mutex_unlock(&st->lock);
     }

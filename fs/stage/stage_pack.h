@@ -1,5 +1,5 @@
-/* What the pack's two commits share (stage_pack.c: one safetensors OUT; stage_pack_dir.c: an
- * HF directory OUT whose shards are packs). */
+/* What the pack's commits share (stage_pack_write.c; stage_pack.c: one safetensors OUT;
+ * stage_pack_dir.c: an HF directory OUT whose shards are packs; stage_pack_clone.c). */
 #ifndef CKPTFS_STAGE_PACK_H
 #define CKPTFS_STAGE_PACK_H
 
@@ -15,6 +15,8 @@ enum { PACK_COPY_BUF = 1 << 20 };
 enum { PACK_NONE = -1, PACK_UNKNOWN = 0, PACK_FILE = 1, PACK_DIR = 2 };
 /* Whether OUT can be made of packs, and how (under st->lock). */
 int stage_pack_mode(stage *st);
+/* A new, empty pack becomes the one files are appended to (under st->lock): 0 or an errno. */
+int pack_open_new(stage *st);
 
 int placed_cmp(const void *a, const void *b);
 /* qsort_r order of tensor indexes, widest elements first: appended tensors stay aligned to
