@@ -624,6 +624,33 @@ static void warn_names_safetensors_lacks(ckpt_catalog *cat) {
     if (bad > 10) catalog_warn(cat, "%zu tensors in all have names safetensors cannot hold", bad);
 }
 
+/* Dtypes no safetensors file can hold (ggml block types, complex): the Hugging Face view leaves
+ * those tensors out, which a listing of .ckptfs/hf alone does not show. */
+static void warn_dtypes_safetensors_lacks(ckpt_catalog *cat) {
+    size_t count[CKPT_DTYPE_COUNT] = {0}, total = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (t->aside || (unsigned)t->dtype >= CKPT_DTYPE_COUNT ||
+            ckpt_dtype_info_of(t->dtype)->safetensors)
+            continue;
+        count[t->dtype]++;
+        total++;
+    }
+    if (!total) return;
+    strbuf sb;
+    sb_init(&sb);
+    for (unsigned d = 0; d < CKPT_DTYPE_COUNT; d++)
+        if (count[d])
+            sb_printf(&sb, "%s%s %zu", sb.len ? ", " : "", ckpt_dtype_info_of((ckpt_dtype)d)->name,
+                      count[d]);
+    catalog_warn(cat,
+                 "%zu tensor%s of dtypes a safetensors file cannot hold (%s): the Hugging Face "
+                 "view leaves %s out",
+                 total, total == 1 ? "" : "s", sb.failed ? "..." : sb.data,
+                 total == 1 ? "it" : "them");
+    sb_free(&sb);
+}
+
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     int rc = attach_pieces(cat, err);
     if (rc) return rc;
@@ -658,6 +685,7 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err) {
     }
     if (incomplete > 10) catalog_warn(cat, "%zu incomplete tensors in all", incomplete);
     warn_names_safetensors_lacks(cat);
+    warn_dtypes_safetensors_lacks(cat);
     tell_remote_boundaries(cat);
     return 0;
 }

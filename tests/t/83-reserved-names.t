@@ -11,6 +11,9 @@ with the key twice, and `convert` wrote such a file with exit status 0.
 - The mount shows the tensor in the tree (its bytes as torch stored them), leaves it out of
   .ckptfs/hf/model.safetensors, whose header is valid JSON with one "__metadata__" (parsed
   with duplicate keys detected), and summary.json warns about it.
+- A GGUF file whose tensors include dtypes safetensors lacks (ggml block types): the HF view
+  holds exactly the others, and summary.json says how many it leaves out, by dtype, as the
+  fixture's manifest (written by tests/gen, not by ckptfs) counts them.
 
 The .pt file is written by real torch (/usr/bin/python3); expected bytes come from numpy.
 Environment: CKPTFS, FIXTURES.
@@ -131,8 +134,45 @@ def staged_name(tap, work):
         s.close()
 
 
+SAFETENSORS_DTYPES = {"BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
+                      "F64", "I64", "U64", "F8_E4M3", "F8_E5M2"}
+
+
+def dtypes_view_lacks(tap, work):
+    fixture = os.path.join(os.environ.get("FIXTURES", ""), "gguf", "v3")
+    with open(os.path.join(fixture, "manifest.json")) as f:
+        tensors = json.load(f)["tensors"]
+    lacking = {}
+    for t in tensors:
+        if t["dtype"] not in SAFETENSORS_DTYPES:
+            lacking[t["dtype"]] = lacking.get(t["dtype"], 0) + 1
+    kept = sorted(t["name"] for t in tensors if t["dtype"] in SAFETENSORS_DTYPES)
+    mnt = os.path.join(work, "mnt-gguf")
+    os.mkdir(mnt)
+    rc, _, err = run_capture([CKPTFS, os.path.join(fixture, "model.gguf"), mnt], 60)
+    if not tap.ok(rc == 0 and is_mounted(mnt) and len(lacking) >= 3,
+                  "mount of a GGUF file with %d dtypes safetensors lacks" % len(lacking), [err]):
+        return
+    try:
+        with open(os.path.join(mnt, ".ckptfs", "hf", "model.safetensors"), "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack("<Q", data[:8])
+        names = sorted(k for k in json.loads(data[8:8 + n]) if k != "__metadata__")
+        tap.ok(names == kept, "the HF view holds the %d tensors of safetensors dtypes" % len(kept),
+               [names, kept])
+        with open(os.path.join(mnt, ".ckptfs", "summary.json")) as f:
+            warnings = json.load(f)["warnings"]
+        said = [w for w in warnings if "Hugging Face view leaves" in w and "dtypes" in w]
+        want = ["%s %d" % kv for kv in lacking.items()]
+        tap.ok(len(said) == 1 and said[0].startswith("%d tensors " % sum(lacking.values())) and
+               all(w in said[0] for w in want),
+               "summary.json: how many tensors the HF view leaves out, by dtype", [warnings, want])
+    finally:
+        unmount(mnt)
+
+
 def main():
-    return run_cases("ckptfs-t83.", reserved_names, staged_name)
+    return run_cases("ckptfs-t83.", reserved_names, staged_name, dtypes_view_lacks)
 
 
 if __name__ == "__main__":
