@@ -5,11 +5,13 @@
 
 #include "catalog.h"
 #include "dequant.h"
+#include "search.h"
 #include "writers/writers.h"
 
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +176,7 @@ typedef struct cast_entry {
     uint64_t bytes;   /* its bytes there: numel * the target's size */
     ckpt_tensor orig; /* the tensor as it was: its dtype and pieces are read */
 } cast_entry;
+_Static_assert(offsetof(cast_entry, at) == 0, "entries are searched by their first member");
 
 typedef struct cast_source {
     const ckpt_catalog *cat;
@@ -205,15 +208,7 @@ static void cast_source_free(cast_source *c) {
 
 /* The entry holding byte off (entries are contiguous from 0; off is inside the source). */
 static const cast_entry *entry_at(const cast_source *c, uint64_t off) {
-    size_t lo = 0, hi = c->n;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c->e[mid].at <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return &c->e[lo];
+    return &c->e[last_at_or_before_in(c->e, sizeof *c->e, c->n, off)];
 }
 
 /* Up to len cast bytes at off: the whole blocks under them are read and converted, and as

@@ -1,10 +1,14 @@
 /* Virtual files: every file the mount shows is an ordered list of memory and tensor parts, so
  * one read path serves raw tensors, sidecars and synthesized headers alike. */
 #include "ckpt.h"
+#include "search.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+_Static_assert(offsetof(ckpt_vpart, start) == 0, "parts are searched by their first member");
 
 static int add_part(ckpt_vfile *vf, ckpt_vpart part) {
     if (part.length == 0) return 0;
@@ -58,14 +62,7 @@ size_t ckpt_vfile_plan(const ckpt_vfile *vf, uint64_t off, uint64_t len, ckpt_se
     if (off >= vf->size || len == 0) return 0;
     if (len > vf->size - off) len = vf->size - off;
     /* The part holding `off`: last part with start <= off. */
-    size_t lo = 0, hi = vf->nparts;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (vf->parts[mid].start <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    size_t lo = last_at_or_before_in(vf->parts, sizeof *vf->parts, vf->nparts, off);
     size_t n = 0;
     uint64_t pos = off, end = off + len;
     for (size_t i = lo; i < vf->nparts && pos < end && n < cap; i++) {
