@@ -161,6 +161,7 @@ def body(tap, ckptfs, fixtures):
             cases(Labelled(tap, note), ckptfs, fixtures, scratch)
         PUT_BACK[0] = False
         chmod_case(tap, ckptfs, scratch)
+        stage_case(tap, ckptfs, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -274,6 +275,45 @@ def chmod_case(tap, ckptfs, scratch):
             tap.ok(f.read() == model(1)[0][3], "chmod: a mount made after it reads the file")
 
     mounted(tap, ckptfs, src, "chmod, mounted again", fresh)
+
+
+def stage_case(tap, ckptfs, scratch):
+    """A stage's commits hard-link a --from shard that none of its tensors changed into OUT:
+    the shard's ctime moves, by ckptfs itself, and must not read as a change. A change in place
+    with the old mtime put back, after that, must."""
+    from staging import StageSession, put
+    src = make_source(scratch)
+    shard = os.path.join(src, "model.safetensors")
+    out = os.path.join(scratch, "staged-out") + "/"
+    old_a = model(1)[0][3]
+    with StageSession(ckptfs, out, "--from", src + "/", "-o", "nocommit",
+                      prefix="ckptfs-t53.") as s:
+        if not tap.ok(s.ok, "stage: ckptfs stage OUT/ --from SRC/", [s.err]):
+            return
+        put(s.mnt, "n", np.ones(1024, "<f4").tobytes())
+        rc1, text1 = s.commit()
+        nlink = os.stat(shard).st_nlink
+        fd = open_direct(s.path("a"))
+        got = outcome(lambda: pread_all(fd, 0, len(old_a)) == old_a or "other bytes")
+        rc2, text2 = s.commit()
+        tap.ok(rc1 == 0 and rc2 == 0 and nlink > 1 and got == "bytes",
+               "stage: after a commit that linked its --from shard into OUT, the stage reads "
+               "the shard and commits again",
+               ["commits: %r %r, shard links: %d, read: %s" % (rc1, rc2, nlink, got),
+                text1, text2])
+        PUT_BACK[0] = True
+        try:
+            rewrite_in_place(shard, new_model_bytes())
+        finally:
+            PUT_BACK[0] = False
+        expect_eio(tap, "stage (old mtime put back)",
+                   outcome(lambda: pread_all(fd, 0, len(old_a))))
+        os.close(fd)
+        put(s.mnt, "n2", np.ones(256, "<f4").tobytes())
+        rc3, text3 = s.commit()
+        tap.ok(rc3 != 0 and "changed" in text3,
+               "stage: a commit after the --from shard changed in place (old mtime put back) "
+               "is refused", ["exit %r: %s" % (rc3, text3)])
 
 
 def verify_case(tap, ckptfs, scratch):
