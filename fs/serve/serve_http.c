@@ -3,8 +3,8 @@
  * with HEAD and single ranges, and the HTML pages.
  *
  * Bodies are streamed: a file's bytes are planned and read a block at a time into the
- * response's own buffer, so memory does not grow with file sizes; a range that lies in one
- * extent of one source file goes out with sendfile instead. */
+ * response's own buffer, so memory does not grow with file sizes, and each block is checked
+ * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
 
 #include "core/segread.h"
