@@ -7,8 +7,9 @@ usage: serve_stream_bench.py OLD_CKPTFS NEW_CKPTFS WORKDIR [--gib N] [--runs N]
 WORKDIR/stream.safetensors holds one U8 tensor of N GiB (default 1), written once. Each run
 starts one server per binary in turn (same file, warm page cache: one untimed download
 first) and times `curl -o /dev/null` of tensors/big (the whole tensor: one extent of one
-plain file, which older builds sent with sendfile) over loopback. Runs alternate OLD and NEW,
-so drift on a shared machine hits both. Prints each run and the median ratio NEW/OLD.
+plain file, which older builds sent with sendfile) over loopback, and the server's CPU time
+for it (utime + stime from /proc). Runs alternate OLD and NEW, so drift on a shared machine
+hits both. Prints each run and the median ratios NEW/OLD.
 """
 
 import argparse
@@ -47,6 +48,12 @@ def download(srv, path, nbytes):
     return nbytes / dt / 1e6
 
 
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("old")
@@ -60,18 +67,25 @@ def main():
     path = os.path.join(a.work, "stream.safetensors")
     make_file(path, nbytes)
     speeds = {"old": [], "new": []}
+    cpu = {"old": [], "new": []}
     for run in range(a.runs + 1):
         for which in ("old", "new"):
             srv = Server(getattr(a, which), [path])
             try:
+                c0 = cpu_seconds(srv.proc.pid)
                 mbs = download(srv, "tensors/big", nbytes)
+                secs = (cpu_seconds(srv.proc.pid) - c0) / (nbytes / (1 << 30))
                 if run:  # the first round warms the page cache and is not counted
                     speeds[which].append(mbs)
-                    print("run %d %s: %.0f MB/s" % (run, which, mbs), flush=True)
+                    cpu[which].append(secs)
+                    print("run %d %s: %.0f MB/s, server CPU %.2f s/GiB" % (run, which, mbs, secs),
+                          flush=True)
             finally:
                 srv.stop()
     old, new = statistics.median(speeds["old"]), statistics.median(speeds["new"])
     print("median old %.0f MB/s, new %.0f MB/s, new/old %.2f" % (old, new, new / old))
+    co, cn = statistics.median(cpu["old"]), statistics.median(cpu["new"])
+    print("server CPU old %.2f s/GiB, new %.2f s/GiB, new/old %.2f" % (co, cn, cn / co if co else 0))
 
 
 if __name__ == "__main__":
