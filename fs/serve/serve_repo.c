@@ -20,7 +20,7 @@ uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
  * modification and change time, and no read has seen it changed. */
 static bool source_current(const ckpt_source *src) {
     struct stat st;
-    if (src->remote) return ckpt_source_unchanged(src);
+    if (src->remote || src->virt) return ckpt_source_unchanged(src); /* no file to stat */
     return stat(src->path, &st) == 0 && ckpt_source_stat_matches(src, &st) &&
            ckpt_source_unchanged(src);
 }
