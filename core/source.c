@@ -52,7 +52,9 @@ bool ckpt_source_mark_changed(const ckpt_source *s) {
 }
 
 void ckpt_source_own_ctime_begin(ckpt_source *s) {
-    if (!s->remote && !s->virt) __atomic_store_n(&s->own_ctime_change, true, __ATOMIC_RELEASE);
+    /* owned sources never compare ctime; remote and cast ones have none */
+    if (!s->remote && !s->virt && !s->owned)
+        __atomic_store_n(&s->own_ctime_change, true, __ATOMIC_RELEASE);
 }
 
 void ckpt_source_own_ctime_end(ckpt_source *s) {
