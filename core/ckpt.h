@@ -113,6 +113,9 @@ typedef struct ckpt_source {
     int fd;        /* -1: opened for each read (a catalog of more files than fds allow) */
     uint64_t size;
     struct timespec mtime;
+    /* The inode's change time at open: a rewrite whose mtime was put back (`cp -p`, `touch -r`,
+     * `rsync --inplace -t`) still moves it. So do chmod, chown, ln and rm of the file. */
+    struct timespec ctime;
     mode_t mode;
     dev_t dev;
     ino_t ino;
@@ -129,6 +132,13 @@ typedef struct ckpt_source {
     /* Bytes made when read, stored in no file (fd is -1): convert --dtype's cast tensors. */
     const struct ckpt_virtual_ops *virt;
     void *virt_ctx;
+    /* Set (atomically) once a check after bytes went out found the source changed: it stays
+     * changed, so every later read fails even if the check itself would now pass. */
+    bool seen_changed;
+    /* Set (atomically) while the catalog's owner links or unlinks the file itself (a stage's
+     * commit): ctime moves then without a write, so only size and mtime are compared until
+     * ckpt_source_own_ctime_end takes the new ctime as the file's. */
+    bool own_ctime_change;
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number
@@ -150,8 +160,8 @@ int ckpt_source_view(const ckpt_source *s, uint64_t off, size_t len, ckpt_view *
 /* Lets the cache drop what v pointed at; v is empty again. */
 void ckpt_view_release(ckpt_view *v);
 /* A new descriptor of the source's file, checked to be the file the catalog saw (device,
- * inode, size, mtime: a file rewritten in place is another file): >= 0, or a negative errno
- * (-EIO for another file). */
+ * inode, size, mtime, ctime: a file rewritten in place is another file): >= 0, or a negative
+ * errno (-EIO for another file). */
 int ckpt_source_open_again(const ckpt_source *s);
 /* A remote source whose object was seen changed (other ETag or size) since it was pinned:
  * reads give EIO, like a local file modified under the mount. False for local sources. */
@@ -160,11 +170,25 @@ bool ckpt_source_remote_changed(const ckpt_source *s);
 char *ckpt_remote_stats_json(size_t *len);
 /* True for names ckpt_open takes as URLs (http://, https://, s3://, hf://). */
 bool ckpt_is_url(const char *path);
-/* Whether the file behind the source's descriptor still has the size and modification time it
- * had when opened. A file rewritten in place (`cp NEW SRC`: same inode) changes its mtime, so
- * readers check after reading: bytes read before the check that passes are the old ones (the
- * kernel updates mtime before it copies a write's data). One fstat. */
+/* Whether the file behind the source's descriptor still has the size, modification time and
+ * change time it had when opened. A file rewritten in place (`cp NEW SRC`: same inode) changes
+ * its mtime and ctime, and ctime cannot be put back from user space, so readers check after
+ * reading: bytes read before the check that passes are the old ones (the kernel updates both
+ * times before it copies a write's data into the page cache). One fstat. False forever once
+ * ckpt_source_mark_changed was called. */
 bool ckpt_source_unchanged(const ckpt_source *s);
+struct stat;
+/* Whether st (an fstat or stat of the source's file) shows the size and times recorded at open. */
+bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st);
+/* Records that bytes already sent may not be the source's (a check after a spliced reply
+ * failed): every later ckpt_source_unchanged is false. True for the call that marked it first
+ * (the one to tell the user). Safe from many threads. */
+bool ckpt_source_mark_changed(const ckpt_source *s);
+/* A caller about to link, rename or unlink the source's file itself brackets that with these:
+ * in between, a ctime that moved is not taken as a change; at the end the present ctime is
+ * recorded if size and mtime are still the recorded ones (else the source reads as changed). */
+void ckpt_source_own_ctime_begin(ckpt_source *s);
+void ckpt_source_own_ctime_end(ckpt_source *s);
 /* Bytes the source takes on disk: its size, the compressed size of a .zst, or a tar member's
  * size in the archive. */
 uint64_t ckpt_source_stored_size(const ckpt_source *s);

@@ -8,15 +8,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static bool same_time(const struct timespec *a, const struct timespec *b) {
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st) {
+    if (st->st_dev != s->dev || st->st_ino != s->ino) return false;
+    if (s->owned) return true;
+    /* The flag first: once it reads clear, the ctime ckpt_source_own_ctime_end wrote is seen. */
+    bool own = __atomic_load_n(&s->own_ctime_change, __ATOMIC_ACQUIRE);
+    return (uint64_t)st->st_size == ckpt_source_stored_size(s) &&
+           same_time(&st->st_mtim, &s->mtime) && (own || same_time(&st->st_ctim, &s->ctime));
+}
+
 int ckpt_source_open_again(const ckpt_source *s) {
+    if (__atomic_load_n(&s->seen_changed, __ATOMIC_ACQUIRE)) return -EIO;
     /* O_NONBLOCK: a FIFO put in the source's place must not hold the open forever. */
     int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return -errno;
     struct stat now;
-    if (fstat(fd, &now) != 0 || now.st_ino != s->ino || now.st_dev != s->dev ||
-        (!s->owned &&
-         ((uint64_t)now.st_size != (s->member_of ? s->file_size : s->size) ||
-          now.st_mtim.tv_sec != s->mtime.tv_sec || now.st_mtim.tv_nsec != s->mtime.tv_nsec))) {
+    if (fstat(fd, &now) != 0 || !ckpt_source_stat_matches(s, &now)) {
         close(fd); /* another file by now: never its bytes under the old description */
         return -EIO;
     }
@@ -27,15 +38,34 @@ int ckpt_source_open_again(const ckpt_source *s) {
 bool ckpt_source_unchanged(const ckpt_source *s) {
     if (s->virt) return true; /* its reads check the sources they are made from */
     if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
+    if (__atomic_load_n(&s->seen_changed, __ATOMIC_ACQUIRE)) return false;
     struct stat st;
-    uint64_t on_disk = s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
     /* A source kept without a descriptor (a staged file, opened per read) is looked up by
      * path, and must still be the same file. */
-    bool same = s->fd >= 0 ? fstat(s->fd, &st) == 0
-                           : stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino;
-    if (s->owned) return same;
-    return same && (uint64_t)st.st_size == on_disk && st.st_mtim.tv_sec == s->mtime.tv_sec &&
-           st.st_mtim.tv_nsec == s->mtime.tv_nsec;
+    bool got = s->fd >= 0 ? fstat(s->fd, &st) == 0 : stat(s->path, &st) == 0;
+    return got && ckpt_source_stat_matches(s, &st);
+}
+
+bool ckpt_source_mark_changed(const ckpt_source *s) {
+    /* The catalog's sources are never const objects, only seen through const pointers. */
+    return !__atomic_exchange_n(&((ckpt_source *)s)->seen_changed, true, __ATOMIC_ACQ_REL);
+}
+
+void ckpt_source_own_ctime_begin(ckpt_source *s) {
+    /* owned sources never compare ctime; remote and cast ones have none */
+    if (!s->remote && !s->virt && !s->owned)
+        __atomic_store_n(&s->own_ctime_change, true, __ATOMIC_RELEASE);
+}
+
+void ckpt_source_own_ctime_end(ckpt_source *s) {
+    if (s->remote || s->virt || !__atomic_load_n(&s->own_ctime_change, __ATOMIC_ACQUIRE)) return;
+    struct stat st;
+    bool got = s->fd >= 0 ? fstat(s->fd, &st) == 0 : stat(s->path, &st) == 0;
+    if (got && ckpt_source_stat_matches(s, &st))
+        s->ctime = st.st_ctim; /* written while own_ctime_change is set: no reader compares it */
+    else
+        ckpt_source_mark_changed(s);
+    __atomic_store_n(&s->own_ctime_change, false, __ATOMIC_RELEASE);
 }
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
@@ -97,10 +127,11 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
         got += (size_t)r;
     }
     if (!ckpt_source_unchanged(s))
-        return ckpt_fail(err, -EIO,
-                         "%s: changed since it was opened (size or modification time), while "
-                         "reading %s at offset %llu: its bytes no longer match its header",
-                         s->path, what, (unsigned long long)off);
+        return ckpt_fail(
+            err, -EIO,
+            "%s: changed since it was opened (size, modification or change time), while "
+            "reading %s at offset %llu: its bytes no longer match its header",
+            s->path, what, (unsigned long long)off);
     return 0;
 }
 

@@ -662,7 +662,8 @@ static bool same_bytes(const ckpt_catalog *ca, const ckpt_tensor *a, const ckpt_
                 return false;
             const ckpt_source *x = &ca->sources[sa[k].source], *y = &cb->sources[sb[k].source];
             if (x->dev != y->dev || x->ino != y->ino || x->size != y->size ||
-                x->mtime.tv_sec != y->mtime.tv_sec || x->mtime.tv_nsec != y->mtime.tv_nsec)
+                x->mtime.tv_sec != y->mtime.tv_sec || x->mtime.tv_nsec != y->mtime.tv_nsec ||
+                x->ctime.tv_sec != y->ctime.tv_sec || x->ctime.tv_nsec != y->ctime.tv_nsec)
                 return false;
         }
         pos += da;

@@ -35,7 +35,7 @@ typedef struct band_key {
     const char *path;
     dev_t dev;
     ino_t ino;
-    int64_t mtime_s, mtime_ns;
+    int64_t mtime_s, mtime_ns, ctime_s, ctime_ns; /* ctime: a rewrite that put mtime back */
     uint64_t size, base, file_offset, start, len;
     uint32_t esz, nd;
     uint64_t dims[4 * CKPT_MAX_DIMS]; /* shape, piece offsets, sizes, strides: nd each */
@@ -477,6 +477,8 @@ static void key_of(const ckpt_catalog *cat, const ckpt_tensor *t, const ckpt_pie
     k->ino = s->ino;
     k->mtime_s = s->mtime.tv_sec;
     k->mtime_ns = s->mtime.tv_nsec;
+    k->ctime_s = s->ctime.tv_sec;
+    k->ctime_ns = s->ctime.tv_nsec;
     k->size = s->size;
     k->base = s->base;
     k->file_offset = p->file_offset;

@@ -365,8 +365,9 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
         }
         if (!f->failed && !ckpt_source_unchanged(s)) {
             f->failed = -EIO;
-            ckpt_fail(f->err, -EIO, "%s: %s changed while it was read (size or modification time)",
-                      what, s->path);
+            ckpt_fail(f->err, -EIO,
+                      "%s: %s changed while it was read (size, modification or change time)", what,
+                      s->path);
         }
     }
 }

@@ -629,7 +629,29 @@ static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     return true;
 }
 
-static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, size_t n) {
+/* The splice checks the sources before the kernel moves their pages, which a write can still
+ * change on the way: the check after the reply is the exact one (a write updates mtime and
+ * ctime before it touches the page cache), but it comes too late for this reply. A source it
+ * finds changed is marked so every later read gives EIO, the kernel's cache of this file (which
+ * may hold the mixed reply) is dropped, and the daemon says so on stderr. */
+static void check_after_splice(ckptfs *fs, fuse_ino_t ino, const ckpt_segment *seg, size_t n) {
+    bool dropped = false;
+    for (size_t i = 0; i < n; i++) {
+        if (seg[i].kind != CKPT_SEG_FILE) continue;
+        const ckpt_source *s = &fs->cat->sources[seg[i].source];
+        if (ckpt_source_unchanged(s)) continue;
+        if (ckpt_source_mark_changed(s))
+            fprintf(stderr,
+                    "ckptfs: %s changed while a spliced reply was read from it (-o splice): "
+                    "that reply may hold new bytes; every later read of it gives EIO\n",
+                    s->path);
+        if (!dropped && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+        dropped = true;
+    }
+}
+
+static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_segment *seg,
+                         size_t n) {
     /* fuse_bufvec ends in a one-element array: room for SEG_BATCH buffers, kept per thread. */
     struct fuse_bufvec *vec =
         thread_buffer(bufvec_key, sizeof *vec + SEG_BATCH * sizeof(struct fuse_buf));
@@ -658,6 +680,7 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, const ckpt_segment *seg, si
         fb->pos = (off_t)(fs->cat->sources[seg[i].source].base + seg[i].offset); /* tar member */
     }
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+    check_after_splice(fs, ino, seg, n);
 }
 
 /* F32 bytes [off, off+size) of a narrower or block-quantized tensor: the whole blocks that hold
@@ -777,7 +800,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     /* Splice pays off only for whole requests served by file segments of a page or more. */
     if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096 &&
         spliceable(fs, seg, nseg)) {
-        reply_splice(req, fs, seg, nseg);
+        reply_splice(req, fs, ino, seg, nseg);
         return;
     }
     char *read_buf = thread_buffer(read_buf_key, MAX_READ);

@@ -3,8 +3,8 @@
  * with HEAD and single ranges, and the HTML pages.
  *
  * Bodies are streamed: a file's bytes are planned and read a block at a time into the
- * response's own buffer, so memory does not grow with file sizes; a range that lies in one
- * extent of one source file goes out with sendfile instead. */
+ * response's own buffer, so memory does not grow with file sizes, and each block is checked
+ * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
 
 #include "core/segread.h"
@@ -146,8 +146,8 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (n == 0 || done == 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         for (size_t i = 0; i < n; i++)
             if (seg[i].kind == CKPT_SEG_HOLE) return MHD_CONTENT_READER_END_WITH_ERROR;
-        /* A source that shrank or vanished ends the body early: the client sees a short
-         * transfer, never bytes of another file. */
+        /* A source that shrank, vanished or changed in place ends the body early: MHD closes
+         * the connection, the client sees a short transfer, never bytes of another file. */
         if (ckpt_read_segments(b->snap->cat, seg, n, buf + filled, scratch))
             return MHD_CONTENT_READER_END_WITH_ERROR;
         filled += done;
@@ -397,8 +397,11 @@ static const char *content_type(const char *path) {
     return "application/octet-stream";
 }
 
-/* A response of [start, start+len) of the file: sendfile when the range lies in one extent of
- * one plain source file, else streamed through the planner. */
+/* A response of [start, start+len) of the file, always streamed through body_read: each block
+ * is read, then its sources are checked, and only then handed to the connection, so a source
+ * changed in place mid-response ends the body short (the connection is closed) instead of
+ * completing it with new bytes. sendfile would save a copy, but once it is queued nothing looks
+ * at the source again until the last byte is out. */
 static struct MHD_Response *file_response(serve_snapshot *s, uint32_t i, uint64_t start,
                                           uint64_t len, bool *took) {
     body *b = calloc(1, sizeof *b);
@@ -409,26 +412,6 @@ static struct MHD_Response *file_response(serve_snapshot *s, uint32_t i, uint64_
     b->len = len;
     size_t mem_len = 0;
     b->mem = serve_node_text(s, i, &mem_len, &b->owned);
-    if (!b->mem && len > 0) {
-        ckpt_segment seg[2];
-        uint64_t done;
-        size_t n = serve_node_plan(s, i, start, len, seg, 2, &done);
-        const ckpt_source *src = n == 1 && done == len && seg[0].kind == CKPT_SEG_FILE
-                                     ? &s->cat->sources[seg[0].source]
-                                     : NULL;
-        if (src && !src->zst) {
-            int fd = ckpt_source_open_again(src);
-            if (fd >= 0) {
-                uint64_t at = seg[0].offset + (src->member_of ? src->base : 0);
-                struct MHD_Response *r = MHD_create_response_from_fd_at_offset64(len, fd, at);
-                if (r) {
-                    free(b);
-                    return r;
-                }
-                close(fd);
-            }
-        }
-    }
     struct MHD_Response *r =
         MHD_create_response_from_callback(len, BODY_BLOCK, body_read, b, body_free);
     if (!r) {

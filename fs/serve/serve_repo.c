@@ -16,17 +16,17 @@
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
 
-/* The file at the source's path is still the one the catalog read: same device, inode, size
- * and modification time. */
+/* The file at the source's path is still the one the catalog read: same device, inode, size,
+ * modification and change time, and no read has seen it changed. */
 static bool source_current(const ckpt_source *src) {
     struct stat st;
-    return stat(src->path, &st) == 0 && st.st_dev == src->dev && st.st_ino == src->ino &&
-           (uint64_t)st.st_size == ckpt_source_stored_size(src) &&
-           st.st_mtim.tv_sec == src->mtime.tv_sec && st.st_mtim.tv_nsec == src->mtime.tv_nsec;
+    if (src->remote || src->virt) return ckpt_source_unchanged(src); /* no file to stat */
+    return stat(src->path, &st) == 0 && ckpt_source_stat_matches(src, &st) &&
+           ckpt_source_unchanged(src);
 }
 
 /* The commit id: a digest of what identifies every source file (path, device, inode, size,
- * mtime), so any change to a source gives a new id without reading its bytes. */
+ * mtime, ctime), so any change to a source gives a new id without reading its bytes. */
 static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_ctx c;
     sha256_init(&c);
@@ -34,9 +34,10 @@ static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_update(&c, cat->root, strlen(cat->root) + 1);
     for (uint32_t i = 0; i < cat->nsources; i++) {
         const ckpt_source *src = &cat->sources[i];
-        uint64_t id[6] = {(uint64_t)src->dev,           (uint64_t)src->ino,
+        uint64_t id[8] = {(uint64_t)src->dev,           (uint64_t)src->ino,
                           ckpt_source_stored_size(src), (uint64_t)src->mtime.tv_sec,
-                          (uint64_t)src->mtime.tv_nsec, src->base};
+                          (uint64_t)src->mtime.tv_nsec, (uint64_t)src->ctime.tv_sec,
+                          (uint64_t)src->ctime.tv_nsec, src->base};
         sha256_update(&c, src->path, strlen(src->path) + 1);
         sha256_update(&c, id, sizeof id);
     }

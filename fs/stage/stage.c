@@ -273,7 +273,9 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         if (!resumed) spool_remove(&st); /* nothing was staged in it */
         goto out;
     }
+    stage_own_ctime_change(&st, NULL, true);
     spool_tidy(&st, resumed);
+    stage_own_ctime_change(&st, NULL, false);
     struct stat os;
     if (resumed)
         fprintf(stderr, "ckptfs stage: continuing the stage of %s kept in %s\n", st.out, st.spool);

@@ -107,6 +107,18 @@ static int landing_before_publish(void *ctx, const char *tmp_path) {
     return note_landing(ctx, -1, tmp_path);
 }
 
+void stage_own_ctime_change(stage *st, ckpt_catalog *cat, bool begin) {
+    ckpt_catalog *each[2] = {st->lower, cat};
+    for (size_t c = 0; c < 2 + st->nretired; c++) {
+        ckpt_catalog *k = c < 2 ? each[c] : st->retired[c - 2];
+        for (uint32_t i = 0; k && i < k->nsources; i++)
+            if (begin)
+                ckpt_source_own_ctime_begin(&k->sources[i]);
+            else
+                ckpt_source_own_ctime_end(&k->sources[i]);
+    }
+}
+
 static int check_and_write(stage *st, listing *l, strbuf *report) {
     ckpt_catalog *cat = NULL;
     staged_report rep;
@@ -133,6 +145,7 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                                 .replaces_own_source = stage_replaces_source(st),
                                 .progress = {.report = progress, .ctx = st}};
         atomic_store(&st->progress_total, rep.nbytes);
+        stage_own_ctime_change(st, cat, true);
         /* Into the pack when its tensors tile it; else written whole (the compaction) */
         rc = stage_pack_commit(st, cat, &opts, &err);
         if (rc == 1) {
@@ -143,6 +156,7 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
             }
             rc = ckpt_write(cat, st->out, &whole, &err);
         }
+        stage_own_ctime_change(st, cat, false); /* before the rebase reads the old source again */
         if (rc) {
             pthread_mutex_lock(&st->lock);
             spool_clear_landing(st); /* OUT was not replaced */

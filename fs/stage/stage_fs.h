@@ -159,6 +159,14 @@ int spool_setup(stage *st, const char *from_arg, bool *resumed, hashmap *lower_p
 /* Once the journal is restored: data files no node refers to, temporaries of a killed commit
  * go; the last commit's report is loaded. */
 void spool_tidy(stage *st, bool resumed);
+/* A commit links and unlinks files of its sources itself (a shard taken whole, the pack that
+ * becomes OUT, the old OUT it replaces), and so does a stage tidying its spool (a pack that is
+ * also a shard of OUT): that moves their ctime, which readers take for a change in place.
+ * Between begin and end, ctime is not compared for the sources of every catalog the stage
+ * reads (the lower one, those retired by earlier commits, cat if not NULL); at the end it is
+ * recorded again. A change in place that puts mtime back in that window is the one not seen:
+ * size and mtime are still compared. */
+void stage_own_ctime_change(stage *st, ckpt_catalog *cat, bool begin);
 void spool_close(stage *st);
 /* Rewrites SPOOL/state for st->lower as it is now (after a commit replaced the source). */
 int spool_write_state(stage *st);

@@ -143,6 +143,11 @@ int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
     close(base);
     char *buf = malloc(PACK_COPY_BUF);
     int rc = buf ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+    /* The tensors kept in place are the clone's: the source's own bytes only if it is still the
+     * file the catalog saw once the clone is made (a write moves mtime and ctime first). */
+    if (!rc && !ckpt_source_unchanged(&cat->sources[u]))
+        rc = ckpt_fail(err, -EIO, "%s: changed while it was cloned into the staged file",
+                       cat->sources[u].path);
     for (size_t k = 0; !rc && k < nw; k++) {
         const ckpt_tensor *t = &cat->tensors[w[k].tensor];
         int e = pack_append_tensor(st, cat, t, fd, w[k].at, buf);

@@ -76,7 +76,9 @@ static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int ou
         if (e) return e;
         done += (uint64_t)r;
     }
-    return 0;
+    /* After the copy, as every reader does: what was copied is the source's own bytes only if
+     * the file is still the one the catalog saw (a write moves mtime and ctime first). */
+    return ckpt_source_unchanged(s) ? 0 : -EIO;
 }
 
 int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t, int out,

@@ -545,7 +545,7 @@ def main():
                    "a sidecar under tensors/ is served with its dtype")
             r = request(srv, "/ckptfs/big/resolve/main/tensors/layers/3/w")
             tap.ok(r.status == 200 and r.body == np.full((256, 256), 3, np.float32).tobytes(),
-                   "big: a tensor in one extent of one file (sendfile path) is exact")
+                   "big: a tensor in one extent of one file is exact")
             check_pages(tap, srv, json.load(open(os.path.join(sharded, "manifest.json"))))
             check_change(tap, srv, changing)
             check_hostile(tap, srv, "sharded", None)

@@ -20,11 +20,26 @@ the daemon), the source is rewritten in place with other bytes of the same size,
   tar splice a 1 MiB tensor of a safetensors member of a tar (after another member) read with
              -o splice gives the member's bytes (the splice took the archive's offsets), and
              EIO once the tar is rewritten in place
+  verify     `ckptfs verify` of 3000 tensors, paused on a small full pipe while the file
+             changes: exits non-zero, and every digest it printed is an old tensor's
+  serve      `ckptfs serve`: a request right after the change (before the snapshot is looked at
+             again) gets an error or a new ETag, never new bytes under the old ETag, for the HF
+             view, a tensor and config.json; a 64 MiB tensor downloaded by a client with a
+             small receive buffer, the file changed a few MiB in, is cut short with old bytes
+             only (it was sent with sendfile, and completed as a 200 with mixed bytes)
+
+Every case runs twice: with the new bytes' mtime as cp leaves it, and with the old mtime put
+back (`cp -p`, `touch -r`, `rsync --inplace -t`: same size, same mtime; only ctime tells).
+Then: a source chmod-ed under the mount reads as changed (EIO) through descriptors opened
+before, and a mount made after it reads it.
 """
 import errno
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -36,6 +51,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import run_capture  # noqa: E402
 from mount_checks import mounted, run  # noqa: E402
+from serve_util import Server, request  # noqa: E402
+
+PUT_BACK = [False]  # rewrite_in_place puts the old mtime back (the second round of cases)
 
 
 def safetensors_bytes(tensors):
@@ -70,15 +88,36 @@ def make_source(scratch):
 
 
 def rewrite_in_place(path, data):
-    """What cp does to an existing file: open with O_TRUNC (same inode), write the new bytes."""
+    """What cp does to an existing file: open with O_TRUNC (same inode), write the new bytes;
+    in the second round, then the old mtime put back (cp -p, touch -r)."""
     time.sleep(0.05)  # a user's cp does not land in the mount's clock tick
-    ino = os.stat(path).st_ino
+    was = os.stat(path)
     fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
     try:
         os.write(fd, data)
     finally:
         os.close(fd)
-    assert os.stat(path).st_ino == ino and os.stat(path).st_size == len(data)
+    if PUT_BACK[0]:
+        os.utime(path, ns=(was.st_atime_ns, was.st_mtime_ns))
+    now = os.stat(path)
+    assert now.st_ino == was.st_ino and now.st_size == len(data)
+    assert not PUT_BACK[0] or (now.st_mtime_ns == was.st_mtime_ns and now.st_size == was.st_size)
+
+
+class Labelled:
+    """The TAP stream with a note on every line: which round of cases it belongs to."""
+
+    def __init__(self, tap, note):
+        self.tap, self.note = tap, note
+
+    def ok(self, cond, desc, diag=()):
+        return self.tap.ok(cond, desc + self.note, diag)
+
+    def skip(self, desc, reason):
+        self.tap.skip(desc + self.note, reason)
+
+    def diag(self, text):
+        self.tap.diag(text)
 
 
 def new_model_bytes():
@@ -117,7 +156,12 @@ def view_range(fd, name):
 def body(tap, ckptfs, fixtures):
     scratch = tempfile.mkdtemp(prefix="ckptfs-t53-src.")
     try:
-        cases(tap, ckptfs, fixtures, scratch)
+        for put_back, note in ((False, ""), (True, " (old mtime put back)")):
+            PUT_BACK[0] = put_back
+            cases(Labelled(tap, note), ckptfs, fixtures, scratch)
+        PUT_BACK[0] = False
+        chmod_case(tap, ckptfs, scratch)
+        stage_case(tap, ckptfs, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -205,6 +249,192 @@ def cases(tap, ckptfs, fixtures, scratch):
     zst_case(tap, ckptfs, scratch)
     cat_case(tap, ckptfs, scratch)
     tar_splice_case(tap, ckptfs, scratch)
+    verify_case(tap, ckptfs, scratch)
+    serve_snapshot_case(tap, ckptfs, scratch)
+    serve_long_response_case(tap, ckptfs, scratch)
+
+
+def chmod_case(tap, ckptfs, scratch):
+    """chmod moves ctime like a write does: documented (ckptfs(1)) as a change, EIO until the
+    source is mounted again."""
+    def check(mnt, src):
+        fd = open_direct(os.path.join(mnt, "a"))
+        time.sleep(0.05)
+        path = os.path.join(src, "model.safetensors")
+        os.chmod(path, 0o600)
+        got = outcome(lambda: pread_all(fd, 0, 4096))
+        tap.ok(got == "EIO", "chmod: EIO through a descriptor opened before the source's mode "
+               "changed (its ctime moved)", ["got %s" % got])
+        os.close(fd)
+
+    src = make_source(scratch)
+    mounted(tap, ckptfs, src, "chmod", lambda mnt: check(mnt, src))
+
+    def fresh(mnt):
+        with open(os.path.join(mnt, "a"), "rb") as f:
+            tap.ok(f.read() == model(1)[0][3], "chmod: a mount made after it reads the file")
+
+    mounted(tap, ckptfs, src, "chmod, mounted again", fresh)
+
+
+def stage_case(tap, ckptfs, scratch):
+    """A stage's commits hard-link a --from shard that none of its tensors changed into OUT:
+    the shard's ctime moves, by ckptfs itself, and must not read as a change. A change in place
+    with the old mtime put back, after that, must."""
+    from staging import StageSession, put
+    src = make_source(scratch)
+    shard = os.path.join(src, "model.safetensors")
+    out = os.path.join(scratch, "staged-out") + "/"
+    old_a = model(1)[0][3]
+    with StageSession(ckptfs, out, "--from", src + "/", "-o", "nocommit",
+                      prefix="ckptfs-t53.") as s:
+        if not tap.ok(s.ok, "stage: ckptfs stage OUT/ --from SRC/", [s.err]):
+            return
+        put(s.mnt, "n", np.ones(1024, "<f4").tobytes())
+        rc1, text1 = s.commit()
+        nlink = os.stat(shard).st_nlink
+        fd = open_direct(s.path("a"))
+        got = outcome(lambda: pread_all(fd, 0, len(old_a)) == old_a or "other bytes")
+        rc2, text2 = s.commit()
+        tap.ok(rc1 == 0 and rc2 == 0 and nlink > 1 and got == "bytes",
+               "stage: after a commit that linked its --from shard into OUT, the stage reads "
+               "the shard and commits again",
+               ["commits: %r %r, shard links: %d, read: %s" % (rc1, rc2, nlink, got),
+                text1, text2])
+        PUT_BACK[0] = True
+        try:
+            rewrite_in_place(shard, new_model_bytes())
+        finally:
+            PUT_BACK[0] = False
+        expect_eio(tap, "stage (old mtime put back)",
+                   outcome(lambda: pread_all(fd, 0, len(old_a))))
+        os.close(fd)
+        put(s.mnt, "n2", np.ones(256, "<f4").tobytes())
+        rc3, text3 = s.commit()
+        tap.ok(rc3 != 0 and "changed" in text3,
+               "stage: a commit after the --from shard changed in place (old mtime put back) "
+               "is refused", ["exit %r: %s" % (rc3, text3)])
+
+
+def verify_case(tap, ckptfs, scratch):
+    src = tempfile.mkdtemp(prefix="verify.", dir=scratch)
+    path = os.path.join(src, "many.safetensors")
+    n = 3000
+    old = [bytes([i % 251]) * 4096 for i in range(n)]
+    names = ["t%04d" % i for i in range(n)]
+    with open(path, "wb") as f:
+        f.write(safetensors_bytes([(k, "U8", (4096,), v) for k, v in zip(names, old)]))
+    new_file = safetensors_bytes([(k, "U8", (4096,), bytes([255]) * 4096) for k in names])
+    digest = {k: hashlib.sha256(v).hexdigest() for k, v in zip(names, old)}
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: verify blocks after a few dozen lines
+    with tempfile.TemporaryFile() as errf:
+        p = subprocess.Popen([ckptfs, "verify", path], stdout=w, stderr=errf)
+        os.close(w)
+        got = os.read(r, 4096)
+        time.sleep(0.3)
+        rewrite_in_place(path, new_file)
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            got += chunk
+        os.close(r)
+        rc = p.wait(timeout=120)
+        errf.seek(0)
+        err = errf.read().decode("utf-8", "replace").strip()
+    bad, hashed = [], 0
+    for line in got.decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] in digest and len(parts[0]) == 64:
+            hashed += 1
+            if parts[0] != digest[parts[1]]:
+                bad.append(line)
+    tap.ok(rc != 0 and not bad and hashed < n and "changed" in (err + got.decode()),
+           "verify: a source rewritten while verify reads it: an error, only old digests",
+           ["exit %r, %d of %d hashed, wrong digests: %s, stderr: %s"
+            % (rc, hashed, n, bad[:3], err[:500])])
+
+
+def serve_snapshot_case(tap, ckptfs, scratch):
+    """A request right after the change, within the second before serve looks at its sources
+    again: it must not give the new bytes under the old ETag."""
+    src = make_source(scratch)
+    srv = Server(ckptfs, [src])
+    try:
+        name = next(iter(srv.repos))
+        paths = ["model.safetensors", "tensors/a", "config.json"]
+        first = {}
+        for pth in paths:
+            first[pth] = request(srv, "/ckptfs/%s/resolve/main/%s" % (name, pth))
+        rewrite_in_place(os.path.join(src, "model.safetensors"), new_model_bytes())
+        rewrite_in_place(os.path.join(src, "config.json"), CONFIG_NEW)
+        for pth in paths:
+            a = first[pth]
+            b = request(srv, "/ckptfs/%s/resolve/main/%s" % (name, pth))
+            same_tag = b.status == 200 and b.headers.get("etag") == a.headers.get("etag")
+            tap.ok(a.status == 200 and (not same_tag or b.body == a.body),
+                   "serve %s: right after the change, an error or a new ETag, never new bytes "
+                   "under the old one" % pth,
+                   ["before: %d %s, after: %d %s, same bytes: %s"
+                    % (a.status, a.headers.get("etag"), b.status, b.headers.get("etag"),
+                       b.body == a.body)])
+    finally:
+        srv.stop()
+
+
+def serve_long_response_case(tap, ckptfs, scratch):
+    """A 64 MiB download read slowly through a small receive buffer; the file changes a few MiB
+    in. The body must end short, with the old bytes only: never a complete 200 mixing both."""
+    src = tempfile.mkdtemp(prefix="serve.", dir=scratch)
+    path = os.path.join(src, "big.safetensors")
+    size = 64 << 20
+    old = np.arange(size // 4, dtype="<u4").tobytes()
+    with open(path, "wb") as f:
+        f.write(safetensors_bytes([("big", "U32", (size // 4,), old)]))
+    new_file = safetensors_bytes([("big", "U32", (size // 4,), bytes(size))])
+    srv = Server(ckptfs, [path])
+    try:
+        name = next(iter(srv.repos))
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.settimeout(60)
+        s.connect((srv.host, srv.port))
+        s.sendall(("GET /ckptfs/%s/resolve/main/tensors/big HTTP/1.1\r\nHost: x\r\n"
+                   "Connection: close\r\n\r\n" % name).encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+        head, _, got = buf.partition(b"\r\n\r\n")
+        status = head.split(b"\r\n")[0].decode("latin-1")
+        while len(got) < (2 << 20):
+            chunk = s.recv(16384)
+            if not chunk:
+                break
+            got += chunk
+        at_change = len(got)
+        rewrite_in_place(path, new_file)
+        error = None
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError as e:
+            error = str(e)
+        s.close()
+        whole = len(got) == size
+        tap.ok(" 200 " in status + " " and not whole and got == old[:len(got)],
+               "serve: a 64 MiB download during which the file changed ends short, old bytes "
+               "only",
+               ["%s; %d bytes at the change, %d in all of %d, old bytes only: %s, error: %s"
+                % (status, at_change, len(got), size, got == old[:len(got)], error)])
+    finally:
+        srv.stop()
 
 
 def tar_splice_case(tap, ckptfs, scratch):
