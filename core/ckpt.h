@@ -135,10 +135,11 @@ typedef struct ckpt_source {
     /* Set (atomically) once a check after bytes went out found the source changed: it stays
      * changed, so every later read fails even if the check itself would now pass. */
     bool seen_changed;
-    /* Set (atomically) while the catalog's owner links or unlinks the file itself (a stage's
+    /* Odd (atomically) while the catalog's owner links or unlinks the file itself (a stage's
      * commit): ctime moves then without a write, so only size and mtime are compared until
-     * ckpt_source_own_ctime_end takes the new ctime as the file's. */
-    bool own_ctime_change;
+     * ckpt_source_own_ctime_end takes the new ctime as the file's and makes it even again. A
+     * reader that sees it change while it looks at ctime takes the change for that one. */
+    unsigned own_ctime_gen;
 } ckpt_source;
 
 /* Up to len bytes of the source's content at off (decompressed for a .zst source): the number

@@ -12,13 +12,35 @@ static bool same_time(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
 }
 
+/* ctime as the catalog knows it, unless the owner's own link or unlink is under way or ended
+ * while it was read (a seqlock: the generation before and after must be the same even one). */
+static bool ctime_matches(const ckpt_source *s, const struct timespec *now) {
+    unsigned gen = __atomic_load_n(&s->own_ctime_gen, __ATOMIC_ACQUIRE);
+    if (gen & 1) return true;
+    struct timespec known = {__atomic_load_n(&s->ctime.tv_sec, __ATOMIC_RELAXED),
+                             __atomic_load_n(&s->ctime.tv_nsec, __ATOMIC_RELAXED)};
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&s->own_ctime_gen, __ATOMIC_RELAXED) != gen) return true;
+    return same_time(now, &known);
+}
+
 bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st) {
     if (st->st_dev != s->dev || st->st_ino != s->ino) return false;
     if (s->owned) return true;
-    /* The flag first: once it reads clear, the ctime ckpt_source_own_ctime_end wrote is seen. */
-    bool own = __atomic_load_n(&s->own_ctime_change, __ATOMIC_ACQUIRE);
     return (uint64_t)st->st_size == ckpt_source_stored_size(s) &&
-           same_time(&st->st_mtim, &s->mtime) && (own || same_time(&st->st_ctim, &s->ctime));
+           same_time(&st->st_mtim, &s->mtime) && ctime_matches(s, &st->st_ctim);
+}
+
+/* The stat may predate an own link that ended before the comparison (the catalog then knows
+ * the new ctime): a mismatch is taken as a change only when a second look agrees. */
+static bool file_matches(const ckpt_source *s, int fd) {
+    struct stat st;
+    for (int look = 0; look < 2; look++) {
+        bool got = fd >= 0 ? fstat(fd, &st) == 0 : stat(s->path, &st) == 0;
+        if (!got) return false;
+        if (ckpt_source_stat_matches(s, &st)) return true;
+    }
+    return false;
 }
 
 int ckpt_source_open_again(const ckpt_source *s) {
@@ -26,8 +48,7 @@ int ckpt_source_open_again(const ckpt_source *s) {
     /* O_NONBLOCK: a FIFO put in the source's place must not hold the open forever. */
     int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return -errno;
-    struct stat now;
-    if (fstat(fd, &now) != 0 || !ckpt_source_stat_matches(s, &now)) {
+    if (!file_matches(s, fd)) {
         close(fd); /* another file by now: never its bytes under the old description */
         return -EIO;
     }
@@ -39,11 +60,9 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
     if (s->virt) return true; /* its reads check the sources they are made from */
     if (s->remote) return !ckpt_source_remote_changed(s); /* pinned ETag and size */
     if (__atomic_load_n(&s->seen_changed, __ATOMIC_ACQUIRE)) return false;
-    struct stat st;
     /* A source kept without a descriptor (a staged file, opened per read) is looked up by
      * path, and must still be the same file. */
-    bool got = s->fd >= 0 ? fstat(s->fd, &st) == 0 : stat(s->path, &st) == 0;
-    return got && ckpt_source_stat_matches(s, &st);
+    return file_matches(s, s->fd);
 }
 
 bool ckpt_source_mark_changed(const ckpt_source *s) {
@@ -53,19 +72,21 @@ bool ckpt_source_mark_changed(const ckpt_source *s) {
 
 void ckpt_source_own_ctime_begin(ckpt_source *s) {
     /* owned sources never compare ctime; remote and cast ones have none */
-    if (!s->remote && !s->virt && !s->owned)
-        __atomic_store_n(&s->own_ctime_change, true, __ATOMIC_RELEASE);
+    if (!s->remote && !s->virt && !s->owned && !(s->own_ctime_gen & 1))
+        __atomic_fetch_add(&s->own_ctime_gen, 1, __ATOMIC_ACQ_REL);
 }
 
 void ckpt_source_own_ctime_end(ckpt_source *s) {
-    if (s->remote || s->virt || !__atomic_load_n(&s->own_ctime_change, __ATOMIC_ACQUIRE)) return;
+    if (s->remote || s->virt || !(__atomic_load_n(&s->own_ctime_gen, __ATOMIC_ACQUIRE) & 1)) return;
     struct stat st;
     bool got = s->fd >= 0 ? fstat(s->fd, &st) == 0 : stat(s->path, &st) == 0;
-    if (got && ckpt_source_stat_matches(s, &st))
-        s->ctime = st.st_ctim; /* written while own_ctime_change is set: no reader compares it */
-    else
+    if (got && ckpt_source_stat_matches(s, &st)) { /* ctime is not compared while odd */
+        __atomic_store_n(&s->ctime.tv_sec, st.st_ctim.tv_sec, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->ctime.tv_nsec, st.st_ctim.tv_nsec, __ATOMIC_RELAXED);
+    } else {
         ckpt_source_mark_changed(s);
-    __atomic_store_n(&s->own_ctime_change, false, __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_add(&s->own_ctime_gen, 1, __ATOMIC_RELEASE);
 }
 
 ssize_t ckpt_source_pread(const ckpt_source *s, void *buf, size_t len, uint64_t off) {
