@@ -4,6 +4,7 @@
 #include "cast.h"
 
 #include "catalog.h"
+#include "cpu.h"
 #include "dequant.h"
 #include "search.h"
 #include "writers/writers.h"
@@ -118,7 +119,7 @@ __attribute__((target("avx,f16c"))) static void f16_by_f16c(const float *in, siz
 
 void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+    if (ckpt_cpu_f16c()) {
         f16_by_f16c(in, n, out);
         return;
     }

@@ -2,6 +2,7 @@
  * torch and safetensors use, and the common ggml block types. Block layouts and the order of
  * the arithmetic follow ggml's reference dequantizers, so results are bit-exact with them. */
 #include "dequant.h"
+#include "cpu.h"
 #include "le.h"
 
 #include <math.h>
@@ -153,7 +154,7 @@ __attribute__((target("avx2,f16c"))) static void f16_by_f16c(const unsigned char
 
 static void f16_to_f32_many(const unsigned char *src, size_t n, float *dst) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
+    if (ckpt_cpu_f16c_avx2()) {
         f16_by_f16c(src, n, dst);
         return;
     }
