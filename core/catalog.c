@@ -272,7 +272,7 @@ bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t 
     return true;
 }
 
-_Static_assert(sizeof(ckpt_tensor) <= 112, "ckpt_tensor grew: a million of them are held");
+_Static_assert(sizeof(ckpt_tensor) <= 96, "ckpt_tensor grew: a million of them are held");
 
 int catalog_reserve_tensors(ckpt_catalog *cat, size_t n, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;

@@ -3,6 +3,7 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
+#include "core/arena.h"
 #include "core/ckpt.h"
 #include "core/hfview.h"
 
@@ -53,6 +54,7 @@ typedef struct tree {
     uint32_t *view_src_first; /* view file i's sources: view_srcs[first[i] .. first[i+1]) */
     uint32_t *view_srcs;
     char **owned; /* paths allocated for auxiliary files */
+    arena names;  /* sidecar file names */
     size_t nowned;
     /* NAME.npy beside the sidecar NAME.json of a tensor numpy can hold is not stored: its id
      * is nnodes + the sidecar's (tree_node). At a million tensors the nodes, their names and
