@@ -23,7 +23,9 @@
 enum { LONG_NAME = 224, LONG_KEEP = 200 };
 
 uint64_t treepath_hash(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+    /* FNV-1a 64, but with an offset basis a digit short of FNV's (14695981039346656037):
+     * shortened paths have always been made with it, so it stays (ckptfs(5) says so). */
+    uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
         h ^= (unsigned char)p[i];
         h *= 1099511628211ull;
