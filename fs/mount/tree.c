@@ -29,6 +29,8 @@ typedef struct builder {
     size_t nowned;
 } builder;
 
+_Static_assert(sizeof(node) == 24, "a node grew: a million-tensor mount holds two million");
+
 static int new_node(builder *b, const char *name, size_t len, uint32_t parent, node_kind kind,
                     size_t ref, uint32_t *out) {
     tree *tr = b->tr;
@@ -38,7 +40,7 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
     node *n = &tr->nodes[tr->nnodes];
     memset(n, 0, sizeof *n);
     n->name = name;
-    n->name_len = (uint32_t)len;
+    n->name_len = (uint32_t)len & 0xff;
     n->parent = parent;
     n->kind = kind;
     n->ref = (uint32_t)ref;
