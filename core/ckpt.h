@@ -221,9 +221,10 @@ typedef struct ckpt_tensor {
     const char *extra_json;   /* format-specific sidecar members: `"k": v, ...` or NULL */
     const char *prefix;       /* NULL, or a directory the tensor is shown under ("optim/",
                                  ".ckptfs/ranks/1/"), put in front of its path as it is */
-    const char *path;         /* where the mount shows the raw bytes (see treepath.c) */
-    const char *sidecar_path; /* where it shows the .json sidecar */
+    const char *path;         /* where the mount shows the raw bytes (see treepath.c); its
+                                 .json sidecar: ckpt_sidecar_path */
     uint32_t npieces;
+    bool path_raw;   /* path ends in ".raw": it is also a directory (not in the sidecar's) */
     bool incomplete; /* some elements are covered by no piece */
     bool aside;      /* not part of the model (per-rank copies, optimizer state):
                         left out of the HF view and the model's totals */
@@ -388,6 +389,16 @@ typedef struct ckpt_write_opts {
     int (*before_publish)(void *ctx, const char *tmp_path);
     void *publish_ctx;
 } ckpt_write_opts;
+
+/* ---- where the mount shows a tensor's sidecar: t->path without its ".raw", + ".json" ---- */
+
+/* How many bytes of t->path the sidecar's path starts with (the rest is ".json"). Not stored:
+ * at 300,000 tensors the sidecar paths took 10 MB. */
+size_t ckpt_sidecar_stem(const ckpt_tensor *t);
+/* Whether p (len bytes) is t's sidecar path. */
+bool ckpt_is_sidecar_path(const ckpt_tensor *t, const char *p, size_t len);
+/* t's sidecar path, malloc'd (NULL when out of memory). */
+char *ckpt_sidecar_path(const ckpt_tensor *t);
 
 /* ---- documents shown by the mount (malloc'd, NUL-terminated; NULL on ENOMEM) ---- */
 

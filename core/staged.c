@@ -236,7 +236,7 @@ static void read_sidecar(builder *b, const staged_file *f, meta *m) {
         const ckpt_tensor *t = &b->lower->tensors[f->lower];
         meta_of_lower(t, m);
         /* A source's sidecar names its tensor only where the source put it. */
-        if (strcmp(f->path, t->sidecar_path) == 0) {
+        if (ckpt_is_sidecar_path(t, f->path, strlen(f->path))) {
             m->has_name = true;
             m->name = t->name;
             m->name_len = t->name_len;

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hashmap.h"
 #include "strbuf.h"
 
 /* A component is shortened past LONG_NAME bytes, so that with what may follow it — "%~N" for a
@@ -24,7 +23,9 @@
 enum { LONG_NAME = 224, LONG_KEEP = 200 };
 
 uint64_t treepath_hash(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+    /* FNV-1a 64, but with an offset basis a digit short of FNV's (14695981039346656037):
+     * shortened paths have always been made with it, so it stays (ckptfs(5) says so). */
+    uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
         h ^= (unsigned char)p[i];
         h *= 1099511628211ull;
@@ -39,35 +40,29 @@ void treepath_escape_component(strbuf *sb, const char *p, size_t n) {
         pct_escape(sb, p, n, false);
 }
 
-/* Returns true when the component was shortened (two names may then share a path). */
-static bool escape_component(strbuf *sb, const char *p, size_t n) {
+/* A component past LONG_NAME bytes is shortened (two names may then share a path). */
+static void escape_component(strbuf *sb, const char *p, size_t n) {
     size_t start = sb->len;
     treepath_escape_component(sb, p, n);
-    if (sb->failed || sb->len - start <= LONG_NAME) return false;
-    {
-        sb->len = start + LONG_KEEP;
-        /* Do not cut an escape in half. */
-        for (size_t k = 1; k <= 2; k++)
-            if (sb->data[sb->len - k] == '%') sb->len -= k;
-        sb_printf(sb, "%%#%016llx", (unsigned long long)treepath_hash(p, n));
-    }
-    return true;
+    if (sb->failed || sb->len - start <= LONG_NAME) return;
+    sb->len = start + LONG_KEEP;
+    /* Do not cut an escape in half. */
+    for (size_t k = 1; k <= 2; k++)
+        if (sb->data[sb->len - k] == '%') sb->len -= k;
+    sb_printf(sb, "%%#%016llx", (unsigned long long)treepath_hash(p, n));
 }
 
-/* Returns true when the path may equal another name's: the name holds a '/' (a.b and a/b
- * meet) or a component was shortened. Otherwise escaping is one-to-one. */
-static bool escape_name(strbuf *sb, const char *name, size_t len) {
-    bool may_repeat = false;
+/* A name holding a '/' (a.b and a/b meet) or a long component may share its path with
+ * another name; otherwise escaping is one-to-one. */
+static void escape_name(strbuf *sb, const char *name, size_t len) {
     size_t s = 0;
     for (size_t i = 0; i <= len; i++) {
         if (i == len || name[i] == '.' || name[i] == '/') {
             if (s) sb_putc(sb, '/');
-            may_repeat |= escape_component(sb, name + s, i - s);
-            may_repeat |= i < len && name[i] == '/';
+            escape_component(sb, name + s, i - s);
             s = i + 1;
         }
     }
-    return may_repeat;
 }
 
 /* True when escaping would only turn '.' into '/': no byte to escape, no '/', no empty or long
@@ -97,16 +92,80 @@ static char *plain_path(arena *mem, const char *prefix, const char *name, size_t
     return p;
 }
 
+/* Tensor order[k] (identity when order is NULL). */
+static const char *path_at(const ckpt_catalog *cat, const uint32_t *order, size_t k) {
+    return cat->tensors[order ? order[k] : k].path;
+}
+
+/* By path, then by index: tensors of one path stay in name order. */
+static int by_path(const void *a, const void *b, void *ctx) {
+    const ckpt_catalog *cat = ctx;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    int c = strcmp(cat->tensors[x].path, cat->tensors[y].path);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* The tensors in path order: NULL in *order when they are in it already (plain names are:
+ * '.' and '/' are neighbours in ASCII, so turning one into the other keeps the order). 4 bytes
+ * a tensor, where maps of every path and every directory took ~170. */
+static int sort_by_path(const ckpt_catalog *cat, uint32_t **order) {
+    size_t n = cat->ntensors;
+    *order = NULL;
+    size_t k = 1;
+    while (k < n && strcmp(cat->tensors[k - 1].path, cat->tensors[k].path) <= 0) k++;
+    if (k >= n) return 0;
+    if (n > UINT32_MAX) return -E2BIG;
+    uint32_t *o = malloc(n * sizeof *o);
+    if (!o) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) o[i] = (uint32_t)i;
+    qsort_r(o, n, sizeof *o, by_path, (void *)cat);
+    *order = o;
+    return 0;
+}
+
+/* Whether a path in order[from..n) starts with p + '/'. The paths that start with p follow p
+ * (the least of them) in one run, so this is settled by the next one mostly. */
+static bool has_children(const ckpt_catalog *cat, const uint32_t *order, size_t from, size_t n,
+                         const char *p, size_t len) {
+    if (from >= n) return false;
+    const char *next = path_at(cat, order, from);
+    if (strncmp(next, p, len) != 0) return false;
+    if (next[len] == '/') return true;
+    /* p + a byte below '/' ("a-b" after "a"): find the first path at or past p + '/'. */
+    size_t lo = from + 1, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *q = path_at(cat, order, mid);
+        int c = strncmp(q, p, len);
+        if (c == 0) c = (unsigned char)q[len] - '/';
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const char *q = lo < n ? path_at(cat, order, lo) : NULL;
+    return q && strncmp(q, p, len) == 0 && q[len] == '/';
+}
+
+/* The path of a run of tensors with equal paths (k-th of them, k >= 2): "%~k" added. "%~"
+ * cannot occur in an escaped path, so a numbered one is new; it is no directory either. */
+static char *numbered(arena *mem, const char *path, size_t len, size_t k) {
+    char *p = arena_text(mem, NULL, len + 23);
+    if (!p) return NULL;
+    memcpy(p, path, len);
+    snprintf(p + len, 24, "%%~%zu", k);
+    return p;
+}
+
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
     arena *mem = &cat->priv->text;
     size_t n = cat->ntensors;
     strbuf sb;
     sb_init(&sb);
-    bool may_repeat = false;
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor *t = &cat->tensors[i];
+        t->path_raw = false;
         if (plain_name(t->name, t->name_len)) {
-            may_repeat |= t->prefix != NULL;
             if (!(t->path = plain_path(mem, t->prefix, t->name, t->name_len))) {
                 sb_free(&sb);
                 return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -115,81 +174,63 @@ int treepath_assign(ckpt_catalog *cat, ckpt_err *err) {
         }
         sb_clear(&sb);
         if (t->prefix) sb_puts(&sb, t->prefix);
-        may_repeat |= escape_name(&sb, t->name, t->name_len) || t->prefix;
+        escape_name(&sb, t->name, t->name_len);
         if (sb.failed || !(t->path = arena_text(mem, sb.data, sb.len))) {
             sb_free(&sb);
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
     }
     sb_free(&sb);
-    if (n == 0) return 0;
 
-    /* Repeated paths are numbered in name order (the tensors are sorted by name): a hash of
-     * path -> times seen. "%~" cannot occur in an escaped path, so a numbered one is new.
-     * Names are unique, so without a prefix, a '/' or a shortened component nothing repeats. */
-    hashmap seen;
-    if (!hm_init(&seen, may_repeat ? n : 0)) return ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; may_repeat && i < n; i++) {
-        ckpt_tensor *t = &cat->tensors[i];
-        size_t len = strlen(t->path);
-        bool added;
-        hm_entry *e = hm_put(&seen, t->path, len, 1, &added);
-        if (!e) {
-            hm_free(&seen);
-            return ckpt_fail(err, -ENOMEM, "out of memory");
+    /* In path order, a repeated path is a run (numbered in name order: the tensors are sorted
+     * by name, and ties by index), and the paths under a directory P follow P. */
+    uint32_t *order;
+    int rc = sort_by_path(cat, &order);
+    if (rc) return ckpt_fail(err, rc, "%zu tensors: %s", n, strerror(-rc));
+    for (size_t a = 0, b; a < n; a = b) {
+        ckpt_tensor *first = &cat->tensors[order ? order[a] : a];
+        const char *p = first->path;
+        size_t len = strlen(p);
+        for (b = a + 1; b < n && strcmp(path_at(cat, order, b), p) == 0; b++) {
         }
-        if (added) continue;
-        size_t run = ++e->value;
-        char *p = arena_text(mem, NULL, len + 23);
-        if (!p) {
-            hm_free(&seen);
-            return ckpt_fail(err, -ENOMEM, "out of memory");
-        }
-        memcpy(p, t->path, len);
-        snprintf(p + len, 24, "%%~%zu", run);
-        t->path = p;
-    }
-    hm_free(&seen);
-
-    /* Directories: every proper prefix ending before a '/'. A model has far fewer directories
-     * than tensors (one per layer and module), so the map starts small and grows: sizing it
-     * for every '/' of every path made a 32 MiB table at 100k tensors. */
-    hashmap dirs;
-    if (!hm_init(&dirs, n / 4)) return ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        /* Deepest first: once a prefix is already known, so are all of its ancestors. */
-        const char *p = cat->tensors[i].path;
-        const char *slash = strrchr(p, '/');
-        for (bool added = true; slash && added; slash = memrchr(p, '/', (size_t)(slash - p))) {
-            if (!hm_put(&dirs, p, (size_t)(slash - p), 0, &added)) {
-                hm_free(&dirs);
+        bool dir = has_children(cat, order, b, n, p, len);
+        for (size_t k = a + 1; k < b; k++) {
+            ckpt_tensor *t = &cat->tensors[order ? order[k] : k];
+            if (!(t->path = numbered(mem, p, len, k - a + 1))) {
+                free(order);
                 return ckpt_fail(err, -ENOMEM, "out of memory");
             }
         }
-    }
-    for (size_t i = 0; i < n; i++) {
-        ckpt_tensor *t = &cat->tensors[i];
-        size_t len = strlen(t->path);
-        t->sidecar_path = NULL;
-        char *side = arena_text(mem, NULL, len + 5);
-        if (!side) {
-            hm_free(&dirs);
-            return ckpt_fail(err, -ENOMEM, "out of memory");
-        }
-        memcpy(side, t->path, len);
-        memcpy(side + len, ".json", 6);
-        t->sidecar_path = side;
-        if (hm_get(&dirs, t->path, len)) {
+        if (dir) { /* a tensor that is also a directory: its bytes go beside it */
             char *raw = arena_text(mem, NULL, len + 4);
             if (!raw) {
-                hm_free(&dirs);
+                free(order);
                 return ckpt_fail(err, -ENOMEM, "out of memory");
             }
-            memcpy(raw, t->path, len);
+            memcpy(raw, p, len);
             memcpy(raw + len, ".raw", 5);
-            t->path = raw;
+            first->path = raw;
+            first->path_raw = true;
         }
     }
-    hm_free(&dirs);
+    free(order);
     return 0;
+}
+
+size_t ckpt_sidecar_stem(const ckpt_tensor *t) {
+    return strlen(t->path) - (t->path_raw ? 4 : 0);
+}
+
+bool ckpt_is_sidecar_path(const ckpt_tensor *t, const char *p, size_t len) {
+    size_t stem = ckpt_sidecar_stem(t);
+    return len == stem + 5 && memcmp(p, t->path, stem) == 0 && memcmp(p + stem, ".json", 5) == 0;
+}
+
+char *ckpt_sidecar_path(const ckpt_tensor *t) {
+    size_t stem = ckpt_sidecar_stem(t);
+    char *p = malloc(stem + 6);
+    if (!p) return NULL;
+    memcpy(p, t->path, stem);
+    memcpy(p + stem, ".json", 6);
+    return p;
 }

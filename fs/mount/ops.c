@@ -156,7 +156,7 @@ static uint64_t node_size(ckptfs *fs, node *n) {
     }
     case NODE_SIDECAR:
     case NODE_NPY: {
-        uint64_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
+        uint32_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
         if (s) return s - 1;
         const ckpt_tensor *t = &cat->tensors[n->ref];
         size_t len;
@@ -165,7 +165,8 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         if (!doc) return 0;
         free(doc);
         if (n->kind == NODE_NPY) len += t->nbytes;
-        atomic_store_explicit(&n->size_plus1, len + 1, memory_order_relaxed);
+        if (len < UINT32_MAX)
+            atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
         return len;
     }
     }

@@ -18,13 +18,18 @@ static const char *const doc_paths[DOC_COUNT] = {
 typedef struct builder {
     tree *tr;
     size_t cap;
-    hashmap dirs;         /* full directory path -> node index */
+    /* full directory path -> node index, for the directories that are not a tensor's alone:
+     * those of the documents, aux and view files, all under .ckptfs/ (tensors_in adds the
+     * tensor directories there, such as the per-rank copies') */
+    hashmap dirs;
     const char *last_dir; /* the directory of the previous file: the next is mostly there too */
     size_t last_len;
     uint32_t last_node;
     char **owned; /* paths we had to allocate (aux files) */
     size_t nowned;
 } builder;
+
+_Static_assert(sizeof(node) == 24, "a node grew: a million-tensor mount holds two million");
 
 static int new_node(builder *b, const char *name, size_t len, uint32_t parent, node_kind kind,
                     size_t ref, uint32_t *out) {
@@ -35,7 +40,7 @@ static int new_node(builder *b, const char *name, size_t len, uint32_t parent, n
     node *n = &tr->nodes[tr->nnodes];
     memset(n, 0, sizeof *n);
     n->name = name;
-    n->name_len = (uint32_t)len;
+    n->name_len = (uint32_t)len & 0xff;
     n->parent = parent;
     n->kind = kind;
     n->ref = (uint32_t)ref;
@@ -90,6 +95,121 @@ static int add_path(builder *b, const char *path, node_kind kind, size_t ref) {
     int rc = dir_node(b, path, dir_len, &parent);
     if (rc) return rc;
     return new_node(b, name, strlen(name), parent, kind, ref, &parent);
+}
+
+/* The tensors sorted by path: NULL in *order when they are in order already (plain names
+ * make paths in name order). */
+static int tensors_by_path(const ckpt_catalog *cat, uint32_t **order);
+
+/* Directories the tensor files go into, as a stack: the tensors come in path order, so each
+ * directory's files and subdirectories come in one run and a directory, once left, is never
+ * seen again. No map of every directory: at 300,000 directories it took 32 MB. */
+typedef struct dir_level {
+    size_t end; /* where its path ends in the stack's path */
+    uint32_t node;
+} dir_level;
+
+typedef struct dir_stack {
+    dir_level *level; /* level[k]: the directory of depth k + 1 */
+    size_t depth, cap;
+    const char *path; /* the path the directories are of (the previous tensor's) */
+    size_t len;       /* the length of its directory part */
+} dir_stack;
+
+/* .ckptfs and the directories under it: where documents, aux and view files go too. */
+static bool under_meta_dir(const char *path, size_t len) {
+    return len >= 7 && memcmp(path, ".ckptfs", 7) == 0 && (len == 7 || path[7] == '/');
+}
+
+/* The node of the directory path[0..len) (the directory of a file at path), creating what is
+ * missing below the part it shares with the previous one. */
+static int stacked_dir(builder *b, dir_stack *st, const char *path, size_t len, uint32_t *out) {
+    size_t same = 0, most = len < st->len ? len : st->len;
+    while (same < most && path[same] == st->path[same]) same++;
+    while (st->depth &&
+           !(st->level[st->depth - 1].end <= same &&
+             (st->level[st->depth - 1].end == len || path[st->level[st->depth - 1].end] == '/')))
+        st->depth--;
+    st->path = path;
+    st->len = len;
+    uint32_t at = st->depth ? st->level[st->depth - 1].node : 0;
+    for (size_t start = st->depth ? st->level[st->depth - 1].end + 1 : 0; start < len;) {
+        const char *slash = memchr(path + start, '/', len - start);
+        size_t end = slash ? (size_t)(slash - path) : len;
+        if (GROW(st->level, st->cap, st->depth + 1)) return -ENOMEM;
+        int rc = new_node(b, path + start, end - start, at, NODE_DIR, 0, &at);
+        if (rc) return rc;
+        bool added;
+        if (under_meta_dir(path, end) && !hm_put(&b->dirs, path, end, at, &added)) return -ENOMEM;
+        st->level[st->depth++] = (dir_level){end, at};
+        start = end + 1;
+    }
+    *out = at;
+    return 0;
+}
+
+/* Sidecar names ("w.json"): the catalog keeps no sidecar paths. Equal names in a row share a
+ * copy (a model's 300,000 experts all have a "w"). */
+typedef struct sidecar_names {
+    arena *mem;
+    const char *last;
+    size_t last_len;
+} sidecar_names;
+
+static const char *sidecar_name(sidecar_names *sn, const char *stem, size_t len) {
+    if (sn->last && sn->last_len == len + 5 && memcmp(sn->last, stem, len) == 0) return sn->last;
+    char *p = arena_text(sn->mem, NULL, len + 5);
+    if (!p) return NULL;
+    memcpy(p, stem, len);
+    memcpy(p + len, ".json", 6);
+    sn->last = p;
+    sn->last_len = len + 5;
+    return p;
+}
+
+/* The tensors' files: raw bytes and sidecar, in path order. */
+static int tensors_in(builder *b, const ckpt_catalog *cat) {
+    uint32_t *order;
+    int rc = tensors_by_path(cat, &order);
+    if (rc) return rc;
+    dir_stack st = {0};
+    sidecar_names sn = {.mem = &b->tr->names};
+    for (size_t k = 0; !rc && k < cat->ntensors; k++) {
+        size_t i = order ? order[k] : k;
+        const ckpt_tensor *t = &cat->tensors[i];
+        const char *slash = strrchr(t->path, '/');
+        size_t dir_len = slash ? (size_t)(slash - t->path) : 0;
+        const char *name = slash ? slash + 1 : t->path;
+        size_t stem = ckpt_sidecar_stem(t) - (size_t)(name - t->path);
+        uint32_t parent, id;
+        rc = stacked_dir(b, &st, t->path, dir_len, &parent);
+        if (!rc) rc = new_node(b, name, strlen(name), parent, NODE_TENSOR, i, &id);
+        const char *side = rc ? NULL : sidecar_name(&sn, name, stem);
+        if (!rc && !side) rc = -ENOMEM;
+        if (!rc) rc = new_node(b, side, stem + 5, parent, NODE_SIDECAR, i, &id);
+    }
+    free(st.level);
+    free(order);
+    return rc;
+}
+
+static int by_path(const void *a, const void *b, void *ctx) {
+    const ckpt_catalog *cat = ctx;
+    return strcmp(cat->tensors[*(const uint32_t *)a].path, cat->tensors[*(const uint32_t *)b].path);
+}
+
+static int tensors_by_path(const ckpt_catalog *cat, uint32_t **order) {
+    size_t n = cat->ntensors;
+    *order = NULL;
+    size_t k = 1;
+    while (k < n && strcmp(cat->tensors[k - 1].path, cat->tensors[k].path) < 0) k++;
+    if (k >= n) return 0;
+    uint32_t *o = malloc(n * sizeof *o);
+    if (!o) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) o[i] = (uint32_t)i;
+    qsort_r(o, n, sizeof *o, by_path, (void *)cat);
+    *order = o;
+    return 0;
 }
 
 static int name_cmp(const void *a, const void *b, void *ctx) {
@@ -243,6 +363,7 @@ mode_t tree_source_mode(const tree *tr, const node *n) {
 int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *view_ctx,
                bool hf_root, bool npy, bool as_f32, ckpt_err *err) {
     memset(tr, 0, sizeof *tr);
+    arena_init(&tr->names);
     tr->cat = cat;
     builder b = {.tr = tr};
     const ckpt_hfview *view;
@@ -267,10 +388,7 @@ int tree_build(tree *tr, const ckpt_catalog *cat, tree_view_fn get_view, void *v
     tr->nodes = malloc(b.cap * sizeof *tr->nodes);
     uint32_t root;
     int rc = b.owned && tr->nodes ? new_node(&b, "", 0, 0, NODE_DIR, 0, &root) : -ENOMEM;
-    for (size_t i = 0; !rc && !hf_root && i < cat->ntensors; i++) {
-        rc = add_path(&b, cat->tensors[i].path, NODE_TENSOR, i);
-        if (!rc) rc = add_path(&b, cat->tensors[i].sidecar_path, NODE_SIDECAR, i);
-    }
+    if (!rc && !hf_root) rc = tensors_in(&b, cat);
     bool remote = false;
     for (uint32_t s = 0; s < cat->nsources && !remote; s++) remote = cat->sources[s].remote;
     for (int d = 0; !rc && d < DOC_COUNT; d++)
@@ -341,6 +459,7 @@ node *tree_node(const tree *tr, uint32_t id, node_buf *buf) {
 }
 
 void tree_free(tree *tr) {
+    arena_free(&tr->names);
     for (size_t i = 0; i < tr->nowned; i++) free(tr->owned[i]);
     free(tr->owned);
     free(tr->nodes);

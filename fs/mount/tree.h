@@ -3,6 +3,7 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
+#include "core/arena.h"
 #include "core/ckpt.h"
 #include "core/hfview.h"
 
@@ -22,21 +23,23 @@ typedef enum {
  * (remote sources only) is live: generated at each open, never kept. */
 enum tree_doc { DOC_SUMMARY, DOC_METADATA, DOC_TSV, DOC_STATS, DOC_CACHE, DOC_COUNT };
 
-/* 32 bytes: a mount of a million tensors has three million of them. Directories use
- * first_child/nchildren, generated files size_plus1, never both. */
+/* 24 bytes: a mount of a million tensors has two million of them (300,000 one-tensor
+ * directories: 900,000). Directories use first_child/nchildren, sidecars size_plus1. */
 typedef struct node {
     const char *name; /* not NUL-terminated: use name_len */
-    union {
-        struct {
-            uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+n] */
-            uint32_t nchildren;
-        };
-        _Atomic uint64_t size_plus1; /* NODE_SIDECAR, NODE_NPY: size + 1, 0 = not yet known */
-    };
-    uint32_t name_len;
     uint32_t parent;
-    uint32_t ref; /* tensor, document, source or view file index (tree_build checks the range) */
-    node_kind kind;
+    union {
+        uint32_t ref;         /* tensor, document, source or view file index (tree_build checks the
+                                 range) */
+        uint32_t first_child; /* NODE_DIR: children are tree.children[first_child ..+n] */
+    };
+    union {
+        uint32_t nchildren;          /* NODE_DIR */
+        _Atomic uint32_t size_plus1; /* NODE_SIDECAR, NODE_NPY: size + 1, 0 = not yet known
+                                        (nor kept when UINT32_MAX or more) */
+    };
+    uint32_t name_len : 8; /* at most 255 (NAME_MAX) */
+    node_kind kind : 8;
 } node;
 
 typedef struct tree {
@@ -53,6 +56,7 @@ typedef struct tree {
     uint32_t *view_src_first; /* view file i's sources: view_srcs[first[i] .. first[i+1]) */
     uint32_t *view_srcs;
     char **owned; /* paths allocated for auxiliary files */
+    arena names;  /* sidecar file names */
     size_t nowned;
     /* NAME.npy beside the sidecar NAME.json of a tensor numpy can hold is not stored: its id
      * is nnodes + the sidecar's (tree_node). At a million tensors the nodes, their names and

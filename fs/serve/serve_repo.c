@@ -235,13 +235,14 @@ uint64_t serve_node_size(const serve_snapshot *s, uint32_t i) {
     case NODE_NPY: /* not shown: the tree is built without them */
         return 0;
     case NODE_SIDECAR: {
-        uint64_t known = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
+        uint32_t known = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
         if (known) return known - 1;
         size_t len = 0;
         char *doc = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &len);
         if (!doc) return 0;
         free(doc);
-        atomic_store_explicit(&n->size_plus1, len + 1, memory_order_relaxed);
+        if (len < UINT32_MAX)
+            atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
         return len;
     }
     }

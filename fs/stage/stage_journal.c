@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,16 @@ static int append(stage *st, strbuf *rec) {
     return 0;
 }
 
+/* The source path of a lower file, escaped: the tensor's raw file or its sidecar. */
+static void put_lower_path(strbuf *sb, const ckpt_tensor *t, sn_src src) {
+    if (src == SRC_LOWER_RAW) {
+        pct_escape(sb, t->path, strlen(t->path), true);
+        return;
+    }
+    pct_escape(sb, t->path, ckpt_sidecar_stem(t), true);
+    pct_escape(sb, ".json", 5, true);
+}
+
 static int append_node_record(stage *st, char op, const snode *n, bool with_mode) {
     strbuf rec;
     sb_init(&rec);
@@ -96,9 +107,8 @@ static int append_node_record(stage *st, char op, const snode *n, bool with_mode
         sb_printf(&rec, " %llu", (unsigned long long)n->pack_size);
     } else if (op == 'l') {
         const ckpt_tensor *t = &st->lower->tensors[n->lower];
-        const char *p = n->src == SRC_LOWER_RAW ? t->path : t->sidecar_path;
         sb_putc(&rec, ' ');
-        pct_escape(&rec, p, strlen(p), true);
+        put_lower_path(&rec, t, n->src);
     }
     sb_putc(&rec, '\n');
     int rc = append(st, &rec);
@@ -254,6 +264,26 @@ static void apply_file(replay *r, char *path, size_t len, mode_t mode, sn_src sr
         f->mtime = r->st->lower->sources[r->st->lower->tensors[lower].pieces[0].source].mtime;
 }
 
+/* The tensor whose raw file or sidecar (*sidecar) the source shows at p, from the map of raw
+ * paths: sidecar paths are not stored (x.json is the sidecar of x, or of x.raw). */
+static bool lower_file(const ckpt_catalog *cat, const hashmap *raw_paths, const char *p, size_t len,
+                       size_t *tensor, bool *sidecar) {
+    const hm_entry *e = hm_get(raw_paths, p, len);
+    *sidecar = e == NULL;
+    if (!e && len > 5 && len < PATH_MAX && memcmp(p + len - 5, ".json", 5) == 0) {
+        if (!(e = hm_get(raw_paths, p, len - 5)) || cat->tensors[e->value].path_raw) {
+            char raw[PATH_MAX];
+            memcpy(raw, p, len - 5);
+            memcpy(raw + len - 5, ".raw", 4);
+            e = hm_get(raw_paths, raw, len - 1);
+            if (e && !cat->tensors[e->value].path_raw) e = NULL;
+        }
+    }
+    if (!e) return false;
+    *tensor = e->value;
+    return true;
+}
+
 static void apply(replay *r, char **f, int nf) {
     stage *st = r->st;
     char op = f[0][0];
@@ -315,10 +345,10 @@ static void apply(replay *r, char **f, int nf) {
     case 'l': {
         if (nf != 4 || !parse_mode(f[2], &mode)) return skip(r, "malformed record");
         size_t llen = stage_decode(f[3]);
-        const hm_entry *e = st->lower ? hm_get(r->lower_paths, f[3], llen) : NULL;
-        if (!e) return skip(r, "no such file in the source");
-        size_t i = e->value / 2;
-        bool sidecar = e->value % 2;
+        bool sidecar;
+        size_t i;
+        if (!st->lower || !lower_file(st->lower, r->lower_paths, f[3], llen, &i, &sidecar))
+            return skip(r, "no such file in the source");
         const ckpt_tensor *t = &st->lower->tensors[i];
         uint64_t size = t->nbytes;
         if (sidecar) {
@@ -466,9 +496,8 @@ static int snapshot_node(stage *st, strbuf *out, const snode *n) {
                 sb_printf(out, " %s", name);
             } else if (c->kind == SN_FILE) {
                 const ckpt_tensor *t = &st->lower->tensors[c->lower];
-                const char *p = c->src == SRC_LOWER_RAW ? t->path : t->sidecar_path;
                 sb_putc(out, ' ');
-                pct_escape(out, p, strlen(p), true);
+                put_lower_path(out, t, c->src);
             }
             sb_putc(out, '\n');
             if (c->kind == SN_DIR) snapshot_node(st, out, c);

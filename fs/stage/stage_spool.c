@@ -123,16 +123,18 @@ static int populate_lower(stage *st, hashmap *by_path) {
         char *side = ckpt_sidecar_json(cat, t, &side_len);
         if (!side) return -ENOMEM;
         free(side);
-        if (add_lower_file(st, t->path, SRC_LOWER_RAW, i, t->nbytes, mtime) != 0 ||
-            add_lower_file(st, t->sidecar_path, SRC_LOWER_SIDECAR, i, side_len, mtime) != 0) {
+        char *side_path = ckpt_sidecar_path(t);
+        if (!side_path) return -ENOMEM;
+        int rc = add_lower_file(st, t->path, SRC_LOWER_RAW, i, t->nbytes, mtime);
+        if (!rc) rc = add_lower_file(st, side_path, SRC_LOWER_SIDECAR, i, side_len, mtime);
+        free(side_path);
+        if (rc != 0) {
             fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n",
                     st->from, t->path);
             continue;
         }
-        bool added;
-        if (!hm_put(by_path, t->path, strlen(t->path), 2 * i, &added) ||
-            !hm_put(by_path, t->sidecar_path, strlen(t->sidecar_path), 2 * i + 1, &added))
-            return -ENOMEM;
+        bool added; /* sidecars are found by their tensor's path (lower_file) */
+        if (!hm_put(by_path, t->path, strlen(t->path), i, &added)) return -ENOMEM;
     }
     return 0;
 }
@@ -592,7 +594,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     spool_clear_landing(st); /* the state names the source as it is now */
 
     st->root = snode_new(SN_DIR, "", 0, 0755);
-    if (!st->root || !hm_init(lower_paths, st->lower ? 2 * st->lower->ntensors : 1)) {
+    if (!st->root || !hm_init(lower_paths, st->lower ? st->lower->ntensors : 1)) {
         fprintf(stderr, "ckptfs stage: out of memory\n");
         return STAGE_INVALID;
     }

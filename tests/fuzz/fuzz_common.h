@@ -318,15 +318,16 @@ static inline void fz_check_paths(const ckpt_catalog *cat) {
     size_t n = cat->ntensors * 2, ndirs = 0;
     if (!n) return;
     char **files = malloc(n * sizeof *files);
+    char **sides = calloc(cat->ntensors, sizeof *sides); /* ours to free: files gets sorted */
     size_t dcap = 16;
     char **dirs = malloc(dcap * sizeof *dirs);
-    FZ_CHECK(files && dirs, "out of memory");
+    FZ_CHECK(files && sides && dirs, "out of memory");
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
-        FZ_CHECK(t->path && t->sidecar_path && t->path[0] && t->path[0] != '/',
-                 "tensor %zu: bad path", i);
+        FZ_CHECK(t->path && t->path[0] && t->path[0] != '/', "tensor %zu: bad path", i);
         files[2 * i] = (char *)t->path;
-        files[2 * i + 1] = (char *)t->sidecar_path;
+        files[2 * i + 1] = sides[i] = ckpt_sidecar_path(t);
+        FZ_CHECK(files[2 * i + 1], "out of memory");
     }
     for (size_t i = 0; i < n; i++) {
         const char *p = files[i];
@@ -366,6 +367,8 @@ static inline void fz_check_paths(const ckpt_catalog *cat) {
                      "\"%s\" is both a file and a directory", files[i]);
     }
     for (size_t i = 0; i < ndirs; i++) free(dirs[i]);
+    for (size_t i = 0; i < cat->ntensors; i++) free(sides[i]);
+    free(sides);
     free(dirs);
     free(files);
 }

@@ -56,7 +56,10 @@ int main(void) {
         if (strcmp(want, "%_") == 0) want = "%_.raw";
         ok(t && strcmp(t->path, want) == 0, "%s -> %s (got %s)", want, want, t ? t->path : "?");
         snprintf(buf, sizeof buf, "%s.json", cases[i].want);
-        ok(t && strcmp(t->sidecar_path, buf) == 0, "sidecar %s", buf);
+        char *side = t ? ckpt_sidecar_path(t) : NULL;
+        ok(side && strcmp(side, buf) == 0 && ckpt_is_sidecar_path(t, buf, strlen(buf)),
+           "sidecar %s", buf);
+        free(side);
     }
     ckpt_close(cat);
 
