@@ -61,6 +61,9 @@ typedef struct storage {
     uint64_t nbytes;
     const char *location;
     size_t location_len;
+    size_t users;      /* tensors viewing it */
+    size_t first_user; /* catalog index of the first */
+    size_t more_at;    /* with 2 users or more: the next MAX_SHARED_LISTED in loader.more_users */
 } storage;
 
 /* A storage of a legacy file: its element count header is followed by its bytes. */
@@ -70,14 +73,37 @@ typedef struct legacy_storage {
     unsigned esz;
 } legacy_storage;
 
-typedef struct tensor_ref {
-    size_t index; /* in the catalog */
-    size_t storage;
+/* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ----
+ * Kept per tensor as a record of what is its own (24 bytes, more only for a non-contiguous
+ * stride) and per storage as what all its users show (the first users by name): a state dict
+ * of 300,000 views of one flat buffer held ~290 bytes of text a tensor when the text was made
+ * at load. The text is made when a sidecar is read, byte for byte what it was. */
+
+/* What every sidecar of a storage's tensors shows of it. */
+typedef struct storage_extra {
+    const char *key, *location; /* copies in the catalog's arena */
+    size_t key_len, location_len;
+    size_t users;
+    const char **first_names; /* users > 1: the first min(users, MAX_SHARED_LISTED + 1) users */
+    size_t *first_lens;
+} storage_extra;
+
+/* One file's extras: a record's kind points here. */
+typedef struct torch_extras {
+    ckpt_extra_kind kind; /* first */
+    const storage_extra *storages;
+} torch_extras;
+
+/* One tensor's. */
+typedef struct torch_extra {
+    ckpt_extra head;
     uint64_t storage_offset;
-    size_t stride_at; /* its ndim strides in loader.strides */
-    uint32_t ndim;
+    uint32_t storage;
+    uint8_t rank; /* among the storage's first users (0 ..), MAX_SHARED_LISTED + 1 past them */
     bool requires_grad;
-} tensor_ref;
+    bool strided; /* strides[ndim] follow; else they are the contiguous ones of the shape */
+    uint64_t strides[];
+} torch_extra;
 
 typedef struct loader {
     ckpt_catalog *cat;
@@ -97,12 +123,13 @@ typedef struct loader {
     hashmap storage_by_key;
     storage *storages;
     size_t nstorages, cap_storages;
-    tensor_ref *tensors;
-    size_t ntensors, cap_tensors;
-    uint64_t *strides;
-    size_t nstrides, cap_strides;
-    strbuf name; /* dotted path of the value being visited */
-    strbuf meta; /* members of the "pickle" document */
+    size_t ntensors;
+    size_t *more_users; /* catalog indexes: see storage.more_at */
+    size_t nmore, cap_more;
+    torch_extras *extras; /* in the catalog's arena, made with the first tensor */
+    size_t records;       /* tensors the parse read into records: the catalog's room */
+    strbuf name;          /* dotted path of the value being visited */
+    strbuf meta;          /* members of the "pickle" document */
     size_t nmeta;
     bool meta_cut; /* the document reached CKPT_DOC_LIMIT */
     size_t budget; /* values the walk may still visit (shared values are visited again) */
@@ -579,6 +606,85 @@ static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckp
     return 0;
 }
 
+/* The strides a contiguous tensor of this shape has (also for sizes 0 and 1, as torch makes
+ * them). */
+static void contiguous_strides(const uint64_t *shape, uint32_t ndim, uint64_t *out) {
+    uint64_t expect = 1;
+    for (uint32_t d = ndim; d-- > 0;) {
+        out[d] = expect;
+        expect *= shape[d];
+    }
+}
+
+/* `"storage": key, "storage_offset": n, "stride": [...], "requires_grad": b, "device": loc`,
+ * then for a storage of several tensors the first MAX_SHARED_LISTED others ("..." when there are
+ * more) and how many use it. */
+static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb) {
+    const torch_extra *x = (const torch_extra *)xh;
+    const storage_extra *s = &((const torch_extras *)xh->kind)->storages[x->storage];
+    uint64_t contiguous[CKPT_MAX_DIMS] = {0};
+    const uint64_t *stride = x->strided ? x->strides : contiguous;
+    if (!x->strided) contiguous_strides(t->shape, t->ndim, contiguous);
+    sb_puts(sb, "\"storage\": ");
+    sb_json_str(sb, s->key, s->key_len);
+    sb_puts(sb, ", \"storage_offset\": ");
+    sb_u64(sb, x->storage_offset);
+    sb_puts(sb, ", \"stride\": [");
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        if (d) sb_puts(sb, ", ");
+        sb_u64(sb, stride[d]);
+    }
+    sb_printf(sb, "], \"requires_grad\": %s, \"device\": ", x->requires_grad ? "true" : "false");
+    sb_json_str(sb, s->location, s->location_len);
+    if (s->users < 2) return;
+    sb_puts(sb, ", \"shared_with\": [");
+    size_t others = s->users - 1, listed = 0;
+    for (size_t k = 0; listed < others && listed < MAX_SHARED_LISTED; k++) {
+        if (k == x->rank) continue;
+        if (listed++) sb_puts(sb, ", ");
+        sb_json_str(sb, s->first_names[k], s->first_lens[k]);
+    }
+    if (others > MAX_SHARED_LISTED) sb_puts(sb, ", \"...\"");
+    sb_putc(sb, ']');
+    sb_printf(sb, ", \"storage_users\": %zu", s->users);
+}
+
+/* Tensor `index` of the catalog views storage si: its record, and the storage's users. */
+static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index) {
+    arena *mem = &l->cat->priv->mem;
+    if (!l->extras && !(l->extras = arena_alloc(mem, sizeof *l->extras)))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    l->extras->kind.render = render_extra;
+    uint64_t contiguous[CKPT_MAX_DIMS] = {0};
+    contiguous_strides(td->shape, td->ndim, contiguous);
+    bool strided = memcmp(contiguous, td->stride, td->ndim * sizeof *td->stride) != 0;
+    size_t strides = strided ? td->ndim : 0;
+    torch_extra *x =
+        arena_alloc_aligned(mem, sizeof *x + strides * sizeof *x->strides, _Alignof(torch_extra));
+    if (!x || si > UINT32_MAX) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    storage *s = &l->storages[si];
+    x->head.kind = &l->extras->kind;
+    x->storage_offset = td->storage_offset;
+    x->storage = (uint32_t)si;
+    x->rank = (uint8_t)(s->users <= MAX_SHARED_LISTED ? s->users : MAX_SHARED_LISTED + 1);
+    x->requires_grad = td->requires_grad;
+    x->strided = strided;
+    memcpy(x->strides, td->stride, strides * sizeof *x->strides);
+    if (s->users == 0) {
+        s->first_user = index;
+    } else if (s->users == 1) {
+        if (GROW(l->more_users, l->cap_more, l->nmore + MAX_SHARED_LISTED))
+            return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        s->more_at = l->nmore;
+        l->nmore += MAX_SHARED_LISTED;
+    }
+    if (s->users >= 1 && s->users <= MAX_SHARED_LISTED)
+        l->more_users[s->more_at + s->users - 1] = index;
+    s->users++;
+    catalog_set_extra_record(l->cat, index, &x->head);
+    return 0;
+}
+
 static int add_tensor(loader *l, const pk_value *v) {
     tensor_desc td;
     ckpt_dtype dtype = CKPT_U8;
@@ -593,21 +699,8 @@ static int add_tensor(loader *l, const pk_value *v) {
         rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
                                row_major(&td) ? NULL : td.stride, l->err);
     if (rc) return rc;
-    if (GROW(l->tensors, l->cap_tensors, l->ntensors + 1))
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    if (GROW(l->strides, l->cap_strides, l->nstrides + td.ndim))
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    tensor_ref *t = &l->tensors[l->ntensors++];
-    t->index = index;
-    t->storage = si;
-    t->storage_offset = td.storage_offset;
-    t->stride_at = l->nstrides;
-    t->ndim = td.ndim;
-    if (td.ndim) /* a 0-d tensor first: no strides allocated yet */
-        memcpy(l->strides + l->nstrides, td.stride, td.ndim * sizeof *td.stride);
-    l->nstrides += td.ndim;
-    t->requires_grad = td.requires_grad;
-    return 0;
+    l->ntensors++;
+    return add_extra(l, &td, si, index);
 }
 
 /* ---- walking the saved object ---- */
@@ -763,69 +856,46 @@ static int walk(loader *l, const pk_value *v, int depth) {
     return add_meta(l, v);
 }
 
-/* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ---- */
+/* ---- sidecar extras, once every tensor is in ---- */
 
+/* The storages' part of the extras, in the catalog's arena: the records point to it. Names are
+ * taken now, while the catalog's indexes are the loader's (catalog_finish sorts); their text
+ * stays where it is. */
 static int set_extras(loader *l) {
-    /* Tensors grouped by storage: order by storage, then by position. */
-    size_t *first = malloc((l->nstorages ? l->nstorages : 1) * sizeof *first);
-    size_t *next = malloc((l->ntensors ? l->ntensors : 1) * sizeof *next);
-    size_t *count = calloc(l->nstorages ? l->nstorages : 1, sizeof *count);
-    if (!first || !next || !count) {
-        free(first), free(next), free(count);
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    }
-    for (size_t s = 0; s < l->nstorages; s++) first[s] = SIZE_MAX;
-    for (size_t i = l->ntensors; i-- > 0;) {
-        size_t s = l->tensors[i].storage;
-        next[i] = first[s];
-        first[s] = i;
-        count[s]++;
-    }
-    strbuf sb;
-    sb_init(&sb);
-    int rc = 0;
-    for (size_t i = 0; i < l->ntensors && !rc; i++) {
-        const tensor_ref *t = &l->tensors[i];
-        const storage *s = &l->storages[t->storage];
-        sb_clear(&sb);
-        sb_puts(&sb, "\"storage\": ");
-        sb_json_str(&sb, s->key, s->key_len);
-        sb_puts(&sb, ", \"storage_offset\": ");
-        sb_u64(&sb, t->storage_offset);
-        sb_puts(&sb, ", \"stride\": [");
-        for (uint32_t d = 0; d < t->ndim; d++) {
-            if (d) sb_puts(&sb, ", ");
-            sb_u64(&sb, l->strides[t->stride_at + d]);
+    if (!l->extras) return 0;
+    arena *mem = &l->cat->priv->mem;
+    storage_extra *table = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *table);
+    if (!table) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    const storage_extra *prev = NULL;
+    for (size_t i = 0; i < l->nstorages; i++) {
+        const storage *s = &l->storages[i];
+        storage_extra *e = &table[i];
+        e->key = arena_text(&l->cat->priv->text, s->key, s->key_len);
+        e->key_len = s->key_len;
+        /* Every storage of a file is on one device, mostly: one copy of its name. */
+        if (prev && prev->location_len == s->location_len &&
+            memcmp(prev->location, s->location, s->location_len) == 0)
+            e->location = prev->location;
+        else
+            e->location = arena_text(&l->cat->priv->text, s->location, s->location_len);
+        e->location_len = s->location_len;
+        e->users = s->users;
+        if (!e->key || !e->location) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        prev = e;
+        if (s->users < 2) continue;
+        size_t n = s->users < MAX_SHARED_LISTED + 1 ? s->users : MAX_SHARED_LISTED + 1;
+        e->first_names = arena_array(mem, n, sizeof *e->first_names);
+        e->first_lens = arena_array(mem, n, sizeof *e->first_lens);
+        if (!e->first_names || !e->first_lens) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        for (size_t k = 0; k < n; k++) {
+            const ckpt_tensor *t =
+                &l->cat->tensors[k ? l->more_users[s->more_at + k - 1] : s->first_user];
+            e->first_names[k] = t->name;
+            e->first_lens[k] = t->name_len;
         }
-        sb_printf(&sb,
-                  "], \"requires_grad\": %s, \"device\": ", t->requires_grad ? "true" : "false");
-        sb_json_str(&sb, s->location, s->location_len);
-        if (count[t->storage] > 1) {
-            sb_puts(&sb, ", \"shared_with\": [");
-            size_t listed = 0;
-            for (size_t j = first[t->storage]; j != SIZE_MAX; j = next[j]) {
-                if (j == i) continue;
-                const ckpt_tensor *o = &l->cat->tensors[l->tensors[j].index];
-                if (listed == MAX_SHARED_LISTED) {
-                    sb_puts(&sb, ", \"...\"");
-                    break;
-                }
-                if (listed++) sb_puts(&sb, ", ");
-                sb_json_str(&sb, o->name, o->name_len);
-            }
-            sb_putc(&sb, ']');
-            sb_printf(&sb, ", \"storage_users\": %zu", count[t->storage]);
-        }
-        if (sb.failed || !sb_reserve(&sb, 1)) {
-            rc = ckpt_fail(l->err, -ENOMEM, "out of memory");
-            break;
-        }
-        sb.data[sb.len] = '\0';
-        rc = catalog_set_extra(l->cat, t->index, sb.data, l->err);
     }
-    sb_free(&sb);
-    free(first), free(next), free(count);
-    return rc;
+    l->extras->storages = table;
+    return 0;
 }
 
 /* ---- the archive ---- */
@@ -944,6 +1014,7 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
     memcpy(r->dims, td.shape, td.ndim * sizeof *r->dims);
     memcpy(r->dims + td.ndim, td.stride, td.ndim * sizeof *r->dims);
     *value = rec;
+    l->records++;
     return 0;
 }
 
@@ -951,7 +1022,9 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
 static int finish(loader *l, pk_doc *pd, strbuf *doc) {
     /* Shared values (tied weights) are visited once per reference: allow a few passes. */
     l->budget = 4 * pd->values + 1024;
-    int rc = walk(l, pd->root, 0);
+    /* A state dict's tensors are counted: the catalog grows once, not by doubling. */
+    int rc = l->embedded ? 0 : catalog_reserve_tensors(l->cat, l->records, l->err);
+    if (!rc) rc = walk(l, pd->root, 0);
     pk_free(pd); /* before the sidecars are written: the two would add up */
     if (rc || l->embedded) return rc;
     rc = set_extras(l);
@@ -1187,8 +1260,7 @@ static int run(loader *l, bool legacy) {
     hm_free(&l->legacy_by_key);
     zip_close(&l->zip);
     free(l->storages);
-    free(l->tensors);
-    free(l->strides);
+    free(l->more_users);
     free(l->legacy_storages);
     sb_free(&doc);
     sb_free(&l->name);
