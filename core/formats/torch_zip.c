@@ -105,6 +105,27 @@ typedef struct torch_extra {
     uint64_t strides[];
 } torch_extra;
 
+/* A persistent id as records share it: the tensors of a state dict of views name one storage
+ * in a row, and keep one copy of what it says (key, class, location, numel). */
+typedef struct shared_ref {
+    const pk_global *cls;
+    const char *key, *location;
+    size_t key_len, location_len;
+    uint64_t numel;
+} shared_ref;
+
+/* A tensor the walk found. The catalog gets it once the pickle's tree is freed: the two side
+ * by side were the peak of a big state dict. */
+typedef struct found_tensor {
+    const char *name; /* in the pickle (a key of the saved dict) or in loader.scratch */
+    size_t name_len;
+    uint64_t file_offset, storage_offset;
+    const uint64_t *dims; /* shape[ndim], then stride[ndim] */
+    uint32_t storage;
+    uint8_t dtype, ndim;
+    bool requires_grad;
+} found_tensor;
+
 typedef struct loader {
     ckpt_catalog *cat;
     uint32_t source;
@@ -123,13 +144,17 @@ typedef struct loader {
     hashmap storage_by_key;
     storage *storages;
     size_t nstorages, cap_storages;
-    size_t ntensors;
-    size_t *more_users; /* catalog indexes: see storage.more_at */
+    found_tensor *found; /* the walk's tensors, added to the catalog after the tree is freed */
+    size_t nfound, cap_found;
+    arena scratch;         /* their dims, and names that are not a key of the pickle */
+    const char *name_text; /* the pickle's bytes of the name being visited when it is one key */
+    size_t *more_users;    /* catalog indexes: see storage.more_at */
     size_t nmore, cap_more;
-    torch_extras *extras; /* in the catalog's arena, made with the first tensor */
-    size_t records;       /* tensors the parse read into records: the catalog's room */
-    strbuf name;          /* dotted path of the value being visited */
-    strbuf meta;          /* members of the "pickle" document */
+    torch_extras *extras;       /* in the catalog's arena, made with the first tensor */
+    const shared_ref *last_ref; /* in the pickle being parsed: the newest of its records' */
+    size_t records;             /* tensors read into records: room for the walk's */
+    strbuf name;                /* dotted path of the value being visited */
+    strbuf meta;                /* members of the "pickle" document */
     size_t nmeta;
     bool meta_cut; /* the document reached CKPT_DOC_LIMIT */
     size_t budget; /* values the walk may still visit (shared values are visited again) */
@@ -465,16 +490,23 @@ static bool row_major(const tensor_desc *td) {
 
 enum { REC_TENSOR = 1 };
 
-/* A rebuild call read into a record: td without the pointers into the tree, and its shape and
- * stride in dims. */
+/* A rebuild call read into a record: td without the pointers into the tree, 40 bytes for a
+ * vector (it was 112, for each tensor of a state dict while the pickle is read). Offsets are the
+ * call's (the record's pos) less the distances kept here. */
 typedef struct tensor_rec {
-    uint64_t pos, storage_offset, dtype_pos;
-    storage_ref ref;
-    const pk_global *dtype_g;
-    uint32_t ndim;
+    const shared_ref *ref;
+    uint64_t storage_offset;
+    uint32_t persid_back; /* the persistent id's offset is pos - persid_back */
+    uint8_t ndim;
     bool has_dtype, requires_grad;
-    uint64_t dims[]; /* shape[ndim], stride[ndim] */
+    uint64_t dims[]; /* shape[ndim], stride[ndim]; with has_dtype then a rec_dtype */
 } tensor_rec;
+
+/* The dtype argument of a v3 call, after the dims. */
+typedef struct rec_dtype {
+    const pk_global *g;
+    uint64_t back; /* its offset is pos - back */
+} rec_dtype;
 
 static bool is_tensor_rec(const pk_value *v) {
     return v && v->kind == PK_RECORD && v->n == REC_TENSOR;
@@ -485,16 +517,22 @@ static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
     memset(td, 0, sizeof *td);
     if (is_tensor_rec(v)) {
         const tensor_rec *r = v->u.record;
-        td->pos = r->pos;
+        td->pos = v->pos;
         td->storage_offset = r->storage_offset;
-        td->dtype_pos = r->dtype_pos;
-        td->ref = r->ref;
-        td->dtype_g = r->dtype_g;
+        td->ref = (storage_ref){
+            r->ref->cls,          r->ref->key,   r->ref->location,       r->ref->key_len,
+            r->ref->location_len, r->ref->numel, v->pos - r->persid_back};
         td->has_dtype = r->has_dtype;
         td->requires_grad = r->requires_grad;
         td->ndim = r->ndim;
         memcpy(td->shape, r->dims, r->ndim * sizeof *r->dims);
         memcpy(td->stride, r->dims + r->ndim, r->ndim * sizeof *r->dims);
+        if (r->has_dtype) {
+            rec_dtype dt;
+            memcpy(&dt, r->dims + 2 * r->ndim, sizeof dt);
+            td->dtype_g = dt.g;
+            td->dtype_pos = v->pos - dt.back;
+        }
         return 0;
     }
     td->pos = v->pos;
@@ -584,6 +622,7 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
 /* An embedded archive's tensor, handed back to the caller (torch_zip_read_embedded). */
 static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckpt_dtype dtype,
                         uint64_t file_offset, const char *name) {
+    /* name: l->name's l->name.len bytes (NUL bytes included) */
     torch_embedded *e = l->embedded;
     if (GROW(e->tensors, l->cap_embedded, e->ntensors + 1))
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
@@ -689,18 +728,64 @@ static int add_tensor(loader *l, const pk_value *v) {
     tensor_desc td;
     ckpt_dtype dtype = CKPT_U8;
     uint64_t file_offset = 0;
-    size_t si = 0, index;
+    size_t si = 0;
     int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si);
     if (rc) return rc;
-    const char *name = shown_name(l);
+    const char *name = l->name.data ? l->name.data : "";
     if (l->embedded) return add_embedded(l, v, &td, dtype, file_offset, name);
-    rc = catalog_add_tensor(l->cat, name, l->name.len, dtype, td.ndim, td.shape, &index, l->err);
-    if (!rc)
-        rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
-                               row_major(&td) ? NULL : td.stride, l->err);
-    if (rc) return rc;
-    l->ntensors++;
-    return add_extra(l, &td, si, index);
+    /* What catalog_add_tensor would refuse, refused here: in the order of the walk. */
+    uint64_t numel, nbytes;
+    if (!shape_nbytes(td.shape, td.ndim, dtype, &numel, &nbytes))
+        return ckpt_fail(l->err, -EOVERFLOW,
+                         "tensor \"%.*s\": shape product overflows or is not a whole number of "
+                         "bytes",
+                         SHOWN_NAME(name, l->name.len));
+    if (si > UINT32_MAX || GROW(l->found, l->cap_found, l->nfound + 1))
+        return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    found_tensor *f = &l->found[l->nfound];
+    f->name = l->name_text ? l->name_text : arena_text(&l->scratch, name, l->name.len);
+    uint64_t *dims =
+        td.ndim ? arena_alloc_aligned(&l->scratch, 2 * td.ndim * sizeof *dims, 8) : NULL;
+    if (!f->name || (td.ndim && !dims)) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    if (td.ndim) {
+        memcpy(dims, td.shape, td.ndim * sizeof *dims);
+        memcpy(dims + td.ndim, td.stride, td.ndim * sizeof *dims);
+    }
+    f->name_len = l->name.len;
+    f->file_offset = file_offset;
+    f->storage_offset = td.storage_offset;
+    f->dims = dims;
+    f->storage = (uint32_t)si;
+    f->dtype = (uint8_t)dtype;
+    f->ndim = (uint8_t)td.ndim;
+    f->requires_grad = td.requires_grad;
+    l->nfound++;
+    return 0;
+}
+
+/* The tensors the walk found, into the catalog. */
+static int add_found(loader *l) {
+    int rc = catalog_reserve_tensors(l->cat, l->nfound, l->err);
+    for (size_t i = 0; i < l->nfound && !rc; i++) {
+        const found_tensor *f = &l->found[i];
+        tensor_desc td;
+        memset(&td, 0, sizeof td);
+        td.ndim = f->ndim;
+        if (f->ndim) {
+            memcpy(td.shape, f->dims, f->ndim * sizeof *f->dims);
+            memcpy(td.stride, f->dims + f->ndim, f->ndim * sizeof *f->dims);
+        }
+        td.storage_offset = f->storage_offset;
+        td.requires_grad = f->requires_grad;
+        size_t index;
+        rc = catalog_add_tensor(l->cat, f->name, f->name_len, (ckpt_dtype)f->dtype, td.ndim,
+                                td.shape, &index, l->err);
+        if (!rc)
+            rc = catalog_add_piece(l->cat, index, l->source, f->file_offset, NULL, NULL,
+                                   row_major(&td) ? NULL : td.stride, l->err);
+        if (!rc) rc = add_extra(l, &td, f->storage, index);
+    }
+    return rc;
 }
 
 /* ---- walking the saved object ---- */
@@ -784,6 +869,9 @@ static int walk(loader *l, const pk_value *v, int depth);
 static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_value *child,
                       int depth) {
     size_t keep = l->name.len;
+    const char *keep_text = l->name_text;
+    /* A name that is one string key (a flat state dict's) is taken from the pickle as it is. */
+    l->name_text = !keep && key && key->kind == PK_STR ? key->u.s.p : NULL;
     if (keep) sb_putc(&l->name, '.');
     if (!key) {
         sb_printf(&l->name, "%u", index);
@@ -803,6 +891,7 @@ static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_v
     if (l->name.failed) return ckpt_fail(l->err, -ENOMEM, "out of memory");
     int rc = walk(l, child, depth + 1);
     l->name.len = keep;
+    l->name_text = keep_text;
     return rc;
 }
 
@@ -999,20 +1088,38 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
         read_tensor(l, *value, &td) == 0 &&
         (!td.has_dtype || (td.dtype_g && td.dtype_g->tag == PK_G_DTYPE && td.dtype_g->dtype >= 0));
     l->err = keep;
-    if (!clean) return 0;
-    tensor_rec *r = arena_alloc(&doc->mem, sizeof *r + 2 * (size_t)td.ndim * sizeof *r->dims);
+    /* Offsets come before the call that uses them; a record keeps their distances in 32 bits. */
+    if (!clean || td.ref.pos > td.pos || td.pos - td.ref.pos > UINT32_MAX ||
+        (td.has_dtype && td.dtype_pos > td.pos))
+        return 0;
+    const shared_ref *last = l->last_ref;
+    if (!last || last->cls != td.ref.cls || last->numel != td.ref.numel ||
+        last->key_len != td.ref.key_len || last->location_len != td.ref.location_len ||
+        memcmp(last->key, td.ref.key, td.ref.key_len) != 0 ||
+        memcmp(last->location, td.ref.location, td.ref.location_len) != 0) {
+        shared_ref *ref = arena_alloc(&doc->mem, sizeof *ref);
+        if (!ref) return ckpt_fail(err, -ENOMEM, "out of memory");
+        *ref = (shared_ref){td.ref.cls,     td.ref.key,          td.ref.location,
+                            td.ref.key_len, td.ref.location_len, td.ref.numel};
+        l->last_ref = last = ref;
+    }
+    size_t dims = 2 * (size_t)td.ndim * sizeof(uint64_t);
+    tensor_rec *r =
+        arena_alloc(&doc->mem, sizeof *r + dims + (td.has_dtype ? sizeof(rec_dtype) : 0));
     pk_value *rec = r ? pk_new_record(doc, REC_TENSOR, r, td.pos) : NULL;
     if (!rec) return ckpt_fail(err, -ENOMEM, "out of memory");
-    r->pos = td.pos;
+    r->ref = last;
     r->storage_offset = td.storage_offset;
-    r->dtype_pos = td.dtype_pos;
-    r->ref = td.ref;
-    r->dtype_g = td.dtype_g;
-    r->ndim = td.ndim;
+    r->persid_back = (uint32_t)(td.pos - td.ref.pos);
+    r->ndim = (uint8_t)td.ndim;
     r->has_dtype = td.has_dtype;
     r->requires_grad = td.requires_grad;
     memcpy(r->dims, td.shape, td.ndim * sizeof *r->dims);
     memcpy(r->dims + td.ndim, td.stride, td.ndim * sizeof *r->dims);
+    if (td.has_dtype) {
+        rec_dtype dt = {td.dtype_g, td.pos - td.dtype_pos};
+        memcpy(r->dims + 2 * td.ndim, &dt, sizeof dt);
+    }
     *value = rec;
     l->records++;
     return 0;
@@ -1022,14 +1129,21 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
 static int finish(loader *l, pk_doc *pd, strbuf *doc) {
     /* Shared values (tied weights) are visited once per reference: allow a few passes. */
     l->budget = 4 * pd->values + 1024;
-    /* A state dict's tensors are counted: the catalog grows once, not by doubling. */
-    int rc = l->embedded ? 0 : catalog_reserve_tensors(l->cat, l->records, l->err);
-    if (!rc) rc = walk(l, pd->root, 0);
-    pk_free(pd); /* before the sidecars are written: the two would add up */
+    /* The walk finds about as many tensors as the parse made records. */
+    int rc = 0;
+    if (!l->embedded && l->records > l->cap_found) {
+        found_tensor *f = realloc(l->found, l->records * sizeof *f);
+        if (!f) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        l->found = f;
+        l->cap_found = l->records;
+    }
+    rc = walk(l, pd->root, 0);
+    pk_free(pd); /* before the catalog is filled: the two would add up */
     if (rc || l->embedded) return rc;
-    rc = set_extras(l);
+    rc = add_found(l);
+    if (!rc) rc = set_extras(l);
     if (!rc) {
-        sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->ntensors);
+        sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->nfound);
         rc = doc->failed ? ckpt_fail(l->err, -ENOMEM, "out of memory")
                          : catalog_add_doc(l->cat, "torch", doc->data, doc->len, l->err);
     }
@@ -1054,7 +1168,7 @@ static int load_zip(loader *l, strbuf *doc) {
     char *data = NULL;
     size_t len = 0;
     if (!(rc = zip_data_offset(&l->zip, pkl, &pkl_offset, l->err)))
-        rc = zip_read(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
+        rc = zip_map(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
     pk_doc pd = {0};
     if (!rc) {
         const pk_table tables[2] = {pk_torch_globals,
@@ -1062,6 +1176,7 @@ static int load_zip(loader *l, strbuf *doc) {
         pk_hooks hooks = {l, on_pair};
         pk_options opt = {l->label,  pkl_offset, tables, l->extra_globals ? 2 : 1,
                           {0, 0, 0}, &hooks};
+        l->last_ref = NULL;
         rc = pk_parse(&pd, data, len, &opt, l->err);
     }
     if (!rc) {
@@ -1070,7 +1185,7 @@ static int load_zip(loader *l, strbuf *doc) {
         hm_free(&l->storage_by_key);
         pk_free(&pd);
     }
-    free(data);
+    zip_unmap(data, len);
     return rc;
 }
 
@@ -1090,9 +1205,9 @@ static int collect_legacy_storages(loader *l, const pk_value *v, int depth, size
     case PK_PERSID: {
         if (is_tensor_rec(v)) {
             const tensor_rec *r = v->u.record;
-            key = r->ref.key;
-            key_len = r->ref.key_len;
-            esz = r->ref.cls->esz;
+            key = r->ref->key;
+            key_len = r->ref->key_len;
+            esz = r->ref->cls->esz;
         } else if (v->kind == PK_PERSID) {
             const pk_value *id = v->u.persid;
             if (id->kind != PK_TUPLE || id->n < 5 || id->u.c.items[1]->kind != PK_GLOBAL ||
@@ -1150,10 +1265,12 @@ static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
         if (rc) return rc;
         size_t at = 0;
         int i;
+        l->records = 0; /* a retry parses them all again */
         for (i = 0; i < 5 && !rc; i++) {
             snprintf(l->label, sizeof l->label, "%s: %s pickle", l->path, what[i]);
             pk_hooks hooks = {l, on_pair};
             pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}, &hooks};
+            l->last_ref = NULL; /* each pickle's records live in its own document */
             rc = pk_parse(&pd[i], *buf + at, (size_t)window - at, &opt, l->err);
             if (!rc) at += pd[i].end;
         }
@@ -1260,6 +1377,8 @@ static int run(loader *l, bool legacy) {
     hm_free(&l->legacy_by_key);
     zip_close(&l->zip);
     free(l->storages);
+    free(l->found);
+    arena_free(&l->scratch);
     free(l->more_users);
     free(l->legacy_storages);
     sb_free(&doc);
