@@ -114,16 +114,19 @@ typedef struct shared_ref {
     uint64_t numel;
 } shared_ref;
 
-/* A tensor the walk found. The catalog gets it once the pickle's tree is freed: the two side
- * by side were the peak of a big state dict. */
+/* A tensor the walk found, in 40 bytes. The catalog gets it once the pickle's tree is freed:
+ * the two side by side were the peak of a big state dict. */
 typedef struct found_tensor {
     const char *name; /* in the pickle (a key of the saved dict) or in loader.scratch */
-    size_t name_len;
-    uint64_t file_offset, storage_offset;
-    const uint64_t *dims; /* shape[ndim], then stride[ndim] */
+    uint64_t storage_offset;
+    union {
+        const uint64_t *dims; /* shape[ndim], then stride[ndim], in loader.scratch */
+        uint64_t size;        /* vector: its one size (stride 1) */
+    } u;
+    uint32_t name_len;
     uint32_t storage;
-    uint8_t dtype, ndim;
-    bool requires_grad;
+    uint8_t dtype, ndim, esz; /* esz: bytes an element of the storage view */
+    bool requires_grad, vector;
 } found_tensor;
 
 typedef struct loader {
@@ -551,7 +554,7 @@ static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
  * every element it addresses lies inside the storage; *file_offset is where element 0 lives.
  * (A DCP reader needs exactly this for the one tensor of each embedded archive.) */
 static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dtype *dtype_out,
-                          uint64_t *file_offset, size_t *storage_index) {
+                          uint64_t *file_offset, size_t *storage_index, unsigned *esz_out) {
     char gname[160];
     int rc = read_tensor(l, v, td);
     size_t si = 0;
@@ -616,6 +619,7 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
     *file_offset = s->offset + (numel ? td->storage_offset * esz : 0);
     *dtype_out = dtype;
     *storage_index = si;
+    *esz_out = (unsigned)esz;
     return 0;
 }
 
@@ -729,7 +733,8 @@ static int add_tensor(loader *l, const pk_value *v) {
     ckpt_dtype dtype = CKPT_U8;
     uint64_t file_offset = 0;
     size_t si = 0;
-    int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si);
+    unsigned esz = 0;
+    int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si, &esz);
     if (rc) return rc;
     const char *name = l->name.data ? l->name.data : "";
     if (l->embedded) return add_embedded(l, v, &td, dtype, file_offset, name);
@@ -740,24 +745,29 @@ static int add_tensor(loader *l, const pk_value *v) {
                          "tensor \"%.*s\": shape product overflows or is not a whole number of "
                          "bytes",
                          SHOWN_NAME(name, l->name.len));
-    if (si > UINT32_MAX || GROW(l->found, l->cap_found, l->nfound + 1))
+    /* (a name of 4 GiB could only be made of shared keys, and would not fit in memory) */
+    if (si > UINT32_MAX || l->name.len > UINT32_MAX || esz > UINT8_MAX ||
+        GROW(l->found, l->cap_found, l->nfound + 1))
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
     found_tensor *f = &l->found[l->nfound];
     f->name = l->name_text ? l->name_text : arena_text(&l->scratch, name, l->name.len);
-    uint64_t *dims =
-        td.ndim ? arena_alloc_aligned(&l->scratch, 2 * td.ndim * sizeof *dims, 8) : NULL;
-    if (!f->name || (td.ndim && !dims)) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    if (td.ndim) {
+    f->vector = td.ndim == 1 && td.stride[0] == 1;
+    if (f->vector) {
+        f->u.size = td.shape[0];
+    } else if (td.ndim) {
+        uint64_t *dims = arena_alloc_aligned(&l->scratch, 2 * td.ndim * sizeof *dims, 8);
+        if (!dims) return ckpt_fail(l->err, -ENOMEM, "out of memory");
         memcpy(dims, td.shape, td.ndim * sizeof *dims);
         memcpy(dims + td.ndim, td.stride, td.ndim * sizeof *dims);
+        f->u.dims = dims;
     }
-    f->name_len = l->name.len;
-    f->file_offset = file_offset;
+    if (!f->name) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    f->name_len = (uint32_t)l->name.len;
     f->storage_offset = td.storage_offset;
-    f->dims = dims;
     f->storage = (uint32_t)si;
     f->dtype = (uint8_t)dtype;
     f->ndim = (uint8_t)td.ndim;
+    f->esz = (uint8_t)esz;
     f->requires_grad = td.requires_grad;
     l->nfound++;
     return 0;
@@ -771,17 +781,25 @@ static int add_found(loader *l) {
         tensor_desc td;
         memset(&td, 0, sizeof td);
         td.ndim = f->ndim;
-        if (f->ndim) {
-            memcpy(td.shape, f->dims, f->ndim * sizeof *f->dims);
-            memcpy(td.stride, f->dims + f->ndim, f->ndim * sizeof *f->dims);
+        if (f->vector) {
+            td.shape[0] = f->u.size;
+            td.stride[0] = 1;
+        } else if (f->ndim) {
+            memcpy(td.shape, f->u.dims, f->ndim * sizeof *f->u.dims);
+            memcpy(td.stride, f->u.dims + f->ndim, f->ndim * sizeof *f->u.dims);
         }
         td.storage_offset = f->storage_offset;
         td.requires_grad = f->requires_grad;
+        /* Where resolve_tensor found element 0 (an empty view: at the storage). */
+        bool empty = false;
+        for (uint32_t d = 0; d < td.ndim; d++) empty |= td.shape[d] == 0;
+        uint64_t file_offset =
+            l->storages[f->storage].offset + (empty ? 0 : f->storage_offset * f->esz);
         size_t index;
         rc = catalog_add_tensor(l->cat, f->name, f->name_len, (ckpt_dtype)f->dtype, td.ndim,
                                 td.shape, &index, l->err);
         if (!rc)
-            rc = catalog_add_piece(l->cat, index, l->source, f->file_offset, NULL, NULL,
+            rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
                                    row_major(&td) ? NULL : td.stride, l->err);
         if (!rc) rc = add_extra(l, &td, f->storage, index);
     }
