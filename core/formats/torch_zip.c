@@ -74,15 +74,16 @@ typedef struct legacy_storage {
 } legacy_storage;
 
 /* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ----
- * Kept per tensor as a record of what is its own (24 bytes, more only for a non-contiguous
- * stride) and per storage as what all its users show (the first users by name): a state dict
- * of 300,000 views of one flat buffer held ~290 bytes of text a tensor when the text was made
- * at load. The text is made when a sidecar is read, byte for byte what it was. */
+ * Kept per tensor as a record of what is its own (16 bytes, more only for a non-contiguous
+ * stride or an empty view) and per storage as what all its users show (the first users by name): a
+ * state dict of 300,000 views of one flat buffer held ~290 bytes of text a tensor when the text was
+ * made at load. The text is made when a sidecar is read, byte for byte what it was. */
 
 /* What every sidecar of a storage's tensors shows of it. */
 typedef struct storage_extra {
     const char *key, *location; /* copies in the catalog's arena */
     size_t key_len, location_len;
+    uint64_t offset; /* of its bytes in the file */
     size_t users;
     const char **first_names; /* users > 1: the first min(users, MAX_SHARED_LISTED + 1) users */
     size_t *first_lens;
@@ -94,16 +95,23 @@ typedef struct torch_extras {
     const storage_extra *storages;
 } torch_extras;
 
-/* One tensor's. */
+/* One tensor's. Its storage_offset is where its piece starts in the storage, in elements of
+ * esz bytes, except for an empty view (which addresses nothing, so its piece starts at the
+ * storage): that one keeps it. */
 typedef struct torch_extra {
     ckpt_extra head;
-    uint64_t storage_offset;
     uint32_t storage;
     uint8_t rank; /* among the storage's first users (0 ..), MAX_SHARED_LISTED + 1 past them */
+    uint8_t esz;
     bool requires_grad;
-    bool strided; /* strides[ndim] follow; else they are the contiguous ones of the shape */
-    uint64_t strides[];
+    uint8_t has; /* what follows in more[]: MORE_OFFSET, then MORE_STRIDES */
+    uint64_t more[];
 } torch_extra;
+
+enum {
+    MORE_OFFSET = 1,  /* storage_offset */
+    MORE_STRIDES = 2, /* strides[ndim]; else they are the contiguous ones of the shape */
+};
 
 /* A persistent id as records share it: the tensors of a state dict of views name one storage
  * in a row, and keep one copy of what it says (key, class, location, numel). */
@@ -665,13 +673,19 @@ static void contiguous_strides(const uint64_t *shape, uint32_t ndim, uint64_t *o
 static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb) {
     const torch_extra *x = (const torch_extra *)xh;
     const storage_extra *s = &((const torch_extras *)xh->kind)->storages[x->storage];
+    const uint64_t *more = x->more;
+    uint64_t storage_offset = 0;
+    if (x->has & MORE_OFFSET)
+        storage_offset = *more++;
+    else if (t->npieces)
+        storage_offset = (t->pieces[0].file_offset - s->offset) / x->esz;
     uint64_t contiguous[CKPT_MAX_DIMS] = {0};
-    const uint64_t *stride = x->strided ? x->strides : contiguous;
-    if (!x->strided) contiguous_strides(t->shape, t->ndim, contiguous);
+    const uint64_t *stride = x->has & MORE_STRIDES ? more : contiguous;
+    if (!(x->has & MORE_STRIDES)) contiguous_strides(t->shape, t->ndim, contiguous);
     sb_puts(sb, "\"storage\": ");
     sb_json_str(sb, s->key, s->key_len);
     sb_puts(sb, ", \"storage_offset\": ");
-    sb_u64(sb, x->storage_offset);
+    sb_u64(sb, storage_offset);
     sb_puts(sb, ", \"stride\": [");
     for (uint32_t d = 0; d < t->ndim; d++) {
         if (d) sb_puts(sb, ", ");
@@ -693,7 +707,8 @@ static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb)
 }
 
 /* Tensor `index` of the catalog views storage si: its record, and the storage's users. */
-static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index) {
+static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index, unsigned esz,
+                     bool empty) {
     arena *mem = &l->cat->priv->mem;
     if (!l->extras && !(l->extras = arena_alloc(mem, sizeof *l->extras)))
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
@@ -701,18 +716,21 @@ static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index) 
     uint64_t contiguous[CKPT_MAX_DIMS] = {0};
     contiguous_strides(td->shape, td->ndim, contiguous);
     bool strided = memcmp(contiguous, td->stride, td->ndim * sizeof *td->stride) != 0;
-    size_t strides = strided ? td->ndim : 0;
+    bool keep_offset = empty || esz == 0 || esz > UINT8_MAX;
+    size_t n = (keep_offset ? 1 : 0) + (strided ? td->ndim : 0);
     torch_extra *x =
-        arena_alloc_aligned(mem, sizeof *x + strides * sizeof *x->strides, _Alignof(torch_extra));
+        arena_alloc_aligned(mem, sizeof *x + n * sizeof *x->more, _Alignof(torch_extra));
     if (!x || si > UINT32_MAX) return ckpt_fail(l->err, -ENOMEM, "out of memory");
     storage *s = &l->storages[si];
     x->head.kind = &l->extras->kind;
-    x->storage_offset = td->storage_offset;
     x->storage = (uint32_t)si;
     x->rank = (uint8_t)(s->users <= MAX_SHARED_LISTED ? s->users : MAX_SHARED_LISTED + 1);
+    x->esz = keep_offset ? 0 : (uint8_t)esz;
     x->requires_grad = td->requires_grad;
-    x->strided = strided;
-    memcpy(x->strides, td->stride, strides * sizeof *x->strides);
+    x->has = (keep_offset ? MORE_OFFSET : 0) | (strided ? MORE_STRIDES : 0);
+    uint64_t *more = x->more;
+    if (keep_offset) *more++ = td->storage_offset;
+    if (strided) memcpy(more, td->stride, td->ndim * sizeof *more);
     if (s->users == 0) {
         s->first_user = index;
     } else if (s->users == 1) {
@@ -801,7 +819,7 @@ static int add_found(loader *l) {
         if (!rc)
             rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
                                    row_major(&td) ? NULL : td.stride, l->err);
-        if (!rc) rc = add_extra(l, &td, f->storage, index);
+        if (!rc) rc = add_extra(l, &td, f->storage, index, f->esz, empty);
     }
     return rc;
 }
@@ -987,6 +1005,7 @@ static int set_extras(loader *l) {
             e->location = arena_text(&l->cat->priv->text, s->location, s->location_len);
         e->location_len = s->location_len;
         e->users = s->users;
+        e->offset = s->offset;
         if (!e->key || !e->location) return ckpt_fail(l->err, -ENOMEM, "out of memory");
         prev = e;
         if (s->users < 2) continue;
