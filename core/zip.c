@@ -358,13 +358,21 @@ static void heap_release(char *p, size_t size) {
     free(p);
 }
 
+/* Records from 1 MiB on are mapped; smaller ones (the pickles embedded in DCP shards, one a
+ * chunk) come from the heap, which reuses them without a system call. */
+enum { MAP_MIN = 1 << 20 };
+
 static char *mapped_buffer(size_t size) {
+    if (size < MAP_MIN) return malloc(size);
     char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
 static void mapped_release(char *p, size_t size) {
-    munmap(p, size);
+    if (size < MAP_MIN)
+        free(p);
+    else
+        munmap(p, size);
 }
 
 static int read_into(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data,
@@ -405,5 +413,5 @@ int zip_map(const zip_archive *z, const zip_entry *e, uint64_t limit, char **dat
 }
 
 void zip_unmap(char *data, size_t len) {
-    if (data) munmap(data, len + 1);
+    if (data) mapped_release(data, len + 1);
 }
