@@ -28,6 +28,7 @@
 
 #include "../hashmap.h"
 #include "../pickle.h"
+#include "../search.h"
 #include "../strbuf.h"
 #include "../zip.h"
 
@@ -74,10 +75,14 @@ typedef struct legacy_storage {
 } legacy_storage;
 
 /* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ----
- * Kept per tensor as a record of what is its own (16 bytes, more only for a non-contiguous
- * stride or an empty view) and per storage as what all its users show (the first users by name): a
- * state dict of 300,000 views of one flat buffer held ~290 bytes of text a tensor when the text was
- * made at load. The text is made when a sidecar is read, byte for byte what it was. */
+ * Rendered when a sidecar is read, byte for byte the text that was made at load (~290 bytes a
+ * tensor in a state dict of 300,000 views of one flat buffer, naming 4 other users of it).
+ * What a storage shows is kept once for all its users (the first users by name); what a tensor
+ * shows is read from its piece: the storage holding the piece's offset, the offset in elements,
+ * the piece's strides (or the contiguous ones). Tensors whose piece does not tell (an empty
+ * view not at the storage's start, strides that differ from the contiguous ones only where a
+ * size is 1, ...) keep their own record; the others share one of two a file, by
+ * requires_grad. */
 
 /* What every sidecar of a storage's tensors shows of it. */
 typedef struct storage_extra {
@@ -86,32 +91,29 @@ typedef struct storage_extra {
     uint64_t offset; /* of its bytes in the file */
     size_t users;
     const char **first_names; /* users > 1: the first min(users, MAX_SHARED_LISTED + 1) users */
-    size_t *first_lens;
+    size_t *first_lens;       /* (their names: the catalog's text, which stays where it is) */
 } storage_extra;
 
-/* One file's extras: a record's kind points here. */
+/* One file's storages. */
 typedef struct torch_extras {
-    ckpt_extra_kind kind; /* first */
     const storage_extra *storages;
+    /* Their offsets ascending, and which storage each is, when their bytes do not overlap
+     * (else NULL: no tensor is then read from its piece). */
+    const uint64_t *offsets;
+    const uint32_t *by_offset;
+    size_t nstorages;
 } torch_extras;
 
-/* One tensor's. Its storage_offset is where its piece starts in the storage, in elements of
- * esz bytes, except for an empty view (which addresses nothing, so its piece starts at the
- * storage): that one keeps it. */
 typedef struct torch_extra {
     ckpt_extra head;
-    uint32_t storage;
-    uint8_t rank; /* among the storage's first users (0 ..), MAX_SHARED_LISTED + 1 past them */
-    uint8_t esz;
+    const torch_extras *file;
+    bool from_piece; /* storage, storage_offset and strides are read from the tensor's piece */
     bool requires_grad;
-    uint8_t has; /* what follows in more[]: MORE_OFFSET, then MORE_STRIDES */
-    uint64_t more[];
+    bool own_strides; /* strides[ndim] follow; else they are the contiguous ones */
+    uint32_t storage;
+    uint64_t storage_offset;
+    uint64_t strides[];
 } torch_extra;
-
-enum {
-    MORE_OFFSET = 1,  /* storage_offset */
-    MORE_STRIDES = 2, /* strides[ndim]; else they are the contiguous ones of the shape */
-};
 
 /* A persistent id as records share it: the tensors of a state dict of views name one storage
  * in a row, and keep one copy of what it says (key, class, location, numel). */
@@ -161,7 +163,8 @@ typedef struct loader {
     const char *name_text; /* the pickle's bytes of the name being visited when it is one key */
     size_t *more_users;    /* catalog indexes: see storage.more_at */
     size_t nmore, cap_more;
-    torch_extras *extras;       /* in the catalog's arena, made with the first tensor */
+    torch_extras *extras;       /* in the catalog's arena, made before the first tensor */
+    torch_extra *from_piece[2]; /* the records tensors share, by requires_grad */
     const shared_ref *last_ref; /* in the pickle being parsed: the newest of its records' */
     size_t records;             /* tensors read into records: room for the walk's */
     strbuf name;                /* dotted path of the value being visited */
@@ -667,21 +670,28 @@ static void contiguous_strides(const uint64_t *shape, uint32_t ndim, uint64_t *o
     }
 }
 
+static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb);
+static const ckpt_extra_kind torch_extra_kind = {render_extra};
+
 /* `"storage": key, "storage_offset": n, "stride": [...], "requires_grad": b, "device": loc`,
  * then for a storage of several tensors the first MAX_SHARED_LISTED others ("..." when there are
  * more) and how many use it. */
 static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb) {
     const torch_extra *x = (const torch_extra *)xh;
-    const storage_extra *s = &((const torch_extras *)xh->kind)->storages[x->storage];
-    const uint64_t *more = x->more;
-    uint64_t storage_offset = 0;
-    if (x->has & MORE_OFFSET)
-        storage_offset = *more++;
-    else if (t->npieces)
-        storage_offset = (t->pieces[0].file_offset - s->offset) / x->esz;
+    const torch_extras *f = x->file;
     uint64_t contiguous[CKPT_MAX_DIMS] = {0};
-    const uint64_t *stride = x->has & MORE_STRIDES ? more : contiguous;
-    if (!(x->has & MORE_STRIDES)) contiguous_strides(t->shape, t->ndim, contiguous);
+    contiguous_strides(t->shape, t->ndim, contiguous);
+    const uint64_t *stride = x->own_strides ? x->strides : contiguous;
+    size_t si = x->storage;
+    uint64_t storage_offset = x->storage_offset;
+    if (x->from_piece && t->npieces) {
+        const ckpt_piece *p = &t->pieces[0];
+        si = f->by_offset[last_at_or_before(f->offsets, f->nstorages, p->file_offset)];
+        unsigned esz = ckpt_dtype_elem_size(t->dtype);
+        storage_offset = esz ? (p->file_offset - f->storages[si].offset) / esz : 0;
+        if (p->strides) stride = p->strides;
+    }
+    const storage_extra *s = &f->storages[si];
     sb_puts(sb, "\"storage\": ");
     sb_json_str(sb, s->key, s->key_len);
     sb_puts(sb, ", \"storage_offset\": ");
@@ -696,8 +706,9 @@ static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb)
     if (s->users < 2) return;
     sb_puts(sb, ", \"shared_with\": [");
     size_t others = s->users - 1, listed = 0;
-    for (size_t k = 0; listed < others && listed < MAX_SHARED_LISTED; k++) {
-        if (k == x->rank) continue;
+    size_t first = s->users < MAX_SHARED_LISTED + 1 ? s->users : MAX_SHARED_LISTED + 1;
+    for (size_t k = 0; k < first && listed < MAX_SHARED_LISTED; k++) {
+        if (s->first_names[k] == t->name) continue; /* the tensor itself */
         if (listed++) sb_puts(sb, ", ");
         sb_json_str(sb, s->first_names[k], s->first_lens[k]);
     }
@@ -706,31 +717,68 @@ static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb)
     sb_printf(sb, ", \"storage_users\": %zu", s->users);
 }
 
-/* Tensor `index` of the catalog views storage si: its record, and the storage's users. */
-static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index, unsigned esz,
-                     bool empty) {
+static int order_by_offset(const void *a, const void *b, void *ctx) {
+    const storage *st = ctx;
+    uint64_t x = st[*(const uint32_t *)a].offset, y = st[*(const uint32_t *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
+/* The file's extras, with its storages by offset: all are known once the walk is over. */
+static int start_extras(loader *l) {
     arena *mem = &l->cat->priv->mem;
-    if (!l->extras && !(l->extras = arena_alloc(mem, sizeof *l->extras)))
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    l->extras->kind.render = render_extra;
+    torch_extras *f = arena_alloc(mem, sizeof *f);
+    if (!f || l->nstorages > UINT32_MAX) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    l->extras = f;
+    f->nstorages = l->nstorages;
+    uint64_t *offsets = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *offsets);
+    uint32_t *order = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *order);
+    if (!offsets || !order) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < l->nstorages; i++) order[i] = (uint32_t)i;
+    qsort_r(order, l->nstorages, sizeof *order, order_by_offset, l->storages);
+    bool apart = true;
+    for (size_t i = 0; i < l->nstorages; i++) {
+        const storage *s = &l->storages[order[i]];
+        offsets[i] = s->offset;
+        /* Records of a hostile zip may share bytes: then an offset names no one storage. */
+        if (i + 1 < l->nstorages && s->offset + s->nbytes >= l->storages[order[i + 1]].offset &&
+            (s->nbytes || s->offset == l->storages[order[i + 1]].offset))
+            apart = false;
+    }
+    if (apart) {
+        f->offsets = offsets;
+        f->by_offset = order;
+    }
+    return 0;
+}
+
+/* Tensor `index` of the catalog views storage si at file_offset: its extras, and the storage's
+ * users. */
+static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index, unsigned esz,
+                     ckpt_dtype dtype, bool empty) {
+    arena *mem = &l->cat->priv->mem;
     uint64_t contiguous[CKPT_MAX_DIMS] = {0};
     contiguous_strides(td->shape, td->ndim, contiguous);
-    bool strided = memcmp(contiguous, td->stride, td->ndim * sizeof *td->stride) != 0;
-    bool keep_offset = empty || esz == 0 || esz > UINT8_MAX;
-    size_t n = (keep_offset ? 1 : 0) + (strided ? td->ndim : 0);
-    torch_extra *x =
-        arena_alloc_aligned(mem, sizeof *x + n * sizeof *x->more, _Alignof(torch_extra));
-    if (!x || si > UINT32_MAX) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    bool own_strides = memcmp(contiguous, td->stride, td->ndim * sizeof *td->stride) != 0;
+    /* What the piece tells: its offset (not for an empty view), its strides (given unless the
+     * view is row-major), the element size of its dtype. */
+    bool from_piece = l->extras->by_offset && esz && esz == ckpt_dtype_elem_size(dtype) &&
+                      (!empty || td->storage_offset == 0) && (!own_strides || !row_major(td));
+    torch_extra *x = from_piece ? l->from_piece[td->requires_grad] : NULL;
+    if (!x) {
+        size_t n = from_piece || !own_strides ? 0 : td->ndim;
+        x = arena_alloc_aligned(mem, sizeof *x + n * sizeof *x->strides, _Alignof(torch_extra));
+        if (!x) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        x->head.kind = &torch_extra_kind;
+        x->file = l->extras;
+        x->from_piece = from_piece;
+        x->requires_grad = td->requires_grad;
+        x->own_strides = n != 0;
+        x->storage = (uint32_t)si;
+        x->storage_offset = td->storage_offset;
+        memcpy(x->strides, td->stride, n * sizeof *x->strides);
+        if (from_piece) l->from_piece[td->requires_grad] = x;
+    }
     storage *s = &l->storages[si];
-    x->head.kind = &l->extras->kind;
-    x->storage = (uint32_t)si;
-    x->rank = (uint8_t)(s->users <= MAX_SHARED_LISTED ? s->users : MAX_SHARED_LISTED + 1);
-    x->esz = keep_offset ? 0 : (uint8_t)esz;
-    x->requires_grad = td->requires_grad;
-    x->has = (keep_offset ? MORE_OFFSET : 0) | (strided ? MORE_STRIDES : 0);
-    uint64_t *more = x->more;
-    if (keep_offset) *more++ = td->storage_offset;
-    if (strided) memcpy(more, td->stride, td->ndim * sizeof *more);
     if (s->users == 0) {
         s->first_user = index;
     } else if (s->users == 1) {
@@ -794,6 +842,7 @@ static int add_tensor(loader *l, const pk_value *v) {
 /* The tensors the walk found, into the catalog. */
 static int add_found(loader *l) {
     int rc = catalog_reserve_tensors(l->cat, l->nfound, l->err);
+    if (!rc && l->nfound) rc = start_extras(l);
     for (size_t i = 0; i < l->nfound && !rc; i++) {
         const found_tensor *f = &l->found[i];
         tensor_desc td;
@@ -819,7 +868,7 @@ static int add_found(loader *l) {
         if (!rc)
             rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
                                    row_major(&td) ? NULL : td.stride, l->err);
-        if (!rc) rc = add_extra(l, &td, f->storage, index, f->esz, empty);
+        if (!rc) rc = add_extra(l, &td, f->storage, index, f->esz, (ckpt_dtype)f->dtype, empty);
     }
     return rc;
 }
