@@ -382,9 +382,37 @@ int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool
     return cat->tensors[index].prefix ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
 }
 
+/* Extras set as text: the text follows the header. */
+typedef struct text_extra {
+    ckpt_extra head;
+    char text[];
+} text_extra;
+
+static void render_text(const ckpt_extra *x, const ckpt_tensor *t, strbuf *sb) {
+    (void)t;
+    sb_puts(sb, ((const text_extra *)x)->text);
+}
+
+static const ckpt_extra_kind text_kind = {render_text};
+
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err) {
-    cat->tensors[index].extra_json = arena_strdup(&cat->priv->mem, json_members);
-    return cat->tensors[index].extra_json ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+    size_t n = strlen(json_members);
+    text_extra *x = arena_alloc_aligned(&cat->priv->mem, sizeof *x + n + 1, _Alignof(text_extra));
+    if (!x) return ckpt_fail(err, -ENOMEM, "out of memory");
+    x->head.kind = &text_kind;
+    memcpy(x->text, json_members, n + 1);
+    cat->tensors[index].extra = &x->head;
+    return 0;
+}
+
+void catalog_set_extra_record(ckpt_catalog *cat, size_t index, const ckpt_extra *extra) {
+    cat->tensors[index].extra = extra;
+}
+
+bool ckpt_tensor_extra(const ckpt_tensor *t, strbuf *sb) {
+    if (!t->extra) return false;
+    t->extra->kind->render(t->extra, t, sb);
+    return true;
 }
 
 int catalog_set_summary_extra(ckpt_catalog *cat, const char *json_members, ckpt_err *err) {

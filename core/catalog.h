@@ -68,7 +68,11 @@ int catalog_copy_pieces(ckpt_catalog *cat, size_t from, size_t to, ckpt_err *err
  * it out of the model (HF view, totals). Names need only be unique within one prefix. */
 int catalog_set_prefix(ckpt_catalog *cat, size_t index, const char *prefix, bool aside,
                        ckpt_err *err);
+/* The tensor's format-specific sidecar members as text (`"k": v, ...`), copied. */
 int catalog_set_extra(ckpt_catalog *cat, size_t index, const char *json_members, ckpt_err *err);
+/* The same as a record of the format's own kind (ckpt_extra), rendered when a sidecar is read;
+ * the record and what it points to must live as long as the catalog (its arena). */
+void catalog_set_extra_record(ckpt_catalog *cat, size_t index, const ckpt_extra *extra);
 /* metadata.json holds at most CKPT_METADATA_LIMIT bytes of documents: one that would pass it
  * is replaced by {"truncated": ...} and a warning says so in summary.json. Renderers whose text
  * can outgrow their input (a pickle value referenced many times) stop at CKPT_DOC_LIMIT with a

@@ -206,9 +206,25 @@ typedef struct ckpt_piece {
 
 typedef struct ckpt_piece_index ckpt_piece_index;
 
+/* A tensor's format-specific sidecar members, kept in whatever form is cheapest and rendered as
+ * `"k": v, ...` text when a sidecar is read (ckpt_tensor_extra). Text set by catalog_set_extra
+ * is one kind; a format whose members repeat across tensors (torch: the other users of a shared
+ * storage) keeps a small record per tensor and the shared parts once. A kind's record starts
+ * with this header. */
+typedef struct ckpt_extra ckpt_extra;
+typedef struct ckpt_tensor ckpt_tensor;
+struct strbuf;
+typedef struct ckpt_extra_kind {
+    /* Appends the members of x, the extras of tensor t; sets sb's failed flag on ENOMEM. */
+    void (*render)(const ckpt_extra *x, const ckpt_tensor *t, struct strbuf *sb);
+} ckpt_extra_kind;
+struct ckpt_extra {
+    const ckpt_extra_kind *kind;
+};
+
 /* Fields ordered so that the flags share one word with npieces: 112 bytes, for a catalog of a
  * million tensors holds a million of them. */
-typedef struct ckpt_tensor {
+struct ckpt_tensor {
     const char *name; /* may contain NUL bytes: always use name_len */
     size_t name_len;
     ckpt_dtype dtype;
@@ -218,7 +234,7 @@ typedef struct ckpt_tensor {
     uint64_t nbytes;
     ckpt_piece *pieces;
     ckpt_piece_index *index;  /* built by ckpt_catalog_finish for multi-piece tensors */
-    const char *extra_json;   /* format-specific sidecar members: `"k": v, ...` or NULL */
+    const ckpt_extra *extra;  /* format-specific sidecar members, or NULL */
     const char *prefix;       /* NULL, or a directory the tensor is shown under ("optim/",
                                  ".ckptfs/ranks/1/"), put in front of its path as it is */
     const char *path;         /* where the mount shows the raw bytes (see treepath.c); its
@@ -231,7 +247,7 @@ typedef struct ckpt_tensor {
     bool hf_view;    /* an aside tensor the HF view shows instead of the model's
                         own (a Meta checkpoint's Llama-named, rotary-permuted
                         weights): when any tensor has it, the view has only those */
-} ckpt_tensor;
+};
 
 /* A named JSON document that goes into .ckptfs/metadata.json under `key`. */
 typedef struct ckpt_doc {
@@ -403,6 +419,9 @@ char *ckpt_sidecar_path(const ckpt_tensor *t);
 /* ---- documents shown by the mount (malloc'd, NUL-terminated; NULL on ENOMEM) ---- */
 
 char *ckpt_sidecar_json(const ckpt_catalog *cat, const ckpt_tensor *t, size_t *len);
+/* Appends t's format-specific sidecar members (`"k": v, ...`, no braces); false when it has
+ * none. sb's failed flag tells of ENOMEM. */
+bool ckpt_tensor_extra(const ckpt_tensor *t, struct strbuf *sb);
 /* The sidecar of the tensor as shown converted to F32 (-o as_dtype=f32) when as_f32. */
 char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool as_f32, size_t *len);
 /* Marks (is_alias[i], one per tensor) the model tensors whose bytes are the very stored extent

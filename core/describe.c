@@ -53,7 +53,10 @@ char *ckpt_sidecar_json_as(const ckpt_catalog *cat, const ckpt_tensor *t, bool a
                   ",\n  \"stored_dtype\": \"%s\",\n  \"stored_nbytes\": %llu,\n  "
                   "\"converted_on_read\": true",
                   ckpt_dtype_info_of(t->dtype)->name, (unsigned long long)t->nbytes);
-    if (t->extra_json) sb_printf(&sb, ",\n  %s", t->extra_json);
+    if (t->extra) {
+        sb_puts(&sb, ",\n  ");
+        ckpt_tensor_extra(t, &sb);
+    }
     sb_puts(&sb, ",\n  \"sources\": [");
     bool whole = t->npieces == 1 && !t->index;
     for (uint32_t k = 0; k < t->npieces; k++) {

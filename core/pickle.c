@@ -804,7 +804,10 @@ static int op_stack_global(parser *p) {
     if (name->kind != PK_STR || mod->kind != PK_STR)
         return fail(p, -EINVAL, "module and name must be strings (got %s and %s)",
                     pk_kind_name(mod->kind), pk_kind_name(name->kind));
-    return resolve_global(p, mod->u.s.p, mod->u.s.len, name->u.s.p, name->u.s.len);
+    rc = resolve_global(p, mod->u.s.p, mod->u.s.len, name->u.s.p, name->u.s.len);
+    release(p->doc, name, 0); /* the global names its table entry, not these strings */
+    release(p->doc, mod, 0);
+    return rc;
 }
 
 static int op_reduce(parser *p, bool newobj_ex) {
@@ -826,6 +829,10 @@ static int op_reduce(parser *p, bool newobj_ex) {
                         fn->u.global->module, fn->u.global->name, args->n);
         if (!(v = new_value(p, PK_DICT, &rc))) return rc;
         v->u.c.cls = fn->u.global;
+        /* Nothing holds the empty arguments (and an unshared class) any more: a state dict
+         * of tensors each with an empty OrderedDict of hooks kept one of each a tensor. */
+        release(p->doc, args, 0);
+        release(p->doc, fn, 0);
         return push(p, v);
     }
     if (!(v = new_value(p, PK_CALL, &rc))) return rc;

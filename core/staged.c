@@ -50,9 +50,9 @@ typedef struct plan {
     uint64_t offset;        /* where they start in it */
     const char *name;
     size_t name_len;
-    const char *extra; /* sidecar extras of an unchanged source tensor */
-    const char *where; /* path for messages */
-    size_t raw, json;  /* the group's raw file and sidecar (indexes or NONE) */
+    const ckpt_tensor *extra_of; /* an unchanged source tensor, whose sidecar extras it keeps */
+    const char *where;           /* path for messages */
+    size_t raw, json;            /* the group's raw file and sidecar (indexes or NONE) */
 } plan;
 
 typedef struct builder {
@@ -628,7 +628,7 @@ static void plan_group(builder *b, const group *g) {
     /* An unchanged source tensor keeps its format's sidecar extras. */
     if (raw && js && raw->origin == STAGED_LOWER_RAW && js->origin == STAGED_LOWER_SIDECAR &&
         raw->lower == js->lower)
-        p.extra = b->lower->tensors[raw->lower].extra_json;
+        p.extra_of = &b->lower->tensors[raw->lower];
 
     /* The name: the sidecar's, where the file sits at that name's path; else the path's. */
     if (p.m.has_name && staged_path_shows_name(g->base, g->base_len, p.m.name, p.m.name_len)) {
@@ -702,7 +702,19 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
             b->rep->file_tensor[given[k]] = cat->tensors[idx].name;
             b->rep->file_tensor_len[given[k]] = cat->tensors[idx].name_len;
         }
-    if (p->extra && (rc = catalog_set_extra(cat, idx, p->extra, b->err))) return rc;
+    if (p->extra_of && p->extra_of->extra) {
+        strbuf extra;
+        sb_init(&extra);
+        ckpt_tensor_extra(p->extra_of, &extra);
+        rc = extra.failed || !sb_reserve(&extra, 1) ? ckpt_fail(b->err, -ENOMEM, "out of memory")
+                                                    : 0;
+        if (!rc) {
+            extra.data[extra.len] = '\0';
+            rc = catalog_set_extra(cat, idx, extra.data, b->err);
+        }
+        sb_free(&extra);
+        if (rc) return rc;
+    }
     const staged_file *f = p->src;
     if (f->origin == STAGED_SPOOL) {
         uint32_t src;

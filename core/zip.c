@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum {
     EOCD_SIZE = 22,
@@ -348,8 +349,35 @@ int zip_data_offset(const zip_archive *z, const zip_entry *e, uint64_t *offset, 
     return 0;
 }
 
-int zip_read(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data, size_t *len,
-             ckpt_err *err) {
+static char *heap_buffer(size_t size) {
+    return malloc(size);
+}
+
+static void heap_release(char *p, size_t size) {
+    (void)size;
+    free(p);
+}
+
+/* Records from 1 MiB on are mapped; smaller ones (the pickles embedded in DCP shards, one a
+ * chunk) come from the heap, which reuses them without a system call. */
+enum { MAP_MIN = 1 << 20 };
+
+static char *mapped_buffer(size_t size) {
+    if (size < MAP_MIN) return malloc(size);
+    char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void mapped_release(char *p, size_t size) {
+    if (size < MAP_MIN)
+        free(p);
+    else
+        munmap(p, size);
+}
+
+static int read_into(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data,
+                     size_t *len, char *(*get)(size_t), void (*put)(char *, size_t),
+                     ckpt_err *err) {
     *data = NULL;
     *len = 0;
     uint64_t off = 0;
@@ -361,15 +389,29 @@ int zip_read(const zip_archive *z, const zip_entry *e, uint64_t limit, char **da
                          "%llu",
                          z->label, SHOWN_NAME(e->name, e->name_len), (unsigned long long)off,
                          (unsigned long long)e->usize, (unsigned long long)limit);
-    char *buf = malloc((size_t)e->usize + 1);
+    char *buf = get((size_t)e->usize + 1);
     if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
     rc = source_read(z->cat, z->source, off, buf, (size_t)e->usize, "zip record", err);
     if (rc) {
-        free(buf);
+        put(buf, (size_t)e->usize + 1);
         return rc;
     }
     buf[e->usize] = '\0';
     *data = buf;
     *len = (size_t)e->usize;
     return 0;
+}
+
+int zip_read(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data, size_t *len,
+             ckpt_err *err) {
+    return read_into(z, e, limit, data, len, heap_buffer, heap_release, err);
+}
+
+int zip_map(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data, size_t *len,
+            ckpt_err *err) {
+    return read_into(z, e, limit, data, len, mapped_buffer, mapped_release, err);
+}
+
+void zip_unmap(char *data, size_t len) {
+    if (data) mapped_release(data, len + 1);
 }

@@ -52,5 +52,11 @@ int zip_data_offset(const zip_archive *z, const zip_entry *e, uint64_t *offset, 
  * for convenience; *len excludes the NUL). */
 int zip_read(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data, size_t *len,
              ckpt_err *err);
+/* The same for a record that may be big (a pickle): from 1 MiB on it is read into a mapping
+ * of its own, so that freeing it (zip_unmap, whatever its size) gives its pages back at once
+ * instead of leaving a hole in the heap below what is allocated next. */
+int zip_map(const zip_archive *z, const zip_entry *e, uint64_t limit, char **data, size_t *len,
+            ckpt_err *err);
+void zip_unmap(char *data, size_t len);
 
 #endif

@@ -28,6 +28,7 @@
 
 #include "../hashmap.h"
 #include "../pickle.h"
+#include "../search.h"
 #include "../strbuf.h"
 #include "../zip.h"
 
@@ -61,6 +62,9 @@ typedef struct storage {
     uint64_t nbytes;
     const char *location;
     size_t location_len;
+    size_t users;      /* tensors viewing it */
+    size_t first_user; /* catalog index of the first */
+    size_t more_at;    /* with 2 users or more: the next MAX_SHARED_LISTED in loader.more_users */
 } storage;
 
 /* A storage of a legacy file: its element count header is followed by its bytes. */
@@ -70,14 +74,70 @@ typedef struct legacy_storage {
     unsigned esz;
 } legacy_storage;
 
-typedef struct tensor_ref {
-    size_t index; /* in the catalog */
-    size_t storage;
-    uint64_t storage_offset;
-    size_t stride_at; /* its ndim strides in loader.strides */
-    uint32_t ndim;
+/* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ----
+ * Rendered when a sidecar is read, byte for byte the text that was made at load (~290 bytes a
+ * tensor in a state dict of 300,000 views of one flat buffer, naming 4 other users of it).
+ * What a storage shows is kept once for all its users (the first users by name); what a tensor
+ * shows is read from its piece: the storage holding the piece's offset, the offset in elements,
+ * the piece's strides (or the contiguous ones). Tensors whose piece does not tell (an empty
+ * view not at the storage's start, strides that differ from the contiguous ones only where a
+ * size is 1, ...) keep their own record; the others share one of two a file, by
+ * requires_grad. */
+
+/* What every sidecar of a storage's tensors shows of it. */
+typedef struct storage_extra {
+    const char *key, *location; /* copies in the catalog's arena */
+    size_t key_len, location_len;
+    uint64_t offset; /* of its bytes in the file */
+    size_t users;
+    const char **first_names; /* users > 1: the first min(users, MAX_SHARED_LISTED + 1) users */
+    size_t *first_lens;       /* (their names: the catalog's text, which stays where it is) */
+} storage_extra;
+
+/* One file's storages. */
+typedef struct torch_extras {
+    const storage_extra *storages;
+    /* Their offsets ascending, and which storage each is, when their bytes do not overlap
+     * (else NULL: no tensor is then read from its piece). */
+    const uint64_t *offsets;
+    const uint32_t *by_offset;
+    size_t nstorages;
+} torch_extras;
+
+typedef struct torch_extra {
+    ckpt_extra head;
+    const torch_extras *file;
+    bool from_piece; /* storage, storage_offset and strides are read from the tensor's piece */
     bool requires_grad;
-} tensor_ref;
+    bool own_strides; /* strides[ndim] follow; else they are the contiguous ones */
+    uint32_t storage;
+    uint64_t storage_offset;
+    uint64_t strides[];
+} torch_extra;
+
+/* A persistent id as records share it: the tensors of a state dict of views name one storage
+ * in a row, and keep one copy of what it says (key, class, location, numel). */
+typedef struct shared_ref {
+    const pk_global *cls;
+    const char *key, *location;
+    size_t key_len, location_len;
+    uint64_t numel;
+} shared_ref;
+
+/* A tensor the walk found, in 40 bytes. The catalog gets it once the pickle's tree is freed:
+ * the two side by side were the peak of a big state dict. */
+typedef struct found_tensor {
+    const char *name; /* in the pickle (a key of the saved dict) or in loader.scratch */
+    uint64_t storage_offset;
+    union {
+        const uint64_t *dims; /* shape[ndim], then stride[ndim], in loader.scratch */
+        uint64_t size;        /* vector: its one size (stride 1) */
+    } u;
+    uint32_t name_len;
+    uint32_t storage;
+    uint8_t dtype, ndim, esz; /* esz: bytes an element of the storage view */
+    bool requires_grad, vector;
+} found_tensor;
 
 typedef struct loader {
     ckpt_catalog *cat;
@@ -97,12 +157,18 @@ typedef struct loader {
     hashmap storage_by_key;
     storage *storages;
     size_t nstorages, cap_storages;
-    tensor_ref *tensors;
-    size_t ntensors, cap_tensors;
-    uint64_t *strides;
-    size_t nstrides, cap_strides;
-    strbuf name; /* dotted path of the value being visited */
-    strbuf meta; /* members of the "pickle" document */
+    found_tensor *found; /* the walk's tensors, added to the catalog after the tree is freed */
+    size_t nfound, cap_found;
+    arena scratch;         /* their dims, and names that are not a key of the pickle */
+    const char *name_text; /* the pickle's bytes of the name being visited when it is one key */
+    size_t *more_users;    /* catalog indexes: see storage.more_at */
+    size_t nmore, cap_more;
+    torch_extras *extras;       /* in the catalog's arena, made before the first tensor */
+    torch_extra *from_piece[2]; /* the records tensors share, by requires_grad */
+    const shared_ref *last_ref; /* in the pickle being parsed: the newest of its records' */
+    size_t records;             /* tensors read into records: room for the walk's */
+    strbuf name;                /* dotted path of the value being visited */
+    strbuf meta;                /* members of the "pickle" document */
     size_t nmeta;
     bool meta_cut; /* the document reached CKPT_DOC_LIMIT */
     size_t budget; /* values the walk may still visit (shared values are visited again) */
@@ -438,16 +504,23 @@ static bool row_major(const tensor_desc *td) {
 
 enum { REC_TENSOR = 1 };
 
-/* A rebuild call read into a record: td without the pointers into the tree, and its shape and
- * stride in dims. */
+/* A rebuild call read into a record: td without the pointers into the tree, 40 bytes for a
+ * vector (it was 112, for each tensor of a state dict while the pickle is read). Offsets are the
+ * call's (the record's pos) less the distances kept here. */
 typedef struct tensor_rec {
-    uint64_t pos, storage_offset, dtype_pos;
-    storage_ref ref;
-    const pk_global *dtype_g;
-    uint32_t ndim;
+    const shared_ref *ref;
+    uint64_t storage_offset;
+    uint32_t persid_back; /* the persistent id's offset is pos - persid_back */
+    uint8_t ndim;
     bool has_dtype, requires_grad;
-    uint64_t dims[]; /* shape[ndim], stride[ndim] */
+    uint64_t dims[]; /* shape[ndim], stride[ndim]; with has_dtype then a rec_dtype */
 } tensor_rec;
+
+/* The dtype argument of a v3 call, after the dims. */
+typedef struct rec_dtype {
+    const pk_global *g;
+    uint64_t back; /* its offset is pos - back */
+} rec_dtype;
 
 static bool is_tensor_rec(const pk_value *v) {
     return v && v->kind == PK_RECORD && v->n == REC_TENSOR;
@@ -458,16 +531,22 @@ static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
     memset(td, 0, sizeof *td);
     if (is_tensor_rec(v)) {
         const tensor_rec *r = v->u.record;
-        td->pos = r->pos;
+        td->pos = v->pos;
         td->storage_offset = r->storage_offset;
-        td->dtype_pos = r->dtype_pos;
-        td->ref = r->ref;
-        td->dtype_g = r->dtype_g;
+        td->ref = (storage_ref){
+            r->ref->cls,          r->ref->key,   r->ref->location,       r->ref->key_len,
+            r->ref->location_len, r->ref->numel, v->pos - r->persid_back};
         td->has_dtype = r->has_dtype;
         td->requires_grad = r->requires_grad;
         td->ndim = r->ndim;
         memcpy(td->shape, r->dims, r->ndim * sizeof *r->dims);
         memcpy(td->stride, r->dims + r->ndim, r->ndim * sizeof *r->dims);
+        if (r->has_dtype) {
+            rec_dtype dt;
+            memcpy(&dt, r->dims + 2 * r->ndim, sizeof dt);
+            td->dtype_g = dt.g;
+            td->dtype_pos = v->pos - dt.back;
+        }
         return 0;
     }
     td->pos = v->pos;
@@ -486,7 +565,7 @@ static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
  * every element it addresses lies inside the storage; *file_offset is where element 0 lives.
  * (A DCP reader needs exactly this for the one tensor of each embedded archive.) */
 static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dtype *dtype_out,
-                          uint64_t *file_offset, size_t *storage_index) {
+                          uint64_t *file_offset, size_t *storage_index, unsigned *esz_out) {
     char gname[160];
     int rc = read_tensor(l, v, td);
     size_t si = 0;
@@ -551,12 +630,14 @@ static int resolve_tensor(loader *l, const pk_value *v, tensor_desc *td, ckpt_dt
     *file_offset = s->offset + (numel ? td->storage_offset * esz : 0);
     *dtype_out = dtype;
     *storage_index = si;
+    *esz_out = (unsigned)esz;
     return 0;
 }
 
 /* An embedded archive's tensor, handed back to the caller (torch_zip_read_embedded). */
 static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckpt_dtype dtype,
                         uint64_t file_offset, const char *name) {
+    /* name: l->name's l->name.len bytes (NUL bytes included) */
     torch_embedded *e = l->embedded;
     if (GROW(e->tensors, l->cap_embedded, e->ntensors + 1))
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
@@ -579,35 +660,217 @@ static int add_embedded(loader *l, const pk_value *v, const tensor_desc *td, ckp
     return 0;
 }
 
+/* The strides a contiguous tensor of this shape has (also for sizes 0 and 1, as torch makes
+ * them). */
+static void contiguous_strides(const uint64_t *shape, uint32_t ndim, uint64_t *out) {
+    uint64_t expect = 1;
+    for (uint32_t d = ndim; d-- > 0;) {
+        out[d] = expect;
+        expect *= shape[d];
+    }
+}
+
+static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb);
+static const ckpt_extra_kind torch_extra_kind = {render_extra};
+
+/* `"storage": key, "storage_offset": n, "stride": [...], "requires_grad": b, "device": loc`,
+ * then for a storage of several tensors the first MAX_SHARED_LISTED others ("..." when there are
+ * more) and how many use it. */
+static void render_extra(const ckpt_extra *xh, const ckpt_tensor *t, strbuf *sb) {
+    const torch_extra *x = (const torch_extra *)xh;
+    const torch_extras *f = x->file;
+    uint64_t contiguous[CKPT_MAX_DIMS] = {0};
+    contiguous_strides(t->shape, t->ndim, contiguous);
+    const uint64_t *stride = x->own_strides ? x->strides : contiguous;
+    size_t si = x->storage;
+    uint64_t storage_offset = x->storage_offset;
+    if (x->from_piece && t->npieces) {
+        const ckpt_piece *p = &t->pieces[0];
+        si = f->by_offset[last_at_or_before(f->offsets, f->nstorages, p->file_offset)];
+        unsigned esz = ckpt_dtype_elem_size(t->dtype);
+        storage_offset = esz ? (p->file_offset - f->storages[si].offset) / esz : 0;
+        if (p->strides) stride = p->strides;
+    }
+    const storage_extra *s = &f->storages[si];
+    sb_puts(sb, "\"storage\": ");
+    sb_json_str(sb, s->key, s->key_len);
+    sb_puts(sb, ", \"storage_offset\": ");
+    sb_u64(sb, storage_offset);
+    sb_puts(sb, ", \"stride\": [");
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        if (d) sb_puts(sb, ", ");
+        sb_u64(sb, stride[d]);
+    }
+    sb_printf(sb, "], \"requires_grad\": %s, \"device\": ", x->requires_grad ? "true" : "false");
+    sb_json_str(sb, s->location, s->location_len);
+    if (s->users < 2) return;
+    sb_puts(sb, ", \"shared_with\": [");
+    size_t others = s->users - 1, listed = 0;
+    size_t first = s->users < MAX_SHARED_LISTED + 1 ? s->users : MAX_SHARED_LISTED + 1;
+    for (size_t k = 0; k < first && listed < MAX_SHARED_LISTED; k++) {
+        if (s->first_names[k] == t->name) continue; /* the tensor itself */
+        if (listed++) sb_puts(sb, ", ");
+        sb_json_str(sb, s->first_names[k], s->first_lens[k]);
+    }
+    if (others > MAX_SHARED_LISTED) sb_puts(sb, ", \"...\"");
+    sb_putc(sb, ']');
+    sb_printf(sb, ", \"storage_users\": %zu", s->users);
+}
+
+static int order_by_offset(const void *a, const void *b, void *ctx) {
+    const storage *st = ctx;
+    uint64_t x = st[*(const uint32_t *)a].offset, y = st[*(const uint32_t *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
+/* The file's extras, with its storages by offset: all are known once the walk is over. */
+static int start_extras(loader *l) {
+    arena *mem = &l->cat->priv->mem;
+    torch_extras *f = arena_alloc(mem, sizeof *f);
+    if (!f || l->nstorages > UINT32_MAX) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    l->extras = f;
+    f->nstorages = l->nstorages;
+    uint64_t *offsets = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *offsets);
+    uint32_t *order = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *order);
+    if (!offsets || !order) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < l->nstorages; i++) order[i] = (uint32_t)i;
+    qsort_r(order, l->nstorages, sizeof *order, order_by_offset, l->storages);
+    bool apart = true;
+    for (size_t i = 0; i < l->nstorages; i++) {
+        const storage *s = &l->storages[order[i]];
+        offsets[i] = s->offset;
+        /* Records of a hostile zip may share bytes: then an offset names no one storage. */
+        if (i + 1 < l->nstorages && s->offset + s->nbytes >= l->storages[order[i + 1]].offset &&
+            (s->nbytes || s->offset == l->storages[order[i + 1]].offset))
+            apart = false;
+    }
+    if (apart) {
+        f->offsets = offsets;
+        f->by_offset = order;
+    }
+    return 0;
+}
+
+/* Tensor `index` of the catalog views storage si at file_offset: its extras, and the storage's
+ * users. */
+static int add_extra(loader *l, const tensor_desc *td, size_t si, size_t index, unsigned esz,
+                     ckpt_dtype dtype, bool empty) {
+    arena *mem = &l->cat->priv->mem;
+    uint64_t contiguous[CKPT_MAX_DIMS] = {0};
+    contiguous_strides(td->shape, td->ndim, contiguous);
+    bool own_strides = memcmp(contiguous, td->stride, td->ndim * sizeof *td->stride) != 0;
+    /* What the piece tells: its offset (not for an empty view), its strides (given unless the
+     * view is row-major), the element size of its dtype. */
+    bool from_piece = l->extras->by_offset && esz && esz == ckpt_dtype_elem_size(dtype) &&
+                      (!empty || td->storage_offset == 0) && (!own_strides || !row_major(td));
+    torch_extra *x = from_piece ? l->from_piece[td->requires_grad] : NULL;
+    if (!x) {
+        size_t n = from_piece || !own_strides ? 0 : td->ndim;
+        x = arena_alloc_aligned(mem, sizeof *x + n * sizeof *x->strides, _Alignof(torch_extra));
+        if (!x) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        x->head.kind = &torch_extra_kind;
+        x->file = l->extras;
+        x->from_piece = from_piece;
+        x->requires_grad = td->requires_grad;
+        x->own_strides = n != 0;
+        x->storage = (uint32_t)si;
+        x->storage_offset = td->storage_offset;
+        memcpy(x->strides, td->stride, n * sizeof *x->strides);
+        if (from_piece) l->from_piece[td->requires_grad] = x;
+    }
+    storage *s = &l->storages[si];
+    if (s->users == 0) {
+        s->first_user = index;
+    } else if (s->users == 1) {
+        if (GROW(l->more_users, l->cap_more, l->nmore + MAX_SHARED_LISTED))
+            return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        s->more_at = l->nmore;
+        l->nmore += MAX_SHARED_LISTED;
+    }
+    if (s->users >= 1 && s->users <= MAX_SHARED_LISTED)
+        l->more_users[s->more_at + s->users - 1] = index;
+    s->users++;
+    catalog_set_extra_record(l->cat, index, &x->head);
+    return 0;
+}
+
 static int add_tensor(loader *l, const pk_value *v) {
     tensor_desc td;
     ckpt_dtype dtype = CKPT_U8;
     uint64_t file_offset = 0;
-    size_t si = 0, index;
-    int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si);
+    size_t si = 0;
+    unsigned esz = 0;
+    int rc = resolve_tensor(l, v, &td, &dtype, &file_offset, &si, &esz);
     if (rc) return rc;
-    const char *name = shown_name(l);
+    const char *name = l->name.data ? l->name.data : "";
     if (l->embedded) return add_embedded(l, v, &td, dtype, file_offset, name);
-    rc = catalog_add_tensor(l->cat, name, l->name.len, dtype, td.ndim, td.shape, &index, l->err);
-    if (!rc)
-        rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
-                               row_major(&td) ? NULL : td.stride, l->err);
-    if (rc) return rc;
-    if (GROW(l->tensors, l->cap_tensors, l->ntensors + 1))
+    /* What catalog_add_tensor would refuse, refused here: in the order of the walk. */
+    uint64_t numel, nbytes;
+    if (!shape_nbytes(td.shape, td.ndim, dtype, &numel, &nbytes))
+        return ckpt_fail(l->err, -EOVERFLOW,
+                         "tensor \"%.*s\": shape product overflows or is not a whole number of "
+                         "bytes",
+                         SHOWN_NAME(name, l->name.len));
+    /* (a name of 4 GiB could only be made of shared keys, and would not fit in memory) */
+    if (si > UINT32_MAX || l->name.len > UINT32_MAX || esz > UINT8_MAX ||
+        GROW(l->found, l->cap_found, l->nfound + 1))
         return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    if (GROW(l->strides, l->cap_strides, l->nstrides + td.ndim))
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    tensor_ref *t = &l->tensors[l->ntensors++];
-    t->index = index;
-    t->storage = si;
-    t->storage_offset = td.storage_offset;
-    t->stride_at = l->nstrides;
-    t->ndim = td.ndim;
-    if (td.ndim) /* a 0-d tensor first: no strides allocated yet */
-        memcpy(l->strides + l->nstrides, td.stride, td.ndim * sizeof *td.stride);
-    l->nstrides += td.ndim;
-    t->requires_grad = td.requires_grad;
+    found_tensor *f = &l->found[l->nfound];
+    f->name = l->name_text ? l->name_text : arena_text(&l->scratch, name, l->name.len);
+    f->vector = td.ndim == 1 && td.stride[0] == 1;
+    if (f->vector) {
+        f->u.size = td.shape[0];
+    } else if (td.ndim) {
+        uint64_t *dims = arena_alloc_aligned(&l->scratch, 2 * td.ndim * sizeof *dims, 8);
+        if (!dims) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        memcpy(dims, td.shape, td.ndim * sizeof *dims);
+        memcpy(dims + td.ndim, td.stride, td.ndim * sizeof *dims);
+        f->u.dims = dims;
+    }
+    if (!f->name) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    f->name_len = (uint32_t)l->name.len;
+    f->storage_offset = td.storage_offset;
+    f->storage = (uint32_t)si;
+    f->dtype = (uint8_t)dtype;
+    f->ndim = (uint8_t)td.ndim;
+    f->esz = (uint8_t)esz;
+    f->requires_grad = td.requires_grad;
+    l->nfound++;
     return 0;
+}
+
+/* The tensors the walk found, into the catalog. */
+static int add_found(loader *l) {
+    int rc = catalog_reserve_tensors(l->cat, l->nfound, l->err);
+    if (!rc && l->nfound) rc = start_extras(l);
+    for (size_t i = 0; i < l->nfound && !rc; i++) {
+        const found_tensor *f = &l->found[i];
+        tensor_desc td;
+        memset(&td, 0, sizeof td);
+        td.ndim = f->ndim;
+        if (f->vector) {
+            td.shape[0] = f->u.size;
+            td.stride[0] = 1;
+        } else if (f->ndim) {
+            memcpy(td.shape, f->u.dims, f->ndim * sizeof *f->u.dims);
+            memcpy(td.stride, f->u.dims + f->ndim, f->ndim * sizeof *f->u.dims);
+        }
+        td.storage_offset = f->storage_offset;
+        td.requires_grad = f->requires_grad;
+        /* Where resolve_tensor found element 0 (an empty view: at the storage). */
+        bool empty = false;
+        for (uint32_t d = 0; d < td.ndim; d++) empty |= td.shape[d] == 0;
+        uint64_t file_offset =
+            l->storages[f->storage].offset + (empty ? 0 : f->storage_offset * f->esz);
+        size_t index;
+        rc = catalog_add_tensor(l->cat, f->name, f->name_len, (ckpt_dtype)f->dtype, td.ndim,
+                                td.shape, &index, l->err);
+        if (!rc)
+            rc = catalog_add_piece(l->cat, index, l->source, file_offset, NULL, NULL,
+                                   row_major(&td) ? NULL : td.stride, l->err);
+        if (!rc) rc = add_extra(l, &td, f->storage, index, f->esz, (ckpt_dtype)f->dtype, empty);
+    }
+    return rc;
 }
 
 /* ---- walking the saved object ---- */
@@ -691,6 +954,9 @@ static int walk(loader *l, const pk_value *v, int depth);
 static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_value *child,
                       int depth) {
     size_t keep = l->name.len;
+    const char *keep_text = l->name_text;
+    /* A name that is one string key (a flat state dict's) is taken from the pickle as it is. */
+    l->name_text = !keep && key && key->kind == PK_STR ? key->u.s.p : NULL;
     if (keep) sb_putc(&l->name, '.');
     if (!key) {
         sb_printf(&l->name, "%u", index);
@@ -710,6 +976,7 @@ static int walk_child(loader *l, const pk_value *key, uint32_t index, const pk_v
     if (l->name.failed) return ckpt_fail(l->err, -ENOMEM, "out of memory");
     int rc = walk(l, child, depth + 1);
     l->name.len = keep;
+    l->name_text = keep_text;
     return rc;
 }
 
@@ -763,69 +1030,47 @@ static int walk(loader *l, const pk_value *v, int depth) {
     return add_meta(l, v);
 }
 
-/* ---- sidecar extras: storage key, layout, requires_grad, tensors sharing the storage ---- */
+/* ---- sidecar extras, once every tensor is in ---- */
 
+/* The storages' part of the extras, in the catalog's arena: the records point to it. Names are
+ * taken now, while the catalog's indexes are the loader's (catalog_finish sorts); their text
+ * stays where it is. */
 static int set_extras(loader *l) {
-    /* Tensors grouped by storage: order by storage, then by position. */
-    size_t *first = malloc((l->nstorages ? l->nstorages : 1) * sizeof *first);
-    size_t *next = malloc((l->ntensors ? l->ntensors : 1) * sizeof *next);
-    size_t *count = calloc(l->nstorages ? l->nstorages : 1, sizeof *count);
-    if (!first || !next || !count) {
-        free(first), free(next), free(count);
-        return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    }
-    for (size_t s = 0; s < l->nstorages; s++) first[s] = SIZE_MAX;
-    for (size_t i = l->ntensors; i-- > 0;) {
-        size_t s = l->tensors[i].storage;
-        next[i] = first[s];
-        first[s] = i;
-        count[s]++;
-    }
-    strbuf sb;
-    sb_init(&sb);
-    int rc = 0;
-    for (size_t i = 0; i < l->ntensors && !rc; i++) {
-        const tensor_ref *t = &l->tensors[i];
-        const storage *s = &l->storages[t->storage];
-        sb_clear(&sb);
-        sb_puts(&sb, "\"storage\": ");
-        sb_json_str(&sb, s->key, s->key_len);
-        sb_puts(&sb, ", \"storage_offset\": ");
-        sb_u64(&sb, t->storage_offset);
-        sb_puts(&sb, ", \"stride\": [");
-        for (uint32_t d = 0; d < t->ndim; d++) {
-            if (d) sb_puts(&sb, ", ");
-            sb_u64(&sb, l->strides[t->stride_at + d]);
+    if (!l->extras) return 0;
+    arena *mem = &l->cat->priv->mem;
+    storage_extra *table = arena_array(mem, l->nstorages ? l->nstorages : 1, sizeof *table);
+    if (!table) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+    const storage_extra *prev = NULL;
+    for (size_t i = 0; i < l->nstorages; i++) {
+        const storage *s = &l->storages[i];
+        storage_extra *e = &table[i];
+        e->key = arena_text(&l->cat->priv->text, s->key, s->key_len);
+        e->key_len = s->key_len;
+        /* Every storage of a file is on one device, mostly: one copy of its name. */
+        if (prev && prev->location_len == s->location_len &&
+            memcmp(prev->location, s->location, s->location_len) == 0)
+            e->location = prev->location;
+        else
+            e->location = arena_text(&l->cat->priv->text, s->location, s->location_len);
+        e->location_len = s->location_len;
+        e->users = s->users;
+        e->offset = s->offset;
+        if (!e->key || !e->location) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        prev = e;
+        if (s->users < 2) continue;
+        size_t n = s->users < MAX_SHARED_LISTED + 1 ? s->users : MAX_SHARED_LISTED + 1;
+        e->first_names = arena_array(mem, n, sizeof *e->first_names);
+        e->first_lens = arena_array(mem, n, sizeof *e->first_lens);
+        if (!e->first_names || !e->first_lens) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        for (size_t k = 0; k < n; k++) {
+            const ckpt_tensor *t =
+                &l->cat->tensors[k ? l->more_users[s->more_at + k - 1] : s->first_user];
+            e->first_names[k] = t->name;
+            e->first_lens[k] = t->name_len;
         }
-        sb_printf(&sb,
-                  "], \"requires_grad\": %s, \"device\": ", t->requires_grad ? "true" : "false");
-        sb_json_str(&sb, s->location, s->location_len);
-        if (count[t->storage] > 1) {
-            sb_puts(&sb, ", \"shared_with\": [");
-            size_t listed = 0;
-            for (size_t j = first[t->storage]; j != SIZE_MAX; j = next[j]) {
-                if (j == i) continue;
-                const ckpt_tensor *o = &l->cat->tensors[l->tensors[j].index];
-                if (listed == MAX_SHARED_LISTED) {
-                    sb_puts(&sb, ", \"...\"");
-                    break;
-                }
-                if (listed++) sb_puts(&sb, ", ");
-                sb_json_str(&sb, o->name, o->name_len);
-            }
-            sb_putc(&sb, ']');
-            sb_printf(&sb, ", \"storage_users\": %zu", count[t->storage]);
-        }
-        if (sb.failed || !sb_reserve(&sb, 1)) {
-            rc = ckpt_fail(l->err, -ENOMEM, "out of memory");
-            break;
-        }
-        sb.data[sb.len] = '\0';
-        rc = catalog_set_extra(l->cat, t->index, sb.data, l->err);
     }
-    sb_free(&sb);
-    free(first), free(next), free(count);
-    return rc;
+    l->extras->storages = table;
+    return 0;
 }
 
 /* ---- the archive ---- */
@@ -929,21 +1174,40 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
         read_tensor(l, *value, &td) == 0 &&
         (!td.has_dtype || (td.dtype_g && td.dtype_g->tag == PK_G_DTYPE && td.dtype_g->dtype >= 0));
     l->err = keep;
-    if (!clean) return 0;
-    tensor_rec *r = arena_alloc(&doc->mem, sizeof *r + 2 * (size_t)td.ndim * sizeof *r->dims);
+    /* Offsets come before the call that uses them; a record keeps their distances in 32 bits. */
+    if (!clean || td.ref.pos > td.pos || td.pos - td.ref.pos > UINT32_MAX ||
+        (td.has_dtype && td.dtype_pos > td.pos))
+        return 0;
+    const shared_ref *last = l->last_ref;
+    if (!last || last->cls != td.ref.cls || last->numel != td.ref.numel ||
+        last->key_len != td.ref.key_len || last->location_len != td.ref.location_len ||
+        memcmp(last->key, td.ref.key, td.ref.key_len) != 0 ||
+        memcmp(last->location, td.ref.location, td.ref.location_len) != 0) {
+        shared_ref *ref = arena_alloc(&doc->mem, sizeof *ref);
+        if (!ref) return ckpt_fail(err, -ENOMEM, "out of memory");
+        *ref = (shared_ref){td.ref.cls,     td.ref.key,          td.ref.location,
+                            td.ref.key_len, td.ref.location_len, td.ref.numel};
+        l->last_ref = last = ref;
+    }
+    size_t dims = 2 * (size_t)td.ndim * sizeof(uint64_t);
+    tensor_rec *r =
+        arena_alloc(&doc->mem, sizeof *r + dims + (td.has_dtype ? sizeof(rec_dtype) : 0));
     pk_value *rec = r ? pk_new_record(doc, REC_TENSOR, r, td.pos) : NULL;
     if (!rec) return ckpt_fail(err, -ENOMEM, "out of memory");
-    r->pos = td.pos;
+    r->ref = last;
     r->storage_offset = td.storage_offset;
-    r->dtype_pos = td.dtype_pos;
-    r->ref = td.ref;
-    r->dtype_g = td.dtype_g;
-    r->ndim = td.ndim;
+    r->persid_back = (uint32_t)(td.pos - td.ref.pos);
+    r->ndim = (uint8_t)td.ndim;
     r->has_dtype = td.has_dtype;
     r->requires_grad = td.requires_grad;
     memcpy(r->dims, td.shape, td.ndim * sizeof *r->dims);
     memcpy(r->dims + td.ndim, td.stride, td.ndim * sizeof *r->dims);
+    if (td.has_dtype) {
+        rec_dtype dt = {td.dtype_g, td.pos - td.dtype_pos};
+        memcpy(r->dims + 2 * td.ndim, &dt, sizeof dt);
+    }
     *value = rec;
+    l->records++;
     return 0;
 }
 
@@ -951,12 +1215,21 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
 static int finish(loader *l, pk_doc *pd, strbuf *doc) {
     /* Shared values (tied weights) are visited once per reference: allow a few passes. */
     l->budget = 4 * pd->values + 1024;
-    int rc = walk(l, pd->root, 0);
-    pk_free(pd); /* before the sidecars are written: the two would add up */
+    /* The walk finds about as many tensors as the parse made records. */
+    int rc = 0;
+    if (!l->embedded && l->records > l->cap_found) {
+        found_tensor *f = realloc(l->found, l->records * sizeof *f);
+        if (!f) return ckpt_fail(l->err, -ENOMEM, "out of memory");
+        l->found = f;
+        l->cap_found = l->records;
+    }
+    rc = walk(l, pd->root, 0);
+    pk_free(pd); /* before the catalog is filled: the two would add up */
     if (rc || l->embedded) return rc;
-    rc = set_extras(l);
+    rc = add_found(l);
+    if (!rc) rc = set_extras(l);
     if (!rc) {
-        sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->ntensors);
+        sb_printf(doc, ", \"storages\": %zu, \"tensors\": %zu}", l->nstorages, l->nfound);
         rc = doc->failed ? ckpt_fail(l->err, -ENOMEM, "out of memory")
                          : catalog_add_doc(l->cat, "torch", doc->data, doc->len, l->err);
     }
@@ -981,7 +1254,7 @@ static int load_zip(loader *l, strbuf *doc) {
     char *data = NULL;
     size_t len = 0;
     if (!(rc = zip_data_offset(&l->zip, pkl, &pkl_offset, l->err)))
-        rc = zip_read(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
+        rc = zip_map(&l->zip, pkl, PICKLE_LIMIT, &data, &len, l->err);
     pk_doc pd = {0};
     if (!rc) {
         const pk_table tables[2] = {pk_torch_globals,
@@ -989,6 +1262,7 @@ static int load_zip(loader *l, strbuf *doc) {
         pk_hooks hooks = {l, on_pair};
         pk_options opt = {l->label,  pkl_offset, tables, l->extra_globals ? 2 : 1,
                           {0, 0, 0}, &hooks};
+        l->last_ref = NULL;
         rc = pk_parse(&pd, data, len, &opt, l->err);
     }
     if (!rc) {
@@ -997,7 +1271,7 @@ static int load_zip(loader *l, strbuf *doc) {
         hm_free(&l->storage_by_key);
         pk_free(&pd);
     }
-    free(data);
+    zip_unmap(data, len);
     return rc;
 }
 
@@ -1017,9 +1291,9 @@ static int collect_legacy_storages(loader *l, const pk_value *v, int depth, size
     case PK_PERSID: {
         if (is_tensor_rec(v)) {
             const tensor_rec *r = v->u.record;
-            key = r->ref.key;
-            key_len = r->ref.key_len;
-            esz = r->ref.cls->esz;
+            key = r->ref->key;
+            key_len = r->ref->key_len;
+            esz = r->ref->cls->esz;
         } else if (v->kind == PK_PERSID) {
             const pk_value *id = v->u.persid;
             if (id->kind != PK_TUPLE || id->n < 5 || id->u.c.items[1]->kind != PK_GLOBAL ||
@@ -1077,10 +1351,12 @@ static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
         if (rc) return rc;
         size_t at = 0;
         int i;
+        l->records = 0; /* a retry parses them all again */
         for (i = 0; i < 5 && !rc; i++) {
             snprintf(l->label, sizeof l->label, "%s: %s pickle", l->path, what[i]);
             pk_hooks hooks = {l, on_pair};
             pk_options opt = {l->label, at, &pk_torch_globals, 1, {0, 0, 0}, &hooks};
+            l->last_ref = NULL; /* each pickle's records live in its own document */
             rc = pk_parse(&pd[i], *buf + at, (size_t)window - at, &opt, l->err);
             if (!rc) at += pd[i].end;
         }
@@ -1187,8 +1463,9 @@ static int run(loader *l, bool legacy) {
     hm_free(&l->legacy_by_key);
     zip_close(&l->zip);
     free(l->storages);
-    free(l->tensors);
-    free(l->strides);
+    free(l->found);
+    arena_free(&l->scratch);
+    free(l->more_users);
     free(l->legacy_storages);
     sb_free(&doc);
     sb_free(&l->name);

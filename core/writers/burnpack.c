@@ -402,11 +402,11 @@ static bool burn_shape_of(const json_value *v, uint64_t *shape, uint32_t *ndim) 
  * describes the catalog's bytes) and its param_id. Returns 1 when the dtype was taken. */
 static int from_burnpack_extra(job *J, entry *e) {
     const ckpt_tensor *t = e->t;
-    if (!t->extra_json) return 0;
+    if (!t->extra) return 0;
     strbuf wrapped;
     sb_init(&wrapped);
     sb_putc(&wrapped, '{');
-    sb_puts(&wrapped, t->extra_json);
+    ckpt_tensor_extra(t, &wrapped);
     sb_putc(&wrapped, '}');
     if (wrapped.failed) return ckpt_fail(J->err, -ENOMEM, "out of memory");
     json_doc doc;

@@ -10,8 +10,14 @@ The good fixtures are committed in tests/fixtures/torch (written by tests/gen/to
 with real torch), so this test needs no torch.
 """
 
+import json
+import math
 import os
+import struct
+import subprocess
 import sys
+import tempfile
+import zipfile
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 COMMITTED = os.path.normpath(os.path.join(HERE, "..", "fixtures", "torch"))
@@ -106,6 +112,8 @@ def main(tap, ckptfs, fixtures):
               "%s/cases.tsv exists" % torch_hostile):
         hostile.run_cases(tap, ckptfs, torch_hostile, min_cases=60, min_canaries=5)
         check_bound_bytes(tap, ckptfs, torch_hostile)
+    with tempfile.TemporaryDirectory() as tmp:
+        check_shared_views(tap, ckptfs, tmp)
 
 
 def check_bound_bytes(tap, ckptfs, torch_hostile):
@@ -120,6 +128,110 @@ def check_bound_bytes(tap, ckptfs, torch_hostile):
                 tap.ok(not problems, "%s: %s bytes (sha256 of the generator's)" % (case, name),
                        problems)
         mounted(tap, ckptfs, os.path.join(torch_hostile, case), case, checks)
+
+
+# ---------------------------------------------------------------------------
+# Views of shared storages, written here opcode by opcode (no torch needed)
+
+def pickle_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def rebuild_v2(key, cls, numel, offset, size, stride, requires_grad):
+    """torch._utils._rebuild_tensor_v2(persistent id, offset, size, stride, requires_grad,
+    OrderedDict()) as protocol 2 spells it, without memo."""
+    ints = lambda xs: b"(" + b"".join(b"J" + struct.pack("<i", x) for x in xs) + b"t"
+    persid = (b"(" + pickle_str("storage") + b"ctorch\n" + cls.encode() + b"\n" +
+              pickle_str(key) + pickle_str("cpu") + b"J" + struct.pack("<i", numel) + b"tQ")
+    return (b"ctorch._utils\n_rebuild_tensor_v2\n(" + persid + b"J" + struct.pack("<i", offset) +
+            ints(size) + ints(stride) + (b"\x88" if requires_grad else b"\x89") +
+            b"ccollections\nOrderedDict\n)Rt" + b"R")
+
+
+def shared_views_file(path):
+    """A state dict in which 8 tensors view float storage "0" (40 elements), one of them an
+    empty view at offset 5, and 2 view short storage "1": names, offsets and strides of views
+    (a transposed one, a size-1 dim with an odd stride), a name holding '%' and one of 200
+    bytes. Returns {name: (storage, offset, size, stride, requires_grad)} in pickle order."""
+    tensors = [
+        ("v.a", "0", 0, [4], [1], True),
+        ("v.b%c", "0", 4, [2, 2], [2, 1], False),
+        ("v.empty", "0", 5, [0], [1], False),
+        ("v." + "x" * 200, "0", 8, [3], [2], False),
+        ("v.d", "0", 12, [2, 3], [1, 2], True),
+        ("v.e", "0", 20, [3, 1], [1, 7], False),
+        ("v.f", "0", 30, [5], [1], False),
+        ("v.g", "0", 39, [], [], False),
+        ("h.t", "1", 1, [3, 2], [1, 3], False),
+        ("h.all", "1", 0, [12], [1], False),
+    ]
+    numel = {"0": 40, "1": 12}
+    cls = {"0": "FloatStorage", "1": "ShortStorage"}
+    body = b"\x80\x02ccollections\nOrderedDict\n)R("
+    for name, key, offset, size, stride, rg in tensors:
+        body += pickle_str(name) + rebuild_v2(key, cls[key], numel[key], offset, size, stride, rg)
+    body += b"u."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", body)
+        z.writestr("archive/data/0", struct.pack("<40f", *range(40)))
+        z.writestr("archive/data/1", struct.pack("<12h", *range(12)))
+        z.writestr("archive/version", "3\n")
+    return tensors
+
+
+def check_shared_views(tap, ckptfs, tmp):
+    """Sidecars say each view's storage, offset, stride, requires_grad and device, and name the
+    first 4 other users of a shared storage in file order ("..." when there are more) with
+    their count; the names are the dict's keys as they are."""
+    src = os.path.join(tmp, "shared_views.pt")
+    tensors = shared_views_file(src)
+    p = subprocess.run([ckptfs, "ls", "--json", src], capture_output=True, timeout=60)
+    listed = json.loads(p.stdout) if p.returncode == 0 else []
+    paths = {t["name"]: t["path"] for t in listed}
+    tap.ok(sorted(paths) == sorted(t[0] for t in tensors),
+           "shared views: ls lists the names as the keys spell them ('%' and 200 bytes kept)",
+           [p.stderr.decode(errors="replace")[:300], repr(sorted(paths))[:300]])
+
+    def checks(mnt):
+        for name, key, offset, size, stride, rg in tensors:
+            users = [t[0] for t in tensors if t[1] == key]
+            others = [u for u in users if u != name]
+            want = {"name": name, "storage": key, "storage_offset": offset, "stride": stride,
+                    "shape": size, "requires_grad": rg, "device": "cpu"}
+            if len(users) > 1:
+                want["shared_with"] = others[:4] + (["..."] if len(others) > 4 else [])
+                want["storage_users"] = len(users)
+            problems = []
+            try:
+                sc = read_json(os.path.join(mnt, paths.get(name, "?") + ".json"))
+                problems = field_problems(sc, want)
+                if len(users) == 1 and ("shared_with" in sc or "storage_users" in sc):
+                    problems.append("a storage of one tensor names users: %r" % sc)
+            except (OSError, ValueError) as e:
+                problems.append(str(e))
+            tap.ok(not problems, "shared views: %.40s sidecar (storage, offset, stride, "
+                   "requires_grad, first other users)" % name, problems)
+        elems = {"0": (list(range(40)), "<%df"), "1": (list(range(12)), "<%dh")}
+        for name, key, offset, size, stride, rg in tensors:
+            values, fmt = elems[key]
+            want = []
+            for i in range(math.prod(size)):
+                at, rest = offset, i
+                for d in reversed(range(len(size))):
+                    at += (rest % size[d]) * stride[d]
+                    rest //= size[d]
+                want.append(values[at])
+            try:
+                with open(os.path.join(mnt, paths.get(name, "?")), "rb") as f:
+                    got = f.read()
+            except OSError as e:
+                got = repr(e).encode()
+            tap.ok(got == struct.pack(fmt % len(want), *want),
+                   "shared views: %.40s reads its own elements in row-major order" % name,
+                   ["got %r" % got[:80]])
+
+    mounted(tap, ckptfs, src, "shared views", checks)
 
 
 if __name__ == "__main__":

@@ -767,26 +767,20 @@ def shared_storage_cases(tap, ckptfs, tmp, asan):
            "storage_users 30000", [repr(sidecar)[:400]])
 
 
-def todo_ok(tap, good, text, todo):
-    """An expected failure: prove shows when it starts to pass."""
-    tap.n += 1  # printed by hand: Tap.ok would escape the '#' of the directive
-    print("%s %d - %s # TODO %s" % ("ok" if good else "not ok", tap.n, text, todo))
-
-
 # The parser keeps only fetched memo entries and hands each dict pair to the reader, which turns
 # the tensors and DCP entries it has read into compact records (the rest of their tree is
-# recycled as it goes): neither pickle stands whole as a tree any more. The torch zip of 300,000
-# views is still over the bound past its parse: each sidecar names 4 other users of the storage
-# (~290 B a tensor, 86 MB) and the catalog of 300,000 one-tensor directories takes ~135 MiB at
-# its finish (a safetensors file of the same names does too): 232 MiB against 139.
-PICKLE_TODO = "torch: sidecars (~290 B a tensor) and the catalog of 300,000 directories"
+# recycled as it goes): neither pickle stands whole as a tree any more. The torch reader fills
+# the catalog only once the tree is freed, and its sidecar extras are records rendered when a
+# sidecar is read (the first users of a shared storage kept once per storage, not ~290 B of text
+# a tensor), so the torch zip of 300,000 views is held to 85% of the bound, as the million-tensor
+# headers are.
 
 
 def pickle_dom_cases(tap, ckptfs, tmp, asan):
-    """Pickles of many tensors: ls, info and a mount within the bound (the torch zip still a
-    TODO, see PICKLE_TODO): a torch.save zip of 300,000 views and a DCP .metadata of 100,000
-    tensors (written with tests/gen/dcp_fixtures.py's stand-ins of torch's DCP classes, as its
-    hostile cases are)."""
+    """Pickles of many tensors: ls, info and a mount within the bound (the torch zip within 85%
+    of it): a torch.save zip of 300,000 views and a DCP .metadata of 100,000 tensors (written
+    with tests/gen/dcp_fixtures.py's stand-ins of torch's DCP classes, as its hostile cases
+    are)."""
     if asan:  # minutes of a sanitized parse, and the bound is loosened there: nothing to learn
         for what in ("torch zip of 300,000 views", "DCP .metadata of 100,000 tensors"):
             tap.skip("%s: ckptfs ls, info and a mount within the bound" % what,
@@ -799,7 +793,7 @@ def pickle_dom_cases(tap, ckptfs, tmp, asan):
     with open(src, "wb") as f:
         f.write(stored_zip([("archive/data.pkl", pkl), ("archive/data/0", bytes(8 * m)),
                             ("archive/version", b"3\n")]))
-    cases = [(src, len(pkl), "torch zip of 300,000 views", m)]
+    cases = [(src, len(pkl), "torch zip of 300,000 views", m, 0.85)]
     del pkl
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "gen"))
     import pickle
@@ -826,34 +820,27 @@ def pickle_dom_cases(tap, ckptfs, tmp, asan):
         "entries": entries, "version": "1.0.0", "storage_meta": None}), protocol=4)
     with open(os.path.join(d, ".metadata"), "wb") as f:
         f.write(meta)
-    cases.append((d, len(meta), "DCP .metadata of 100,000 tensors", n))
+    cases.append((d, len(meta), "DCP .metadata of 100,000 tensors", n, 1.0))
     del meta, entries
-    for path, size, what, count in cases:
-        limit = bound(size, asan)
-        todo = PICKLE_TODO if path == src else None
+    for path, size, what, count, margin in cases:
+        limit = bound(size, asan) * margin
+        of = "" if margin == 1.0 else " (%d%% of the bound)" % round(100 * margin)
         rc, out, err, rss = run_rss([ckptfs, "ls", path], asan)
         lines = out.count(b"\n")
         tap.ok(rc == 0 and lines == count, "%s: ckptfs ls lists every tensor" % what,
                ["exit %r, %d lines: %s" % (rc, lines, err.decode(errors="replace")[:300])])
-        rss_ok(tap, rss < limit, "%s: ckptfs ls peak RSS %.1f MiB < %.1f MiB"
-                  % (what, rss / MIB, limit / MIB), todo)
+        tap.ok(rss < limit, "%s: ckptfs ls peak RSS %.1f MiB < %.1f MiB%s"
+               % (what, rss / MIB, limit / MIB, of))
         rc, _, err, rss = run_rss([ckptfs, "info", path], asan)
         tap.ok(rc == 0, "%s: ckptfs info works" % what, [err.decode(errors="replace")[:300]])
-        rss_ok(tap, rss < limit, "%s: ckptfs info peak RSS %.1f MiB < %.1f MiB"
-                  % (what, rss / MIB, limit / MIB), todo)
+        tap.ok(rss < limit, "%s: ckptfs info peak RSS %.1f MiB < %.1f MiB%s"
+               % (what, rss / MIB, limit / MIB, of))
         mounted, hwm, err = light_mount_rss(ckptfs, path, os.path.join(tmp, "mnt"), asan)
         tap.ok(mounted, "%s: mounts" % what, [err[:300]])
         if mounted:
-            rss_ok(tap, hwm is not None and hwm < limit,
-                      "%s: mount peak RSS (VmHWM) %.1f MiB < %.1f MiB"
-                      % (what, (hwm or 0) / MIB, limit / MIB), todo)
-
-
-def rss_ok(tap, good, text, todo):
-    if todo is None:
-        tap.ok(good, text)
-    else:
-        todo_ok(tap, good, text, todo)
+            tap.ok(hwm is not None and hwm < limit,
+                   "%s: mount peak RSS (VmHWM) %.1f MiB < %.1f MiB%s"
+                   % (what, (hwm or 0) / MIB, limit / MIB, of))
 
 
 def main():

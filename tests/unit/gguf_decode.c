@@ -155,10 +155,15 @@ int main(void) {
     size_t data = good.len - 128;
     ok(w && w->npieces == 1 && w->pieces[0].file_offset == data, "w at the data section");
     ok(q && q->pieces[0].file_offset == data + 32, "q at data + 32 (alignment 16)");
-    ok(q && q->extra_json &&
-           strcmp(q->extra_json, "\"ggml_type\": \"Q8_0\", \"ggml_type_id\": 8, "
-                                 "\"block_size\": 32, \"type_size\": 34") == 0,
-       "sidecar extras of q: %s", q && q->extra_json ? q->extra_json : "(none)");
+    strbuf q_extra;
+    sb_init(&q_extra);
+    bool has_extra = q && ckpt_tensor_extra(q, &q_extra);
+    sb_putc(&q_extra, '\0');
+    ok(has_extra && !q_extra.failed &&
+           strcmp(q_extra.data, "\"ggml_type\": \"Q8_0\", \"ggml_type_id\": 8, "
+                                "\"block_size\": 32, \"type_size\": 34") == 0,
+       "sidecar extras of q: %s", has_extra && !q_extra.failed ? q_extra.data : "(none)");
+    sb_free(&q_extra);
     size_t len;
     char *meta = ckpt_metadata_json(cat, &len);
     static const char *const want[] = {
