@@ -222,7 +222,7 @@ struct ckpt_extra {
     const ckpt_extra_kind *kind;
 };
 
-/* Fields ordered so that the flags share one word with npieces: 112 bytes, for a catalog of a
+/* Fields ordered so that the flags share one word with npieces: 96 bytes, for a catalog of a
  * million tensors holds a million of them. */
 struct ckpt_tensor {
     const char *name; /* may contain NUL bytes: always use name_len */

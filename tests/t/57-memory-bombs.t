@@ -651,8 +651,8 @@ def stats_cases(tap, ckptfs, tmp, asan):
     tap.ok(len(t) == m and t[123]["name"] == "t0000123" and t[123]["max"] == max(vals)
            and t[123]["min"] == min(vals), "stats.json of 200,000 tensors: every tensor, "
            "figures as the file holds them", [repr(t[123] if len(t) > 123 else None)[:300]])
-    # What a mount of minimal entries holds before (catalog, tree, HF view: the TODO of the
-    # million-tensor case above) is over the bound already; what stats.json adds is checked.
+    # What a mount of minimal entries holds before stats.json is read is held to the bound by the
+    # cases above; here, what reading stats.json adds to it.
     grown, kept = (after - before) / m, (rss - rss_before) / m
     figures = ["VmHWM %.1f -> %.1f MiB, VmRSS %.1f -> %.1f MiB (bound %.1f MiB)"
                % (before / MIB, after / MIB, rss_before / MIB, rss / MIB, limit / MIB)]
