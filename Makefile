@@ -133,6 +133,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/d
 	$(PYTHON) tests/bench/peers.py $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/stage_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/zstd_bench.py $(B)/ckptfs $(B)/bench-out
+	$(PYTHON) tests/bench/cast_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/strided_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/tree_bench.py $(B)/ckptfs $(B)/bench-out --also='-o spin_us=0' \
 	    --floor $(B)/bench/walkfloor
