@@ -175,13 +175,9 @@ typedef struct loader {
     const pk_table *extra_globals; /* a caller's table besides torch's, or NULL */
 } loader;
 
-/* What a persistent id ("storage", class, key, location, numel) says. Key and location point
- * into the pickle. */
+/* What a persistent id ("storage", class, key, location, numel) says, and where it is. */
 typedef struct storage_ref {
-    const pk_global *cls;
-    const char *key, *location;
-    size_t key_len, location_len;
-    uint64_t numel;
+    shared_ref id;
     uint64_t pos; /* of the persistent id, for messages */
 } storage_ref;
 
@@ -438,23 +434,23 @@ static int read_persid(loader *l, const pk_value *persid, storage_ref *ref) {
                            pk_global_name(cls, gname, sizeof gname), cls->note);
     if (f[2]->kind != PK_STR) return tensor_fail(l, f[2], "storage key is not a string");
     if (f[3]->kind != PK_STR) return tensor_fail(l, f[3], "storage location is not a string");
-    if (!as_u64(f[4], &ref->numel))
+    if (!as_u64(f[4], &ref->id.numel))
         return tensor_fail(l, f[4], "storage numel is not a non-negative int");
-    ref->cls = cls;
-    ref->key = f[2]->u.s.p;
-    ref->key_len = f[2]->u.s.len;
-    ref->location = f[3]->u.s.p;
-    ref->location_len = f[3]->u.s.len;
+    ref->id.cls = cls;
+    ref->id.key = f[2]->u.s.p;
+    ref->id.key_len = f[2]->u.s.len;
+    ref->id.location = f[3]->u.s.p;
+    ref->id.location_len = f[3]->u.s.len;
     ref->pos = persid->pos;
     return 0;
 }
 
 static int find_storage(loader *l, const storage_ref *ref, size_t *index) {
     char gname[160];
-    const pk_global *cls = ref->cls;
-    uint64_t numel = ref->numel;
-    const char *key = ref->key;
-    size_t klen = ref->key_len;
+    const pk_global *cls = ref->id.cls;
+    uint64_t numel = ref->id.numel;
+    const char *key = ref->id.key;
+    size_t klen = ref->id.key_len;
 
     bool added;
     hm_entry *he = hm_put(&l->storage_by_key, key, klen, l->nstorages, &added);
@@ -483,8 +479,8 @@ static int find_storage(loader *l, const storage_ref *ref, size_t *index) {
     s->key_len = klen;
     s->cls = cls;
     s->numel = numel;
-    s->location = ref->location;
-    s->location_len = ref->location_len;
+    s->location = ref->id.location;
+    s->location_len = ref->id.location_len;
     *index = l->nstorages++;
     return 0;
 }
@@ -533,9 +529,7 @@ static int read_tensor(loader *l, const pk_value *v, tensor_desc *td) {
         const tensor_rec *r = v->u.record;
         td->pos = v->pos;
         td->storage_offset = r->storage_offset;
-        td->ref = (storage_ref){
-            r->ref->cls,          r->ref->key,   r->ref->location,       r->ref->key_len,
-            r->ref->location_len, r->ref->numel, v->pos - r->persid_back};
+        td->ref = (storage_ref){*r->ref, v->pos - r->persid_back};
         td->has_dtype = r->has_dtype;
         td->requires_grad = r->requires_grad;
         td->ndim = r->ndim;
@@ -1179,14 +1173,13 @@ static int on_pair(void *ctx, pk_doc *doc, const pk_pair_site *site, pk_value **
         (td.has_dtype && td.dtype_pos > td.pos))
         return 0;
     const shared_ref *last = l->last_ref;
-    if (!last || last->cls != td.ref.cls || last->numel != td.ref.numel ||
-        last->key_len != td.ref.key_len || last->location_len != td.ref.location_len ||
-        memcmp(last->key, td.ref.key, td.ref.key_len) != 0 ||
-        memcmp(last->location, td.ref.location, td.ref.location_len) != 0) {
+    const shared_ref *id = &td.ref.id;
+    if (!last || last->cls != id->cls || last->numel != id->numel || last->key_len != id->key_len ||
+        last->location_len != id->location_len || memcmp(last->key, id->key, id->key_len) != 0 ||
+        memcmp(last->location, id->location, id->location_len) != 0) {
         shared_ref *ref = arena_alloc(&doc->mem, sizeof *ref);
         if (!ref) return ckpt_fail(err, -ENOMEM, "out of memory");
-        *ref = (shared_ref){td.ref.cls,     td.ref.key,          td.ref.location,
-                            td.ref.key_len, td.ref.location_len, td.ref.numel};
+        *ref = *id;
         l->last_ref = last = ref;
     }
     size_t dims = 2 * (size_t)td.ndim * sizeof(uint64_t);

@@ -19,7 +19,6 @@ source files are in the page cache, the outputs go to OUTDIR's file system.
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import statistics
@@ -34,6 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from ckptfs_test import is_mounted, run_capture, unmount  # noqa: E402
+from staging import file_sha  # noqa: E402
 
 NAME = "model.weight"
 DATA_VERSION = 1
@@ -96,19 +96,7 @@ def data_digest(path):
     """sha256 of a safetensors file's data section."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
-        f.seek(8 + n)
-        h = hashlib.sha256()
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_digest(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_sha(path, 8 + n)
 
 
 def timed(argv):
@@ -131,7 +119,7 @@ def main():
     make_data(d, a.mib)
     f32, f16 = os.path.join(d, "f32.safetensors"), os.path.join(d, "f16.safetensors")
     for p in (f32, f16):
-        file_digest(p)  # in the page cache before the first round
+        file_sha(p)  # in the page cache before the first round
     py = "/usr/bin/python3"
     work = tempfile.mkdtemp(prefix="cast-bench.", dir=d)
     mnt = os.path.join(work, "mnt")
@@ -159,12 +147,12 @@ def main():
                 subprocess.run(["dd", "if=" + os.path.join(mnt, NAME.replace(".", "/")),
                                 "of=/dev/null", "bs=1M"], check=True, capture_output=True)
                 times["as_f32"]["ckptfs"].append(time.monotonic() - t)
-                got = file_digest(os.path.join(mnt, NAME.replace(".", "/")))
+                got = file_sha(os.path.join(mnt, NAME.replace(".", "/")))
             finally:
                 unmount(mnt)
             widened = os.path.join(work, "w.raw")
             times["as_f32"]["numpy"].append(timed([py, "-c", NUMPY_WIDEN, f16, widened]))
-            if file_digest(widened) != got:
+            if file_sha(widened) != got:
                 sys.exit("cast bench: as_dtype=f32 differs from numpy's astype(float32)")
             os.unlink(widened)
     finally:

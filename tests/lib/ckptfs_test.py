@@ -79,6 +79,17 @@ def is_mounted(mnt):
     return False
 
 
+def read_to_eof(fd, got=b""):
+    """What is left to read from the descriptor fd (a pipe), appended to got; fd is closed."""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        got += chunk
+    os.close(fd)
+    return got
+
+
 def run_capture(argv, timeout):
     """Run argv; return (rc or None on timeout, stdout bytes, stderr bytes).
 

@@ -32,7 +32,7 @@ import time
 
 MOUNT_TIMEOUT = 30
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import (Tap, Watchdog, is_mounted, run_capture, skip_reason,  # noqa: E402
+from ckptfs_test import (Tap, Watchdog, is_mounted, read_to_eof, run_capture, skip_reason,  # noqa: E402
                          unmount)
 
 # (label, case directory under FIXTURES, extra mount options)
@@ -249,13 +249,7 @@ def run_readers(n, seconds, files, dirs):
             os._exit(code)
         pids.append(pid)
     os.close(wfd)
-    out = b""
-    while True:
-        chunk = os.read(rfd, 65536)
-        if not chunk:
-            break
-        out += chunk
-    os.close(rfd)
+    out = read_to_eof(rfd)
     codes = []
     for pid in pids:
         _, status = os.waitpid(pid, 0)

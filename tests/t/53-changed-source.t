@@ -49,7 +49,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
-from ckptfs_test import run_capture  # noqa: E402
+from ckptfs_test import read_to_eof, run_capture  # noqa: E402
 from mount_checks import mounted, run  # noqa: E402
 from serve_util import Server, request  # noqa: E402
 
@@ -334,12 +334,7 @@ def verify_case(tap, ckptfs, scratch):
         got = os.read(r, 4096)
         time.sleep(0.3)
         rewrite_in_place(path, new_file)
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            got += chunk
-        os.close(r)
+        got = read_to_eof(r, got)
         rc = p.wait(timeout=120)
         errf.seek(0)
         err = errf.read().decode("utf-8", "replace").strip()
