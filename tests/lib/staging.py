@@ -302,6 +302,21 @@ def stop_stage(mnt, pid, kill=False):
         wait_gone(pid)
 
 
+_mountpoints = []
+
+
+def _remove_mountpoints():
+    """Mountpoints of sessions that were killed and never closed (each test makes dozens): the
+    empty ones left at exit are removed; a test may mount again on a killed session's."""
+    from ckptfs_test import is_mounted
+    for mnt in _mountpoints:
+        if os.path.isdir(mnt) and not is_mounted(mnt):
+            try:
+                os.rmdir(mnt)
+            except OSError:
+                pass
+
+
 class StageSession:
     """`ckptfs stage OUT MNT EXTRA...` on a fresh mountpoint: .ok, .err, .pid; commit(),
     kill() (SIGKILL, then the dead mount cleared), close() (unmount, wait for the commit on
@@ -312,6 +327,10 @@ class StageSession:
         from ckptfs_test import is_mounted
         self.ckptfs, self.out, self.extra = ckptfs, out, extra
         self.mnt = tempfile.mkdtemp(prefix=prefix)
+        if not _mountpoints:
+            import atexit
+            atexit.register(_remove_mountpoints)
+        _mountpoints.append(self.mnt)
         rc, _, err = stage(ckptfs, out, self.mnt, *extra)
         self.ok = rc == 0 and is_mounted(self.mnt)
         self.err = err.decode(errors="replace")
