@@ -40,8 +40,18 @@ MIB = 1 << 20
 TIMEOUT = 120
 
 
+def read_in_pieces(path, size):
+    """The file's bytes as the reads of `size` bytes returned them, in order."""
+    pieces = []
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(size), b""):
+            pieces.append(b)
+    return pieces
+
+
 # ---------------------------------------------------------------------------
 # Inputs (independent writers: a stored-only zip with torch's record names, raw pickle opcodes)
+
 
 def torch_zip(pickle_bytes):
     """A torch.save-style zip: archive/data.pkl and archive/version, stored, 64-byte aligned."""
@@ -503,12 +513,8 @@ def tsv_checks(mnt, names, nbytes):
     with open(path, "rb") as f:
         whole = f.read()
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(65521)
-            if not b:
-                break
-            h.update(b)
+    for b in read_in_pieces(path, 65521):
+        h.update(b)
     ok = whole == want and h.hexdigest() == hashlib.sha256(want).hexdigest()
     return [(ok and os.stat(path).st_size == len(want),
              ".ckptfs/tensors.tsv: every line, whole and in 65521-byte reads",
@@ -623,13 +629,7 @@ def stats_cases(tap, ckptfs, tmp, asan):
         with open(path, "rb") as f:
             whole = f.read()
         after, rss = vm_field(p.pid, "VmHWM"), vm_field(p.pid, "VmRSS")
-        pieces = []
-        with open(path, "rb") as f:
-            while True:
-                b = f.read(4093)
-                if not b:
-                    break
-                pieces.append(b)
+        pieces = read_in_pieces(path, 4093)
         stat_size = os.stat(path).st_size
     finally:
         unmount(mnt)
