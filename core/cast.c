@@ -4,9 +4,9 @@
 #include "cast.h"
 
 #include "catalog.h"
-#include "cpu.h"
+#include "util/cpu.h"
 #include "dequant.h"
-#include "search.h"
+#include "util/search.h"
 #include "writers/writers.h"
 
 #include <errno.h>

@@ -1,9 +1,9 @@
 #include "catalog.h"
-#include "grow.h"
-#include "pipeline.h"
+#include "util/grow.h"
+#include "util/pipeline.h"
 #include "remote/remote.h"
 #include "st_names.h"
-#include "utf8.h"
+#include "util/utf8.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>

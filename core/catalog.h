@@ -3,9 +3,9 @@
 #ifndef CKPT_CATALOG_H
 #define CKPT_CATALOG_H
 
-#include "arena.h"
+#include "util/arena.h"
 #include "ckpt.h"
-#include "strbuf.h"
+#include "util/strbuf.h"
 
 /* Text in messages that is not a name: at most 120 bytes, used as "%.*s", SHOWN(len), text. */
 #define SHOWN(len) ((int)((len) > 120 ? 120 : (len)))

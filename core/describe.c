@@ -1,8 +1,8 @@
 /* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
 #include "catalog.h"
-#include "text.h"
-#include "search.h"
-#include "strbuf.h"
+#include "util/text.h"
+#include "util/search.h"
+#include "util/strbuf.h"
 
 #include <errno.h>
 #include <stdlib.h>

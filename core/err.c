@@ -1,5 +1,5 @@
 #include "catalog.h"
-#include "text.h"
+#include "util/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

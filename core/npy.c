@@ -2,7 +2,7 @@
  * not fit in 64 KiB): magic, version, little-endian header length, then a Python dict literal
  * padded with spaces so the data starts on a 64-byte boundary. */
 #include "ckpt.h"
-#include "strbuf.h"
+#include "util/strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>

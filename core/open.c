@@ -4,7 +4,7 @@
 #include "formats/formats.h"
 #include "place.h"
 #include "remote/remote.h"
-#include "text.h"
+#include "util/text.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>

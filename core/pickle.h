@@ -21,9 +21,9 @@
 #ifndef CKPT_PICKLE_H
 #define CKPT_PICKLE_H
 
-#include "arena.h"
+#include "util/arena.h"
 #include "ckpt.h"
-#include "strbuf.h"
+#include "util/strbuf.h"
 
 #include <errno.h>
 

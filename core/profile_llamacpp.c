@@ -12,8 +12,8 @@
 
 #include "catalog.h"
 #include "formats/formats.h"
-#include "json.h"
-#include "strbuf.h"
+#include "util/json.h"
+#include "util/strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,13 +5,13 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
-#include "grow.h"
-#include "text.h"
+#include "util/grow.h"
+#include "util/text.h"
 
 #include "catalog.h"
 #include "formats/formats.h"
-#include "hashmap.h"
-#include "json.h"
+#include "util/hashmap.h"
+#include "util/json.h"
 #include "segread.h"
 
 #include <errno.h>

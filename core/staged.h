@@ -22,7 +22,7 @@
 #define CKPT_STAGED_H
 
 #include "ckpt.h"
-#include "strbuf.h"
+#include "util/strbuf.h"
 
 typedef enum {
     STAGED_SPOOL,         /* bytes in a file of the spool */

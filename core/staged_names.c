@@ -6,7 +6,7 @@
  * with the same path gets %~2 (a third %~3, ...) at the end. */
 #include "catalog.h"
 #include "staged.h"
-#include "text.h"
+#include "util/text.h"
 
 #include <string.h>
 

@@ -13,7 +13,7 @@
  * deviations per block and Chan, Golub and LeVeque's update to merge blocks, which stays right
  * when the mean is large against the spread (the one-pass sumsq - sum^2/n does not). */
 #include "stats.h"
-#include "search.h"
+#include "util/search.h"
 
 /* The value loops are simple enough for the vectorizer, which GCC runs fully only at -O3. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
@@ -22,7 +22,7 @@
 
 #include "dequant.h"
 #include "segread.h"
-#include "strbuf.h"
+#include "util/strbuf.h"
 
 #include <errno.h>
 #include <math.h>

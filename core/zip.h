@@ -8,7 +8,7 @@
 #define CKPT_ZIP_H
 
 #include "catalog.h"
-#include "hashmap.h"
+#include "util/hashmap.h"
 
 enum { ZIP_STORED = 0 };
 

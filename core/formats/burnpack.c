@@ -32,10 +32,10 @@
  * ("aligned" | "unaligned"), data_start, tensor_count, and when present "metadata", "scalars"
  * and "unknown_keys" (other top-level keys), converted from CBOR as value() describes}. */
 #include "formats.h"
-#include "../grow.h"
-#include "../le.h"
+#include "../util/grow.h"
+#include "../util/le.h"
 
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 
 #include <cbor.h>
 #include <errno.h>

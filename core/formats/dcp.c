@@ -33,12 +33,12 @@
  * archive's dtype and shape equal to what .metadata declares. */
 #include "../place.h"
 #include "torch_zip.h"
-#include "../text.h"
-#include "../grow.h"
+#include "../util/text.h"
+#include "../util/grow.h"
 
-#include "../hashmap.h"
+#include "../util/hashmap.h"
 #include "../pickle.h"
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -6,9 +6,9 @@
  * directory is read; a file without DCP_SHARDING_INFO holds whole tensors (offsets 0). */
 #include "safetensors.h"
 
-#include "../hashmap.h"
-#include "../pipeline.h"
-#include "../strbuf.h"
+#include "../util/hashmap.h"
+#include "../util/pipeline.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -33,10 +33,10 @@
 #include "../place.h"
 #include "formats.h"
 
-#include "../hashmap.h"
-#include "../json.h"
+#include "../util/hashmap.h"
+#include "../util/json.h"
 #include "../pickle.h"
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 #include "torch_zip.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
 #include "../place.h"
 #include "formats.h"
 
-#include "../text.h"
+#include "../util/text.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
 #include "formats.h"
 
 #include "../place.h"
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -23,11 +23,11 @@
  *   KVs. */
 #include "../place.h"
 #include "formats.h"
-#include "../grow.h"
-#include "../le.h"
+#include "../util/grow.h"
+#include "../util/le.h"
 
-#include "../hashmap.h"
-#include "../strbuf.h"
+#include "../util/hashmap.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <math.h>

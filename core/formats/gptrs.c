@@ -27,13 +27,13 @@
  * untagged GPT config (gpt-rs HEAD refuses it; the notes recommend accepting it); an unknown
  * kind is a warning, because the tensors do not depend on it. */
 #include "formats.h"
-#include "../le.h"
+#include "../util/le.h"
 
-#include "../blake3.h"
-#include "../hashmap.h"
-#include "../json.h"
-#include "../strbuf.h"
-#include "../utf8.h"
+#include "../util/blake3.h"
+#include "../util/hashmap.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>

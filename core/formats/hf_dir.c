@@ -8,10 +8,10 @@
 #include "../place.h"
 #include "formats.h"
 
-#include "../hashmap.h"
-#include "../json.h"
-#include "../pipeline.h"
-#include "../strbuf.h"
+#include "../util/hashmap.h"
+#include "../util/json.h"
+#include "../util/pipeline.h"
+#include "../util/strbuf.h"
 #include "safetensors.h"
 #include "torch_zip.h"
 

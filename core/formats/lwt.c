@@ -43,11 +43,11 @@
  * must be "float32" and byte_order "little". The header goes to metadata.json verbatim with
  * the layout that was detected. */
 #include "formats.h"
-#include "../le.h"
+#include "../util/le.h"
 
-#include "../json.h"
-#include "../strbuf.h"
-#include "../utf8.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>

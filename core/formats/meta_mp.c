@@ -16,11 +16,11 @@
  * own names. */
 #include "../place.h"
 #include "formats.h"
-#include "../text.h"
+#include "../util/text.h"
 
-#include "../hashmap.h"
-#include "../json.h"
-#include "../strbuf.h"
+#include "../util/hashmap.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 #include "torch_zip.h"
 
 #include <errno.h>

@@ -15,11 +15,11 @@
  * - every rank's tensors are also shown as they are under .ckptfs/ranks/N/. */
 #include "../place.h"
 #include "formats.h"
-#include "../le.h"
+#include "../util/le.h"
 
-#include "../hashmap.h"
-#include "../strbuf.h"
-#include "../utf8.h"
+#include "../util/hashmap.h"
+#include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -28,11 +28,11 @@
  * consolidated copy back model/. */
 #include "../place.h"
 #include "safetensors.h"
-#include "../text.h"
+#include "../util/text.h"
 #include "torch_zip.h"
 
-#include "../hashmap.h"
-#include "../strbuf.h"
+#include "../util/hashmap.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -4,11 +4,11 @@
  * byte; each byte length must equal numel x dtype bits / 8. Unknown dtypes are refused, as the
  * reference reader does, because their element size (and so their extent) is unknown. */
 #include "safetensors.h"
-#include "../le.h"
+#include "../util/le.h"
 
-#include "../grow.h"
-#include "../json.h"
-#include "../strbuf.h"
+#include "../util/grow.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 #ifndef CKPT_SAFETENSORS_H
 #define CKPT_SAFETENSORS_H
 
-#include "../json.h"
+#include "../util/json.h"
 #include "formats.h"
 
 typedef struct st_entry {

@@ -10,7 +10,7 @@
  * shown in .ckptfs/hf/ as they are. metadata.json "tar" lists the members. */
 #include "formats.h"
 
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 #include "../tar.h"
 
 #include <errno.h>

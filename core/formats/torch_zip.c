@@ -23,13 +23,13 @@
  * followed by each storage as an 8-byte element count and its bytes, in key-list order. It is
  * read the same way once the storages' offsets are known. */
 #include "torch_zip.h"
-#include "../grow.h"
-#include "../le.h"
+#include "../util/grow.h"
+#include "../util/le.h"
 
-#include "../hashmap.h"
+#include "../util/hashmap.h"
 #include "../pickle.h"
-#include "../search.h"
-#include "../strbuf.h"
+#include "../util/search.h"
+#include "../util/strbuf.h"
 #include "../zip.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
 #define CKPT_REMOTE_H
 
 #include "../ckpt.h"
-#include "../strbuf.h"
+#include "../util/strbuf.h"
 #include "http.h"
 
 #include <stdbool.h>

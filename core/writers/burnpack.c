@@ -41,9 +41,9 @@
 #include "writers.h"
 
 #include "../catalog.h"
-#include "../json.h"
-#include "../strbuf.h"
-#include "../utf8.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 #include <cbor.h>
 #include <errno.h>

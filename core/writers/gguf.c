@@ -24,9 +24,9 @@
 #include "writers.h"
 
 #include "../catalog.h"
-#include "../json.h"
-#include "../le.h"
-#include "../utf8.h"
+#include "../util/json.h"
+#include "../util/le.h"
+#include "../util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,8 +4,8 @@
 #include "../writer.h"
 
 #include "../catalog.h"
-#include "../hashmap.h"
-#include "../le.h"
+#include "../util/hashmap.h"
+#include "../util/le.h"
 #include "../segread.h"
 #include "../zstd_seekable.h"
 

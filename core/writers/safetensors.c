@@ -5,7 +5,7 @@
 
 #include "../catalog.h"
 #include "../hfview.h"
-#include "../utf8.h"
+#include "../util/utf8.h"
 
 #include <errno.h>
 #include <libgen.h>

@@ -8,7 +8,7 @@
 #include "writers.h"
 
 #include "../formats/formats.h"
-#include "../text.h"
+#include "../util/text.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
 #define CKPT_WRITERS_H
 
 #include "../ckpt.h"
-#include "../pwrite_pieces.h"
+#include "../util/pwrite_pieces.h"
 
 typedef struct out_file {
     char *final_path;

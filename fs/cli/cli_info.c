@@ -2,7 +2,7 @@
  * rendered from that same document (ckpt_summary_json), so the two never disagree. */
 #include "cli_internal.h"
 
-#include "core/json.h"
+#include "core/util/json.h"
 
 #include <stdlib.h>
 #include <string.h>

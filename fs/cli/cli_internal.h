@@ -4,8 +4,8 @@
 #define CKPTFS_CLI_INTERNAL_H
 
 #include "core/ckpt.h"
-#include "core/strbuf.h"
-#include "core/text.h"
+#include "core/util/strbuf.h"
+#include "core/util/text.h"
 #include "remote_opts.h"
 
 #include <getopt.h>

@@ -3,7 +3,7 @@
 #include "cli_manifest.h"
 #include "cli_internal.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,8 +7,8 @@
 #define CKPTFS_CLI_MANIFEST_H
 
 #include "core/ckpt.h"
-#include "core/json.h"
-#include "core/sha256.h"
+#include "core/util/json.h"
+#include "core/util/sha256.h"
 
 #include <stdbool.h>
 #include <stddef.h>

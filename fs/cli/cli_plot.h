@@ -3,7 +3,7 @@
 #ifndef CKPTFS_CLI_PLOT_H
 #define CKPTFS_CLI_PLOT_H
 
-#include "core/strbuf.h"
+#include "core/util/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -4,7 +4,7 @@
 
 #include "core/dequant.h"
 #include "core/segread.h"
-#include "core/sha256.h"
+#include "core/util/sha256.h"
 #include "core/stats.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 #include "tree.h"
-#include "core/grow.h"
+#include "core/util/grow.h"
 
 #include "core/dequant.h"
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
-#include "core/arena.h"
+#include "core/util/arena.h"
 #include "core/ckpt.h"
 #include "core/hfview.h"
 

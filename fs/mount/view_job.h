@@ -4,7 +4,7 @@
 #define CKPTFS_VIEW_JOB_H
 
 #include "core/hfview.h"
-#include "core/pipeline.h"
+#include "core/util/pipeline.h"
 
 typedef struct view_job {
     const ckpt_catalog *cat;

@@ -2,8 +2,8 @@
  * with <details>, which browsers open and close without JavaScript. */
 #include "serve.h"
 
-#include "core/json.h"
-#include "core/strbuf.h"
+#include "core/util/json.h"
+#include "core/util/strbuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

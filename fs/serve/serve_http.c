@@ -8,9 +8,9 @@
 #include "serve.h"
 
 #include "core/segread.h"
-#include "core/sha256.h"
-#include "core/strbuf.h"
-#include "core/text.h"
+#include "core/util/sha256.h"
+#include "core/util/strbuf.h"
+#include "core/util/text.h"
 
 #include <errno.h>
 #include <microhttpd.h>

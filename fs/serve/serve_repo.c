@@ -3,8 +3,8 @@
  * files the FUSE mount shows: the HF view at the top, the tensor tree under tensors/. */
 #include "serve.h"
 
-#include "core/sha256.h"
-#include "core/strbuf.h"
+#include "core/util/sha256.h"
+#include "core/util/strbuf.h"
 #include "mount/view_job.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include "stage_fs.h"
 #include "stage_pack.h"
 
-#include "core/arena.h"
+#include "core/util/arena.h"
 #include "core/staged.h"
 #include "core/writer.h"
 

@@ -2,7 +2,7 @@
  * spool ("copy-up") when a file is opened for writing or truncated, only as much as is kept. */
 #include "stage_ops.h"
 
-#include "core/pwrite_pieces.h"
+#include "core/util/pwrite_pieces.h"
 #include "core/segread.h"
 
 #include <errno.h>

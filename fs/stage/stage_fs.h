@@ -28,9 +28,9 @@
 #include <sys/stat.h>
 
 #include "core/ckpt.h"
-#include "core/hashmap.h"
-#include "core/strbuf.h"
-#include "core/text.h"
+#include "core/util/hashmap.h"
+#include "core/util/strbuf.h"
+#include "core/util/text.h"
 
 typedef enum {
     SN_DIR,

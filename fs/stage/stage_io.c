@@ -4,7 +4,7 @@
  * files answer from text made at open (status) or by the commit run through the handle. */
 #include "stage_ops.h"
 
-#include "core/pwrite_pieces.h"
+#include "core/util/pwrite_pieces.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Writes reach the spool in pieces (core/pwrite_pieces.h says why), not as the 1 MiB a FUSE
+/* Writes reach the spool in pieces (core/util/pwrite_pieces.h says why), not as the 1 MiB a FUSE
  * WRITE brings. */
 enum { WRITEBACK_STEP = 8 << 20 };
 

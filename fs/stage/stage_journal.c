@@ -16,7 +16,7 @@
  * replay ignores a last line without its newline. */
 #include "stage_fs.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
  * (ext4 here: EOPNOTSUPP; another file system: EXDEV) the commit goes the pack's way. */
 #include "stage_pack_whole.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 #include "core/writer.h"
 
 #include <errno.h>

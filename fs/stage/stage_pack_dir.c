@@ -23,7 +23,7 @@
 #include "stage_pack_whole.h"
 
 #include "core/hfview.h"
-#include "core/utf8.h"
+#include "core/util/utf8.h"
 #include "core/writer.h"
 
 #include <dirent.h>

@@ -3,7 +3,7 @@
 #include "stage_pack.h"
 
 #include "core/hfview.h"
-#include "core/text.h"
+#include "core/util/text.h"
 
 #include <errno.h>
 #include <fcntl.h>

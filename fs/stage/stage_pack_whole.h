@@ -4,7 +4,7 @@
 
 #include "stage_pack.h"
 
-#include "core/json.h"
+#include "core/util/json.h"
 
 typedef struct whole_file {
     int fd;

@@ -3,9 +3,9 @@
  * header made, the file put in place as OUT. */
 #include "stage_pack.h"
 
-#include "core/pwrite_pieces.h"
+#include "core/util/pwrite_pieces.h"
 #include "core/st_names.h"
-#include "core/utf8.h"
+#include "core/util/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * keep reading it. */
 #include "stage_fs.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 #include "core/staged.h"
 
 #include <errno.h>

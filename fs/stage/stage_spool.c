@@ -10,9 +10,9 @@
  *
  * Data files no journal record refers to are removed once the journal was rewritten. */
 #include "stage_fs.h"
-#include "core/grow.h"
+#include "core/util/grow.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,7 +12,7 @@
 #include "stage.h"
 #include "stage_fs.h"
 
-#include "core/json.h"
+#include "core/util/json.h"
 
 #include <errno.h>
 #include <fcntl.h>

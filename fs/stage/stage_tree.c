@@ -2,7 +2,7 @@
  * grows with them, so a flat directory of many tensors stays fast to fill and to look up. */
 #include "stage_fs.h"
 
-#include "core/hashmap.h"
+#include "core/util/hashmap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #include "catalog.h"
 #include "formats/formats.h"
 #include "hfview.h"
-#include "json.h"
+#include "util/json.h"
 #include "segread.h"
 
 #include <dirent.h>
@@ -172,7 +172,7 @@ static inline int fz_unpack(const char *dir, const uint8_t *d, size_t n,
  * summary, HF headers and index) and tolerated where a document re-emits a map of the input
  * (metadata.json: CBOR maps, pickle dicts, GGUF arrays) or where the harness says so
  * (fz_json_lenient). Set CKPTFS_FUZZ_STRICT_JSON=1 to make those findings too. Nesting beyond
- * core/json.c's 128 levels is JSON all the same, so it is never a finding here. */
+ * core/util/json.c's 128 levels is JSON all the same, so it is never a finding here. */
 static bool fz_json_lenient;
 
 static inline bool fz_strict_json(void) {

@@ -2,7 +2,7 @@
  * "hash" mode): input byte i is i % 251; each expected value is the 131-byte extended output,
  * whose first 32 bytes are the standard digest. Also: incremental updates split at awkward
  * places equal the one-shot hash, and the gpt-rs base ids of the format notes. */
-#include "blake3.h"
+#include "util/blake3.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* The strict JSON reader: exact integers, UTF-8, escapes, duplicates, depth, offsets. */
-#include "json.h"
+#include "util/json.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Items prepared ahead on a second thread: every item is prepared once, used once and in order,
  * with what its own prepare produced; after a stop, what was prepared and not used is handed
  * to discard (the ASan build sees a leak otherwise). */
-#include "pipeline.h"
+#include "util/pipeline.h"
 #include "tap.h"
 
 #include <errno.h>

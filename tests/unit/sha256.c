@@ -4,7 +4,7 @@
  * implementation). Every vector runs through the portable block function and, where the
  * processor has SHA-NI, the hardware one; incremental updates split at awkward places must
  * equal the one-shot digest. */
-#include "sha256.h"
+#include "util/sha256.h"
 #include "tap.h"
 
 #include <stdlib.h>
