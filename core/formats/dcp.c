@@ -31,7 +31,7 @@
  * Everything the pickle says is checked before use: relative paths stay inside the directory
  * (symlinks included), item ranges inside their files, chunk boxes inside their tensors, the
  * archive's dtype and shape equal to what .metadata declares. */
-#include "../place.h"
+#include "../io/place.h"
 #include "torch_zip.h"
 #include "../util/text.h"
 #include "../util/grow.h"

@@ -30,7 +30,7 @@
  * The pickles hold DeepSpeed's own classes and enums (the config, the loss scaler, ZeroStageEnum
  * through builtins.getattr): any deepspeed.* global and builtins.getattr are read as inert data,
  * never imported or called. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 
 #include "../util/hashmap.h"

@@ -1,6 +1,6 @@
 /* Directory helpers shared by the directory formats: the sorted model files of a directory,
  * and the names of the files a Hugging Face model keeps beside its weights. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 
 #include "../util/text.h"

@@ -12,7 +12,7 @@
  * checkpoints with their own counts. */
 #include "formats.h"
 
-#include "../place.h"
+#include "../io/place.h"
 #include "../util/strbuf.h"
 
 #include <errno.h>

@@ -21,7 +21,7 @@
  * - Split files (PREFIX-00001-of-00003.gguf with split.no, split.count, split.tensors.count):
  *   opening any part loads all parts from its directory; metadata.json shows the first part's
  *   KVs. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 #include "../util/grow.h"
 #include "../util/le.h"

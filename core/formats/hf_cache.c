@@ -12,7 +12,7 @@
  * follows links. blobs/ is not needed there: the snapshot's files are the bytes. */
 #include "formats.h"
 
-#include "../place.h"
+#include "../io/place.h"
 #include "../util/strbuf.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * read wherever their symlinks lead (an HF cache snapshot links into ../../blobs/); only the
  * names the index itself gives are held to the directory. Config and tokenizer files are kept
  * as auxiliary files for the HF view. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 
 #include "../util/hashmap.h"

@@ -14,7 +14,7 @@
  * odd ones), which is two strided pieces per head rather than a copy; config.json is made from
  * params.json. These view tensors are set aside under .ckptfs/llama/; the tree shows Meta's
  * own names. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 #include "../util/text.h"
 

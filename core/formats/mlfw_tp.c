@@ -13,7 +13,7 @@
  *   dimension comes from -o tp_split=GLOB:DIM, else from layer-name rules (row-parallel
  *   layers dim 1, column-parallel dim 0), else dim 0 marked "guessed";
  * - every rank's tensors are also shown as they are under .ckptfs/ranks/N/. */
-#include "../place.h"
+#include "../io/place.h"
 #include "formats.h"
 #include "../util/le.h"
 

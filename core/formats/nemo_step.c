@@ -26,7 +26,7 @@
  * shape with the sharded model, and any difference — or a copy that cannot be read at all — is a
  * warning, never a reason to refuse the step. Only when model/ holds no shards does the
  * consolidated copy back model/. */
-#include "../place.h"
+#include "../io/place.h"
 #include "safetensors.h"
 #include "../util/text.h"
 #include "torch_zip.h"

@@ -7,7 +7,7 @@
 #include "../util/hashmap.h"
 #include "../util/le.h"
 #include "../segread.h"
-#include "../zstd_seekable.h"
+#include "../io/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* libFuzzer harness: seekable zstd sources (core/zstd_seekable.c) under the safetensors decoder.
+/* libFuzzer harness: seekable zstd sources (core/io/zstd_seekable.c) under the safetensors decoder.
  * The seek table, the frames and the cache are all reached: everything the mount would show is
  * read back, frame by frame. */
 #include "fuzz_common.h"

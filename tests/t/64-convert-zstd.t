@@ -39,7 +39,7 @@ from mount_checks import mounted, read_bytes, read_json, run, tree_bytes  # noqa
 from staging import commit, daemon_pid, spool_of, stage, wait_gone  # noqa: E402
 
 CONVERT_TIMEOUT = 120
-FRAME_TARGET = 64 << 10  # what the writer fills (core/zstd_seekable.h)
+FRAME_TARGET = 64 << 10  # what the writer fills (core/io/zstd_seekable.h)
 SEEK_TABLE_MAGIC = 0x184D2A5E
 SEEKABLE_MAGIC = 0x8F92EAB1
 

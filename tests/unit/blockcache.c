@@ -4,7 +4,7 @@
  * over half the cache go too (oldest first); blocks a sequential reader moved past leave first,
  * and beyond a 32nd of the cache even when there is room; a pinned block stays readable after
  * its object is forgotten, and leaves when unpinned. */
-#include "blockcache.h"
+#include "io/blockcache.h"
 #include "tap.h"
 
 #include <stdatomic.h>

@@ -2,7 +2,7 @@
  * written (and read back byte for byte), one byte more is refused; reads that end exactly at the
  * end of the content, one byte before it and past it, and reads starting at and past the end. */
 #include "tap.h"
-#include "zstd_seekable.h"
+#include "io/zstd_seekable.h"
 
 #include <errno.h>
 #include <stdint.h>

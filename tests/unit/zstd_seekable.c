@@ -1,10 +1,10 @@
-/* The seekable zstd reader and writer (core/zstd_seekable.c): seek tables written by the writer
+/* The seekable zstd reader and writer (core/io/zstd_seekable.c): seek tables written by the writer
  * and by hand, every read checked against the bytes that were compressed, the frame cache
  * under threads and past its budget, frames too large for it (streamed), entries holding
  * several frames, decoding ahead of sequential readers (with random readers beside them, a
  * table freed while frames are decoded ahead, a fork), and seek tables and frames that lie. */
 #include "tap.h"
-#include "zstd_seekable.h"
+#include "io/zstd_seekable.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -4,7 +4,7 @@
 #ifndef CKPT_REMOTE_HTTP_H
 #define CKPT_REMOTE_HTTP_H
 
-#include "../util/strbuf.h"
+#include "../../util/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

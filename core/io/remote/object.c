@@ -1,6 +1,6 @@
 /* Remote objects: pinned at open, read block by block through the block cache. */
 #include "../blockcache.h"
-#include "../util/sha256.h"
+#include "../../util/sha256.h"
 #include "remote.h"
 
 #include <errno.h>

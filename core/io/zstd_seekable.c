@@ -1,6 +1,6 @@
 #include "zstd_seekable.h"
-#include "util/search.h"
-#include "util/le.h"
+#include "../util/search.h"
+#include "../util/le.h"
 #include "remote/remote.h"
 
 #include <errno.h>

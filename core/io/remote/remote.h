@@ -4,8 +4,8 @@
 #ifndef CKPT_REMOTE_H
 #define CKPT_REMOTE_H
 
-#include "../ckpt.h"
-#include "../util/strbuf.h"
+#include "../../ckpt.h"
+#include "../../util/strbuf.h"
 #include "http.h"
 
 #include <stdbool.h>

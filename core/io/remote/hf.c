@@ -2,7 +2,7 @@
  * a commit once (api/models/REPO/revision/REV), the file list comes from the tree API (all
  * pages of api/models/REPO/tree/SHA?recursive=true), bytes from REPO/resolve/SHA/PATH with
  * redirects followed. HF_ENDPOINT, HF_TOKEN (or its file) as the Hub's own tools use them. */
-#include "../util/json.h"
+#include "../../util/json.h"
 #include "remote.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * autoindex, Apache, python -m http.server), or one a HEAD redirects to the same path with a
  * slash; a name is a file when a HEAD of it answers 200. */
 #include "remote.h"
-#include "../util/text.h"
+#include "../../util/text.h"
 
 #include <errno.h>
 #include <stdio.h>

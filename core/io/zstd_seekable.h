@@ -12,7 +12,7 @@
 #ifndef CKPT_ZSTD_SEEKABLE_H
 #define CKPT_ZSTD_SEEKABLE_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 /* A frame holds at most ZST_FRAME_MAX decompressed bytes (files of earlier ckptfs versions hold
  * such frames); the writer fills ZST_FRAME_TARGET, and ends a frame at a tensor boundary once it
