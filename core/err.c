@@ -1,4 +1,5 @@
-#include "catalog.h"
+#include "err.h"
+#include "ckpt.h"
 #include "util/text.h"
 
 #include <stdarg.h>
