@@ -6,7 +6,7 @@
 #include "util/arena.h"
 #include "ckpt.h"
 #include "util/strbuf.h"
-#include "err.h"
+#include "util/err.h"
 
 typedef struct pending_piece {
     size_t tensor;

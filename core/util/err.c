@@ -1,6 +1,6 @@
 #include "err.h"
-#include "ckpt.h"
-#include "util/text.h"
+#include "../ckpt.h"
+#include "text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
