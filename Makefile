@@ -143,7 +143,7 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/d
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
-#   make mutate MUTATE_FILES=core/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]
+#   make mutate MUTATE_FILES=core/model/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]
 #   [MUTATE_TESTS=fast] [MUTATE_OUT=DIR]  (tests/README.md: "Mutation testing")
 mutate: deps
 	$(PYTHON) tests/mutate/mutate.py $(if $(MUTATE_FILES),--files $(MUTATE_FILES)) \

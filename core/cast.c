@@ -3,7 +3,7 @@
  * writer sees plain tensors of the new dtype. */
 #include "cast.h"
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "util/cpu.h"
 #include "dequant.h"
 #include "util/search.h"

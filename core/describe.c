@@ -1,5 +1,5 @@
 /* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "util/text.h"
 #include "util/search.h"
 #include "util/strbuf.h"

@@ -13,7 +13,7 @@
 #include "util/le.h"
 #include "util/search.h"
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "util/strbuf.h"
 #include "util/utf8.h"
 

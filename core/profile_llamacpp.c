@@ -10,7 +10,7 @@
  * other tensor without a llama.cpp name is refused by name. */
 #include "profile.h"
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "formats/formats.h"
 #include "util/json.h"
 #include "util/strbuf.h"

@@ -8,7 +8,7 @@
 #include "util/grow.h"
 #include "util/text.h"
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "formats/formats.h"
 #include "util/hashmap.h"
 #include "util/json.h"

@@ -11,7 +11,7 @@
  * out; without a raw file the .npy defines it. Anything that disagrees is a clash.
  *
  * The tensor's name is the sidecar's "name" when the file sits where that name is shown by a
- * mount (core/treepath.c: %XX escapes, %_ for an empty component, %~N for a repeated path,
+ * mount (core/model/treepath.c: %XX escapes, %_ for an empty component, %~N for a repeated path,
  * abbreviated long components), so names that a path cannot carry survive a `cp -r` round trip.
  * Anywhere else (a file moved or copied to another place) the path gives the name: components
  * unescaped and joined with '.'. Files and directories whose name starts with '.' are ignored.
@@ -66,7 +66,7 @@ void staged_report_free(staged_report *rep);
 
 /* ---- used by staged.c; exposed for tests and the mount ---- */
 
-/* The tensor name a path stands for (core/treepath.c undone): false when a component was
+/* The tensor name a path stands for (core/model/treepath.c undone): false when a component was
  * abbreviated (%#...), so only a sidecar can give the name. */
 bool staged_name_from_path(const char *path, size_t len, strbuf *name);
 /* True when `path` is where a mount shows the tensor called name[0..len). */

@@ -7,7 +7,7 @@
 #ifndef CKPT_ZIP_H
 #define CKPT_ZIP_H
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "util/hashmap.h"
 
 enum { ZIP_STORED = 0 };

@@ -3,7 +3,7 @@
 #ifndef CKPT_FORMATS_H
 #define CKPT_FORMATS_H
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../hfview.h"
 
 enum { PROBE_BYTES = 512 };

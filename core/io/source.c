@@ -1,4 +1,4 @@
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
 

@@ -40,7 +40,7 @@
  *    per tensor, 100 GiB per file): a file Burn refuses to open is no conversion. */
 #include "writers.h"
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../util/json.h"
 #include "../util/strbuf.h"
 #include "../util/utf8.h"

@@ -23,7 +23,7 @@
  *   change its shape). */
 #include "writers.h"
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../util/json.h"
 #include "../util/le.h"
 #include "../util/utf8.h"

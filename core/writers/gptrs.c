@@ -29,7 +29,7 @@
 #include "../util/json_emit.h"
 
 #include "../util/blake3.h"
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../util/json.h"
 #include "../util/strbuf.h"
 #include "../util/utf8.h"

@@ -28,7 +28,7 @@
 #include "../util/le.h"
 #include "../util/json_emit.h"
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../util/json.h"
 #include "../util/strbuf.h"
 #include "../util/utf8.h"

@@ -3,7 +3,7 @@
 
 #include "../writer.h"
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../util/hashmap.h"
 #include "../util/le.h"
 #include "../segread.h"

@@ -3,7 +3,7 @@
 #include "writers.h"
 #include "../writer.h"
 
-#include "../catalog.h"
+#include "../model/catalog.h"
 #include "../hfview.h"
 #include "../util/utf8.h"
 

@@ -4,7 +4,7 @@
 #include "stage_pack.h"
 
 #include "core/util/pwrite_pieces.h"
-#include "core/st_names.h"
+#include "core/model/st_names.h"
 #include "core/util/utf8.h"
 
 #include <errno.h>

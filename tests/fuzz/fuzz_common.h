@@ -11,7 +11,7 @@
 #ifndef CKPTFS_FUZZ_COMMON_H
 #define CKPTFS_FUZZ_COMMON_H
 
-#include "catalog.h"
+#include "model/catalog.h"
 #include "formats/formats.h"
 #include "hfview.h"
 #include "util/json.h"

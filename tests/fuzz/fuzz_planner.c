@@ -1,4 +1,4 @@
-/* libFuzzer harness: the extent planner (core/planner.c, core/vfile.c), checked for
+/* libFuzzer harness: the extent planner (core/model/planner.c, core/model/vfile.c), checked for
  * correctness, not only for crashes.
  *
  * The input describes one tensor: dtype, shape, and pieces (grid partitions with holes and

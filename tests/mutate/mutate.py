@@ -14,7 +14,7 @@ unmutated time (twice: a busy machine is not a hang), is killed; one that passes
 survived. Survivors are either gaps in the suite or equivalent mutants (the report lists them
 to judge).
 
-  tests/mutate/mutate.py [--files core/planner.c,core/formats/gguf.c] [--limit N]
+  tests/mutate/mutate.py [--files core/model/planner.c,core/formats/gguf.c] [--limit N]
                          [--sample N] [--tests named|fast] [--list]
 --tests named (the default) runs only the tests FIRST names for the mutated file, and builds
 only what they need: a mutant costs its build and a few seconds of tests, so a file of 60
@@ -37,7 +37,7 @@ import tempfile
 import time
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-DEFAULT_FILES = ["core/planner.c", "core/formats/safetensors.c"]
+DEFAULT_FILES = ["core/model/planner.c", "core/formats/safetensors.c"]
 TEST_TIMEOUT = 60
 # Slow or environment-bound tests stay out: stress and valgrind runs, fault injection, the
 # staging mount, installation and the man-page lint.

@@ -1,7 +1,7 @@
 /* GGUF decoder: what a small file decodes to (shapes, types, the exact JSON of every KV type),
  * then thousands of mutated copies of it, which must each be refused with a message or opened
  * safely (run under SANITIZE=1 this is a small fuzzer). */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "tap.h"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Tree paths: escaping, collisions between names, tensors that are also directories; and the
  * dtype table. */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* The restricted unpickler on hand-assembled opcode streams (opcode bytes from CPython's
  * pickletools table), its JSON rendering, and the zip reader on slices of a file (how DCP
  * .distcp files hold one torch archive per item). */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "pickle.h"
 #include "tap.h"
 #include "zip.h"

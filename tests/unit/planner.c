@@ -1,6 +1,6 @@
 /* Extent planner on hand-computed cases: every expected segment below was worked out on paper
  * from the piece layout. */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* ckpt_read_segments against a segment-by-segment reference: random segment lists over two
  * files (interleaved row fragments as a dim-1 consolidation plans them, sparse strided ones,
  * memory parts, overlaps, segments past the window), with and without scratch memory. */
-#include "../../core/catalog.h"
+#include "../../core/model/catalog.h"
 #include "../../core/segread.h"
 #include "tap.h"
 

@@ -3,7 +3,7 @@
  * computed here from the file bytes: random layouts of 1-, 2-, 4- and 8-byte elements, random
  * ranges with and without scratch memory, tensors larger than one cached band, split pieces, and
  * four threads reading at once (they share the band cache). */
-#include "../../core/catalog.h"
+#include "../../core/model/catalog.h"
 #include "../../core/segread.h"
 #include "tap.h"
 

@@ -2,7 +2,7 @@
  * test to hold against its own model of the rules (tests/t/84-tree-paths.t). Reads lines
  * "PREFIX NAME" (hex; "-" for no prefix), writes one line "PATH SIDECAR" (hex) per input line
  * in input order. Exit 0, or 2 with one line on stderr. */
-#include "catalog.h"
+#include "model/catalog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

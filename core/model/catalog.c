@@ -1,10 +1,10 @@
 #include "catalog.h"
-#include "util/grow.h"
-#include "util/pipeline.h"
-#include "io/remote/remote.h"
+#include "../util/grow.h"
+#include "../util/pipeline.h"
+#include "../io/remote/remote.h"
 #include "st_names.h"
-#include "util/utf8.h"
-#include "io/zstd_seekable.h"
+#include "../util/utf8.h"
+#include "../io/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>

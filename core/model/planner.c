@@ -7,7 +7,7 @@
  * the logical layout and in the piece's file layout, so a 1 MiB read of a tensor split on dim 1
  * costs one binary search per dimension per row fragment, and an unsplit tensor costs nothing. */
 #include "catalog.h"
-#include "util/search.h"
+#include "../util/search.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,10 +3,10 @@
 #ifndef CKPT_CATALOG_H
 #define CKPT_CATALOG_H
 
-#include "util/arena.h"
-#include "ckpt.h"
-#include "util/strbuf.h"
-#include "util/err.h"
+#include "../util/arena.h"
+#include "../ckpt.h"
+#include "../util/strbuf.h"
+#include "../util/err.h"
 
 typedef struct pending_piece {
     size_t tensor;

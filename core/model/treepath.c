@@ -9,14 +9,14 @@
  * A tensor whose path is also a directory (a.b next to a.b.c) is shown as "<path>.raw".
  * Per-rank copies carry a prefix (".ckptfs/ranks/N/") put in front as it is. */
 #include "catalog.h"
-#include "util/text.h"
+#include "../util/text.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/strbuf.h"
+#include "../util/strbuf.h"
 
 /* A component is shortened past LONG_NAME bytes, so that with what may follow it — "%~N" for a
  * repeated path (up to 22 bytes) and ".json" — a file name stays within NAME_MAX (255). */

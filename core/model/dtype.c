@@ -1,4 +1,4 @@
-#include "ckpt.h"
+#include "../ckpt.h"
 
 #include <string.h>
 

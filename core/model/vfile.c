@@ -1,7 +1,7 @@
 /* Virtual files: every file the mount shows is an ordered list of memory and tensor parts, so
  * one read path serves raw tensors, sidecars and synthesized headers alike. */
-#include "ckpt.h"
-#include "util/search.h"
+#include "../ckpt.h"
+#include "../util/search.h"
 
 #include <errno.h>
 #include <stddef.h>
