@@ -37,7 +37,7 @@
 #include "../util/grow.h"
 
 #include "../util/hashmap.h"
-#include "../pickle.h"
+#include "../parse/pickle.h"
 #include "../util/strbuf.h"
 
 #include <errno.h>

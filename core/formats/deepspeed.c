@@ -35,7 +35,7 @@
 
 #include "../util/hashmap.h"
 #include "../util/json.h"
-#include "../pickle.h"
+#include "../parse/pickle.h"
 #include "../util/strbuf.h"
 #include "torch_zip.h"
 

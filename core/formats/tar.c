@@ -11,7 +11,7 @@
 #include "formats.h"
 
 #include "../util/strbuf.h"
-#include "../tar.h"
+#include "../parse/tar.h"
 
 #include <errno.h>
 #include <stdlib.h>

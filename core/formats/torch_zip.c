@@ -27,10 +27,10 @@
 #include "../util/le.h"
 
 #include "../util/hashmap.h"
-#include "../pickle.h"
+#include "../parse/pickle.h"
 #include "../util/search.h"
 #include "../util/strbuf.h"
-#include "../zip.h"
+#include "../parse/zip.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * with a manifest and/or written to one. */
 #include "cli_internal.h"
 #include "cli_manifest.h"
-#include "core/zip_crc.h"
+#include "core/parse/zip_crc.h"
 
 #include <fcntl.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the restricted unpickler (core/pickle.h) on raw bytes.
+/* libFuzzer harness: the restricted unpickler (core/parse/pickle.h) on raw bytes.
  *
  * Each input is parsed three times — with the default limits, with tight ones, so the limit
  * paths run too, and with a hook that swaps dict keys and values for records, so that the
@@ -6,7 +6,7 @@
  * parsed tree is walked (shared and cyclic values included, under a visit budget) checking the
  * shapes its users rely on, then turned into JSON, which must parse. */
 #include "fuzz_common.h"
-#include "pickle.h"
+#include "parse/pickle.h"
 
 static size_t visits;
 static bool hooked; /* records may stand in the tree */

@@ -2,9 +2,9 @@
  * pickletools table), its JSON rendering, and the zip reader on slices of a file (how DCP
  * .distcp files hold one torch archive per item). */
 #include "model/catalog.h"
-#include "pickle.h"
+#include "parse/pickle.h"
 #include "tap.h"
-#include "zip.h"
+#include "parse/zip.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * and one over (opcode bytes from CPython's pickletools table). Where the accepted side of a bound
  * cannot end in a STOP (an operand that reaches the end of the pickle), it is refused by the next
  * check, and the message shows which check that was. */
-#include "pickle.h"
+#include "parse/pickle.h"
 #include "tap.h"
 
 #include <stdint.h>

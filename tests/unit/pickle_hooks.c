@@ -2,7 +2,7 @@
  * its hook (pk_hooks.on_pair): values swapped for records, what they held recycled, shared
  * values never offered, a hook's error stopping the parse. Opcode streams are hand-assembled
  * from CPython's pickletools table. */
-#include "pickle.h"
+#include "parse/pickle.h"
 #include "tap.h"
 
 #include <string.h>

@@ -3,7 +3,7 @@
 #ifndef CKPT_ZIP_CRC_H
 #define CKPT_ZIP_CRC_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 typedef struct ckpt_crc_fault {
     uint32_t source;

@@ -21,9 +21,9 @@
 #ifndef CKPT_PICKLE_H
 #define CKPT_PICKLE_H
 
-#include "util/arena.h"
-#include "ckpt.h"
-#include "util/strbuf.h"
+#include "../util/arena.h"
+#include "../ckpt.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 

@@ -7,8 +7,8 @@
 #ifndef CKPT_ZIP_H
 #define CKPT_ZIP_H
 
-#include "model/catalog.h"
-#include "util/hashmap.h"
+#include "../model/catalog.h"
+#include "../util/hashmap.h"
 
 enum { ZIP_STORED = 0 };
 

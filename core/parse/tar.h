@@ -4,7 +4,7 @@
 #ifndef CKPT_TAR_H
 #define CKPT_TAR_H
 
-#include "model/catalog.h"
+#include "../model/catalog.h"
 
 typedef struct tar_member {
     char *name;           /* normalized: no "./" in front, never absolute, no ".." */

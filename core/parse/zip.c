@@ -7,9 +7,9 @@
  * 0xFFFFFFFF are replaced by the zip64 extra field (id 0x0001). A record's bytes start after its
  * LOCAL header, whose extra field differs from the central one (torch pads it to align data). */
 #include "zip.h"
-#include "util/le.h"
+#include "../util/le.h"
 
-#include "formats/formats.h"
+#include "../formats/formats.h"
 
 #include <errno.h>
 #include <stdlib.h>
