@@ -5,7 +5,7 @@
 
 #include "model/catalog.h"
 #include "util/cpu.h"
-#include "dequant.h"
+#include "read/dequant.h"
 #include "util/search.h"
 #include "writers/writers.h"
 

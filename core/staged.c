@@ -12,7 +12,7 @@
 #include "formats/formats.h"
 #include "util/hashmap.h"
 #include "util/json.h"
-#include "segread.h"
+#include "read/segread.h"
 
 #include <errno.h>
 #include <fcntl.h>

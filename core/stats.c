@@ -20,8 +20,8 @@
 #pragma GCC optimize("O3")
 #endif
 
-#include "dequant.h"
-#include "segread.h"
+#include "read/dequant.h"
+#include "read/segread.h"
 #include "util/strbuf.h"
 
 #include <errno.h>

@@ -44,7 +44,7 @@ double ckpt_diff_cosine(const ckpt_diff *d); /* NaN when a side is all zeros */
 double ckpt_diff_relative(const ckpt_diff *d);
 
 /* Dtypes whose values the statistics can read: integers, BOOL, F16, BF16, F32, F64, the two
- * float8 formats and the ggml block types core/dequant.c converts. */
+ * float8 formats and the ggml block types core/read/dequant.c converts. */
 bool ckpt_stats_supported(ckpt_dtype dt);
 
 /* Called from the worker threads (one at a time) after each unit of work with the bytes read. */

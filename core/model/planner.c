@@ -322,7 +322,7 @@ size_t ckpt_plan(const ckpt_tensor *t, uint64_t off, uint64_t len, ckpt_segment 
         ckpt_segment s = {.kind = CKPT_SEG_HOLE};
         if (k >= 0 && nd && ix->contig[k] == nd) {
             /* No two logically adjacent elements are adjacent in the file: one segment for the
-             * logically contiguous run within the piece, read in blocks (core/strided.c). */
+             * logically contiguous run within the piece, read in blocks (core/read/strided.c). */
             const ckpt_piece *p = &t->pieces[k];
             uint32_t c = nd - 1;
             while (c > 0 && p->sizes[c] == t->shape[c]) c--;

@@ -6,7 +6,7 @@
 #include "../model/catalog.h"
 #include "../util/hashmap.h"
 #include "../util/le.h"
-#include "../segread.h"
+#include "../read/segread.h"
 #include "../io/zstd_seekable.h"
 
 #include <errno.h>
@@ -284,7 +284,7 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
     return k;
 }
 
-/* A strided piece's bytes, a buffer's room at a time (core/strided.c copies them in blocks). */
+/* A strided piece's bytes, a buffer's room at a time (core/read/strided.c copies them in blocks). */
 static void out_strided(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
                         const char *what) {
     if (!f->gather && !(f->gather = malloc(SEGREAD_SCRATCH))) {

@@ -5,7 +5,7 @@
 #include "heap.h"
 #include "cli_internal.h"
 #include "serve/serve.h"
-#include "core/segread.h"
+#include "core/read/segread.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
  * and each is pread into the caller's buffer, the same path a FUSE read takes. */
 #include "cli_internal.h"
 
-#include "core/segread.h"
+#include "core/read/segread.h"
 
 #include <errno.h>
 #include <string.h>

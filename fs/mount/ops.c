@@ -2,8 +2,8 @@
  * (the content cannot change), READ is answered from the planner's file segments. */
 #include "ckptfs.h"
 
-#include "core/dequant.h"
-#include "core/segread.h"
+#include "core/read/dequant.h"
+#include "core/read/segread.h"
 #include "core/util/sha256.h"
 #include "core/stats.h"
 
@@ -613,7 +613,7 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
 }
 
 /* Planned segments into dst; fragments of one source read together through a per-thread
- * scratch window (core/segread.c). 0 or a positive errno. */
+ * scratch window (core/read/segread.c). 0 or a positive errno. */
 static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
     char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
     return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */

@@ -1,7 +1,7 @@
 #include "tree.h"
 #include "core/util/grow.h"
 
-#include "core/dequant.h"
+#include "core/read/dequant.h"
 #include "core/util/hashmap.h"
 
 #include <errno.h>

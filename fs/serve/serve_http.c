@@ -7,7 +7,7 @@
  * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
 
-#include "core/segread.h"
+#include "core/read/segread.h"
 #include "core/util/sha256.h"
 #include "core/util/strbuf.h"
 #include "core/util/text.h"
@@ -120,7 +120,7 @@ static void make_scratch_key(void) {
     pthread_key_create(&scratch_key, free);
 }
 
-/* The gather window of core/segread.c, one per server thread. */
+/* The gather window of core/read/segread.c, one per server thread. */
 static char *thread_scratch(void) {
     pthread_once(&scratch_once, make_scratch_key);
     char *p = pthread_getspecific(scratch_key);

@@ -5,7 +5,7 @@
 
 #include "heap.h"
 #include "size.h"
-#include "core/segread.h"
+#include "core/read/segread.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

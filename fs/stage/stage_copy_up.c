@@ -3,7 +3,7 @@
 #include "stage_ops.h"
 
 #include "core/util/pwrite_pieces.h"
-#include "core/segread.h"
+#include "core/read/segread.h"
 
 #include <errno.h>
 #include <stdlib.h>

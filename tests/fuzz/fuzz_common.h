@@ -15,7 +15,7 @@
 #include "formats/formats.h"
 #include "hfview.h"
 #include "util/json.h"
-#include "segread.h"
+#include "read/segread.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * ckpt_f16_to_f32 bit for bit on all 65,536 halves, in batches of odd lengths and offsets so
  * every lane position and the scalar tail are reached; and ckpt_f16_to_f32 itself equals the
  * value a half denotes, worked out here from its fields. */
-#include "../../core/dequant.h"
+#include "../../core/read/dequant.h"
 #include "tap.h"
 
 #include <math.h>

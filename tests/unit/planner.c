@@ -118,7 +118,7 @@ int main(void) {
         ckpt_close(cat);
     }
     { /* strided: [2,3] F32 stored column-major (strides 1,2): no element next to the next, so
-       * one strided segment names the tensor's bytes (read in blocks by core/strided.c) */
+       * one strided segment names the tensor's bytes (read in blocks by core/read/strided.c) */
         ckpt_catalog *cat = fresh();
         uint64_t shape[] = {2, 3}, strides[] = {1, 2};
         catalog_add_tensor(cat, "t", 1, CKPT_F32, 2, shape, &ti, &err);

@@ -2,7 +2,7 @@
  * files (interleaved row fragments as a dim-1 consolidation plans them, sparse strided ones,
  * memory parts, overlaps, segments past the window), with and without scratch memory. */
 #include "../../core/model/catalog.h"
-#include "../../core/segread.h"
+#include "../../core/read/segread.h"
 #include "tap.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
  * ranges with and without scratch memory, tensors larger than one cached band, split pieces, and
  * four threads reading at once (they share the band cache). */
 #include "../../core/model/catalog.h"
-#include "../../core/segread.h"
+#include "../../core/read/segread.h"
 #include "tap.h"
 
 #include <pthread.h>

@@ -2,7 +2,7 @@
 #ifndef CKPT_DEQUANT_H
 #define CKPT_DEQUANT_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 bool ckpt_to_f32_supported(ckpt_dtype dt);
 /* Converts nblocks whole blocks (block = 1 element for F16, BF16, F8). */

@@ -2,8 +2,8 @@
  * torch and safetensors use, and the common ggml block types. Block layouts and the order of
  * the arithmetic follow ggml's reference dequantizers, so results are bit-exact with them. */
 #include "dequant.h"
-#include "util/cpu.h"
-#include "util/le.h"
+#include "../util/cpu.h"
+#include "../util/le.h"
 
 #include <math.h>
 #include <string.h>

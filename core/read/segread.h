@@ -8,7 +8,7 @@
 #ifndef CKPT_SEGREAD_H
 #define CKPT_SEGREAD_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 enum {
     SEGREAD_SCRATCH = 1 << 20, /* the window one gathered read may span */

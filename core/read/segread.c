@@ -1,7 +1,7 @@
 #include "segread.h"
 
 #include "strided.h"
-#include "io/zstd_seekable.h"
+#include "../io/zstd_seekable.h"
 
 _Static_assert((size_t)SEGREAD_SCRATCH >= (size_t)STRIDED_SCRATCH,
                "strided reads use the gather scratch");

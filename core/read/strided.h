@@ -9,7 +9,7 @@
 #ifndef CKPT_STRIDED_H
 #define CKPT_STRIDED_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 /* Fills dst with the seg->length bytes of the CKPT_SEG_STRIDED segment seg. scratch is
  * SEGREAD_SCRATCH bytes or NULL. Returns 0, EIO for a source that ended early, or another
