@@ -5,7 +5,7 @@
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
 #include "mount/ckptfs.h"
-#include "core/stats.h"
+#include "core/views/stats.h"
 #include "cli/cli.h"
 #include "daemon.h"
 #include "loop.h"

@@ -4,7 +4,7 @@
 #define CKPT_FORMATS_H
 
 #include "../model/catalog.h"
-#include "../hfview.h"
+#include "../views/hfview.h"
 
 enum { PROBE_BYTES = 512 };
 

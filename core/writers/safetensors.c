@@ -4,7 +4,7 @@
 #include "../writer.h"
 
 #include "../model/catalog.h"
-#include "../hfview.h"
+#include "../views/hfview.h"
 #include "../util/utf8.h"
 
 #include <errno.h>

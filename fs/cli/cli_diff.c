@@ -1,10 +1,10 @@
 /* ckptfs diff A B: two checkpoints of any formats and layouts compared tensor by tensor, matched
- * by name (through --map renames), values compared after conversion to double (core/stats.c).
+ * by name (through --map renames), values compared after conversion to double (core/views/stats.c).
  * Exit status as diff(1): 0 equal within tolerance, 1 different, 2 trouble. */
 #include "cli_internal.h"
 #include "cli_plot.h"
 
-#include "core/stats.h"
+#include "core/views/stats.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,9 +1,9 @@
-/* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/stats.c), as a
+/* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/views/stats.c), as a
  * table, JSON, or pictures (per-layer panels, a histogram). */
 #include "cli_internal.h"
 #include "cli_plot.h"
 
-#include "core/stats.h"
+#include "core/views/stats.h"
 
 #include <errno.h>
 #include <fnmatch.h>

@@ -5,7 +5,7 @@
 #include "core/read/dequant.h"
 #include "core/read/segread.h"
 #include "core/util/sha256.h"
-#include "core/stats.h"
+#include "core/views/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 
 #include "core/util/arena.h"
 #include "core/ckpt.h"
-#include "core/hfview.h"
+#include "core/views/hfview.h"
 
 #include <stdatomic.h>
 

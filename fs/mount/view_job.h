@@ -3,7 +3,7 @@
 #ifndef CKPTFS_VIEW_JOB_H
 #define CKPTFS_VIEW_JOB_H
 
-#include "core/hfview.h"
+#include "core/views/hfview.h"
 #include "core/util/pipeline.h"
 
 typedef struct view_job {

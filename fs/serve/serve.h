@@ -9,7 +9,7 @@
 #define CKPTFS_SERVE_H
 
 #include "core/ckpt.h"
-#include "core/hfview.h"
+#include "core/views/hfview.h"
 #include "mount/tree.h"
 
 #include <pthread.h>

@@ -4,7 +4,7 @@
 #include "serve.h"
 
 #include "cli/cli_plot.h"
-#include "core/stats.h"
+#include "core/views/stats.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -22,7 +22,7 @@
  * the commit, and the journal still says where every staged byte is. */
 #include "stage_pack_whole.h"
 
-#include "core/hfview.h"
+#include "core/views/hfview.h"
 #include "core/util/utf8.h"
 #include "core/writer.h"
 

@@ -2,7 +2,7 @@
  * tail, where the pack ends, when a full shard is left for a new one. Under st->lock. */
 #include "stage_pack.h"
 
-#include "core/hfview.h"
+#include "core/views/hfview.h"
 #include "core/util/text.h"
 
 #include <errno.h>

@@ -13,7 +13,7 @@
 
 #include "model/catalog.h"
 #include "formats/formats.h"
-#include "hfview.h"
+#include "views/hfview.h"
 #include "util/json.h"
 #include "read/segread.h"
 

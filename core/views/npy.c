@@ -1,8 +1,8 @@
 /* The NPY header of a tensor (numpy's .npy format, version 1.0, or 2.0 when the header would
  * not fit in 64 KiB): magic, version, little-endian header length, then a Python dict literal
  * padded with spaces so the data starts on a 64-byte boundary. */
-#include "ckpt.h"
-#include "util/strbuf.h"
+#include "../ckpt.h"
+#include "../util/strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>

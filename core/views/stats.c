@@ -13,16 +13,16 @@
  * deviations per block and Chan, Golub and LeVeque's update to merge blocks, which stays right
  * when the mean is large against the spread (the one-pass sumsq - sum^2/n does not). */
 #include "stats.h"
-#include "util/search.h"
+#include "../util/search.h"
 
 /* The value loops are simple enough for the vectorizer, which GCC runs fully only at -O3. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
 #pragma GCC optimize("O3")
 #endif
 
-#include "read/dequant.h"
-#include "read/segread.h"
-#include "util/strbuf.h"
+#include "../read/dequant.h"
+#include "../read/segread.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <math.h>

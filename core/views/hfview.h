@@ -2,8 +2,8 @@
 #ifndef CKPT_HFVIEW_H
 #define CKPT_HFVIEW_H
 
-#include "ckpt.h"
-#include "model/st_names.h"
+#include "../ckpt.h"
+#include "../model/st_names.h"
 
 /* A run of a source's bytes that a view file shows as they are: a one-piece U8 tensor over
  * them, so that the run is one part of the file (see ckpt_hfview_build_spans). */

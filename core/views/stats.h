@@ -6,7 +6,7 @@
 #ifndef CKPT_STATS_H
 #define CKPT_STATS_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 #include <sys/types.h>
 

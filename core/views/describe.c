@@ -1,8 +1,8 @@
 /* The documents a mount shows about its checkpoint: sidecars, summary, metadata, tensor table. */
-#include "model/catalog.h"
-#include "util/text.h"
-#include "util/search.h"
-#include "util/strbuf.h"
+#include "../model/catalog.h"
+#include "../util/text.h"
+#include "../util/search.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <stdlib.h>

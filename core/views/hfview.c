@@ -10,12 +10,12 @@
  * with them (ckpt_catalog.hf_config): a Meta checkpoint shown as the Llama checkpoint the HF
  * conversion script would write. */
 #include "hfview.h"
-#include "util/le.h"
-#include "util/search.h"
+#include "../util/le.h"
+#include "../util/search.h"
 
-#include "model/catalog.h"
-#include "util/strbuf.h"
-#include "util/utf8.h"
+#include "../model/catalog.h"
+#include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 #include <errno.h>
 #include <stddef.h>
