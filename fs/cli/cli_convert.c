@@ -1,11 +1,11 @@
-/* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/writer.c
+/* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/write/writer.c
  * (temporary file next to OUT, fsync, rename: OUT is complete or untouched). */
 #include "cli_convert.h"
 #include "size.h"
 
-#include "core/cast.h"
-#include "core/profile.h"
-#include "core/writer.h"
+#include "core/write/cast.h"
+#include "core/write/profile.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -13,7 +13,7 @@
 #include "size.h"
 #include "stage_ops.h"
 
-#include "core/writer.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,7 +113,7 @@ static bool is_under(const char *path, const char *dir) {
 }
 
 /* Every file open in the stage holds a descriptor of its spool file: allow as many as the
- * system lets us. (A commit holds only a few: core/staged.c opens staged bytes per read.) */
+ * system lets us. (A commit holds only a few: core/write/staged.c opens staged bytes per read.) */
 static void raise_file_limit(void) {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {

@@ -9,8 +9,8 @@
 #include "stage_pack.h"
 
 #include "core/util/arena.h"
-#include "core/staged.h"
-#include "core/writer.h"
+#include "core/write/staged.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -18,7 +18,7 @@
  * header does not fit, is committed by ckpt_write as before: the compaction is that copy. */
 #include "stage_pack.h"
 
-#include "core/writer.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -15,7 +15,7 @@
 #include "stage_pack_whole.h"
 
 #include "core/util/hashmap.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 #include "stage.h"
 #include "stage_fs.h"
 
-#include "core/writer.h"
+#include "core/write/writer.h"
 
 #include <errno.h>
 #include <libgen.h>

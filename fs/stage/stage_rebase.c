@@ -5,14 +5,14 @@
  *
  * After such a commit the stage moves onto what it wrote: OUT is opened again, every node
  * that referred to a source tensor refers to the tensor of the new OUT that the commit made
- * of it (by name, from core/staged.c's report), and state and journal are rewritten for the
+ * of it (by name, from core/write/staged.c's report), and state and journal are rewritten for the
  * new source. A node the new OUT has no tensor for (a hidden file of the source) is copied
  * into the spool. The old catalog stays open until the stage ends: handles opened before
  * keep reading it. */
 #include "stage_fs.h"
 
 #include "core/util/hashmap.h"
-#include "core/staged.h"
+#include "core/write/staged.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -263,7 +263,7 @@ static void collect_garbage(stage *st, bool remove_unused) {
 }
 
 /* A commit killed half-way leaves OUT's temporary beside it: ".NAME.partial-XXXXXX", a file,
- * or for an HF directory a directory of that name (core/writer.c names both). The stage that
+ * or for an HF directory a directory of that name (core/write/writer.c names both). The stage that
  * takes over removes it. Only regular files are removed from such a directory: a subdirectory
  * in it is a user's, moved there by a commit that replaced OUT (core/writer_dir.c). */
 static void remove_stale_partials(const stage *st) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The GGUF writer (core/writers/gguf.c) through convert_tool.
+"""The GGUF writer (core/write/writers/gguf.c) through convert_tool.
 
 Environment: CKPTFS, FIXTURES, TOOLS (see tests/lib/readers/convert_check.py).
 

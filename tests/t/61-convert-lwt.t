@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The LightwatchAI2 .lwt writer (core/writers/lwt.c) through convert_tool.
+"""The LightwatchAI2 .lwt writer (core/write/writers/lwt.c) through convert_tool.
 
 Environment: CKPTFS, FIXTURES, TOOLS (see tests/lib/readers/convert_check.py).
 

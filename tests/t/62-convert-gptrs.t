@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The gpt-rs writer (core/writers/gptrs.c) through convert_tool: GPTRSCHK v2
+"""The gpt-rs writer (core/write/writers/gptrs.c) through convert_tool: GPTRSCHK v2
 checkpoints (.gptrs) and GPTRSTEN v2 archives (.gptrsten).
 
 Environment: CKPTFS, FIXTURES, TOOLS (see tests/lib/readers/convert_check.py).

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""convert HF-folder -> .gguf that llama.cpp runs (core/profile_llamacpp.c, core/gguf_vocab.c).
+"""convert HF-folder -> .gguf that llama.cpp runs (core/write/profile_llamacpp.c, core/write/gguf_vocab.c).
 
 Environment: CKPTFS, FIXTURES. llama.cpp comes from the npm package node-llama-cpp 3.21.1
 with its prebuilt linux-x64 binaries, installed on first use into build/node-llama (next to

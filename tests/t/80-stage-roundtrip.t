@@ -3,7 +3,7 @@
 
 Environment: CKPTFS, FIXTURES (tests/gen wrote sharded/, an HF folder with a manifest).
 
-1. For each OUT the writer table (core/writer.c) can write — .safetensors, an HF directory
+1. For each OUT the writer table (core/write/writer.c) can write — .safetensors, an HF directory
    (shards of a small max_shard_size), .gguf, .bpk, .gptrsten from FIXTURES/sharded (BF16),
    .lwt from lwt/natural (LWT holds F32 only), .gptrs from gptrs/chk-python (a checkpoint
    with its config), and the .zst form of each single file — `ckptfs stage OUT MNT --from
@@ -19,7 +19,7 @@ Environment: CKPTFS, FIXTURES (tests/gen wrote sharded/, an HF folder with a man
    the stage goes along. A second commit (one removed, one added) links the shards nobody
    changed again (same inodes) and compacts the one with the hole; after the unmount the
    spool is gone and OUT stands alone.
-3. The writer's guard (core/writers/safetensors_dir.c): a stage of DIR/ --from
+3. The writer's guard (core/write/writers/safetensors_dir.c): a stage of DIR/ --from
    DIR/model.safetensors (not OUT itself, so the stage does not own it) is refused at the
    commit, naming the file, DIR untouched; a stage of DIR/ --from DIR/ (its own commits)
    commits twice.

@@ -2,7 +2,7 @@
  * general rounding (ckpt_round_float of the value as a double, which tests/t/69 checks against
  * numpy): every exponent and sign with the mantissa's low bits at and around each rounding
  * boundary, plus random patterns; CAST_EXHAUSTIVE=1 compares all 2^32 patterns (minutes). */
-#include "../../core/cast.h"
+#include "../../core/write/cast.h"
 #include "tap.h"
 
 #include <stdint.h>

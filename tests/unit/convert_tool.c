@@ -1,7 +1,7 @@
 /* A test tool, not a test: convert IN OUT [max_shard_size] through the core writer, so writer
  * tests need neither FUSE nor the ckptfs command line. Exit 0 on success, 2 with one line. */
 #include "ckpt.h"
-#include "writer.h"
+#include "write/writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * but the value set. Reading it by umask(0) + umask(old) leaves a window in which a staging
  * mount's other threads would create files with mode 0666. */
 #include "tap.h"
-#include "writer.h"
+#include "write/writer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

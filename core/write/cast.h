@@ -2,7 +2,7 @@
 #ifndef CKPT_CAST_H
 #define CKPT_CAST_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 #include <sys/types.h>
 

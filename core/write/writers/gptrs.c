@@ -26,13 +26,13 @@
  * names), names over 65535 bytes (what ckptfs reads back), incomplete tensors, two model
  * tensors with one name, and an index or config over 4 GiB (u32 lengths). */
 #include "writers.h"
-#include "../util/json_emit.h"
+#include "../../util/json_emit.h"
 
-#include "../util/blake3.h"
-#include "../model/catalog.h"
-#include "../util/json.h"
-#include "../util/strbuf.h"
-#include "../util/utf8.h"
+#include "../../util/blake3.h"
+#include "../../model/catalog.h"
+#include "../../util/json.h"
+#include "../../util/strbuf.h"
+#include "../../util/utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>

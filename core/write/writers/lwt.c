@@ -25,13 +25,13 @@
  * names that are empty, over 127 bytes, not UTF-8 or holding a NUL, incomplete tensors, and two
  * model tensors with one name. Tensors are written in catalog order (sorted by name). */
 #include "writers.h"
-#include "../util/le.h"
-#include "../util/json_emit.h"
+#include "../../util/le.h"
+#include "../../util/json_emit.h"
 
-#include "../model/catalog.h"
-#include "../util/json.h"
-#include "../util/strbuf.h"
-#include "../util/utf8.h"
+#include "../../model/catalog.h"
+#include "../../util/json.h"
+#include "../../util/strbuf.h"
+#include "../../util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>

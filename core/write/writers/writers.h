@@ -3,8 +3,8 @@
 #ifndef CKPT_WRITERS_H
 #define CKPT_WRITERS_H
 
-#include "../ckpt.h"
-#include "../util/pwrite_pieces.h"
+#include "../../ckpt.h"
+#include "../../util/pwrite_pieces.h"
 
 typedef struct out_file {
     char *final_path;

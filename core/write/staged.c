@@ -5,14 +5,14 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
-#include "util/grow.h"
-#include "util/text.h"
+#include "../util/grow.h"
+#include "../util/text.h"
 
-#include "model/catalog.h"
-#include "formats/formats.h"
-#include "util/hashmap.h"
-#include "util/json.h"
-#include "read/segread.h"
+#include "../model/catalog.h"
+#include "../formats/formats.h"
+#include "../util/hashmap.h"
+#include "../util/json.h"
+#include "../read/segread.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,10 +10,10 @@
  * other tensor without a llama.cpp name is refused by name. */
 #include "profile.h"
 
-#include "model/catalog.h"
-#include "formats/formats.h"
-#include "util/json.h"
-#include "util/strbuf.h"
+#include "../model/catalog.h"
+#include "../formats/formats.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>

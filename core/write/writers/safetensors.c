@@ -3,9 +3,9 @@
 #include "writers.h"
 #include "../writer.h"
 
-#include "../model/catalog.h"
-#include "../views/hfview.h"
-#include "../util/utf8.h"
+#include "../../model/catalog.h"
+#include "../../views/hfview.h"
+#include "../../util/utf8.h"
 
 #include <errno.h>
 #include <libgen.h>

@@ -4,7 +4,7 @@
 #ifndef CKPT_WRITER_H
 #define CKPT_WRITER_H
 
-#include "ckpt.h"
+#include "../ckpt.h"
 
 #include <sys/types.h>
 

@@ -3,11 +3,11 @@
 
 #include "../writer.h"
 
-#include "../model/catalog.h"
-#include "../util/hashmap.h"
-#include "../util/le.h"
-#include "../read/segread.h"
-#include "../io/zstd_seekable.h"
+#include "../../model/catalog.h"
+#include "../../util/hashmap.h"
+#include "../../util/le.h"
+#include "../../read/segread.h"
+#include "../../io/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>

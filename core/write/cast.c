@@ -3,10 +3,10 @@
  * writer sees plain tensors of the new dtype. */
 #include "cast.h"
 
-#include "model/catalog.h"
-#include "util/cpu.h"
-#include "read/dequant.h"
-#include "util/search.h"
+#include "../model/catalog.h"
+#include "../util/cpu.h"
+#include "../read/dequant.h"
+#include "../util/search.h"
 #include "writers/writers.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
  * ended by '\n'; the data follows). Only what numpy.save writes for plain arrays is accepted:
  * a dtype ckptfs knows, little-endian, C order. */
 #include "staged.h"
-#include "util/le.h"
+#include "../util/le.h"
 
 #include <errno.h>
 #include <stdio.h>

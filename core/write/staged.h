@@ -21,8 +21,8 @@
 #ifndef CKPT_STAGED_H
 #define CKPT_STAGED_H
 
-#include "ckpt.h"
-#include "util/strbuf.h"
+#include "../ckpt.h"
+#include "../util/strbuf.h"
 
 typedef enum {
     STAGED_SPOOL,         /* bytes in a file of the spool */

@@ -40,10 +40,10 @@
  *    per tensor, 100 GiB per file): a file Burn refuses to open is no conversion. */
 #include "writers.h"
 
-#include "../model/catalog.h"
-#include "../util/json.h"
-#include "../util/strbuf.h"
-#include "../util/utf8.h"
+#include "../../model/catalog.h"
+#include "../../util/json.h"
+#include "../../util/strbuf.h"
+#include "../../util/utf8.h"
 
 #include <cbor.h>
 #include <errno.h>

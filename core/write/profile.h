@@ -2,9 +2,9 @@
 #ifndef CKPT_PROFILE_H
 #define CKPT_PROFILE_H
 
-#include "ckpt.h"
-#include "util/json.h"
-#include "util/strbuf.h"
+#include "../ckpt.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 
 /* HF GPT-2 -> LightwatchAI2 .lwt names, layout and header (see profile_lightwatch.c). */
 int ckpt_profile_lightwatch_gpt2(const ckpt_catalog *in, ckpt_catalog **out, ckpt_err *err);

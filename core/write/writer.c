@@ -2,7 +2,7 @@
  * format is one file in writers/ that defines its row, and one line here. */
 #include "writer.h"
 
-#include "util/text.h"
+#include "../util/text.h"
 #include "writers/writers.h"
 
 #include <errno.h>

@@ -7,8 +7,8 @@
  * state. */
 #include "writers.h"
 
-#include "../formats/formats.h"
-#include "../util/text.h"
+#include "../../formats/formats.h"
+#include "../../util/text.h"
 
 #include <dirent.h>
 #include <errno.h>

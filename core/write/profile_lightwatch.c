@@ -7,11 +7,11 @@
  * same bytes: nothing is copied until the writer reads it. The header gets model_type "gpt2"
  * and the config numbers from config.json. */
 #include "profile.h"
-#include "util/text.h"
+#include "../util/text.h"
 
-#include "formats/formats.h"
-#include "util/json.h"
-#include "util/strbuf.h"
+#include "../formats/formats.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>

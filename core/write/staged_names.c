@@ -4,9 +4,9 @@
  * 0x00-0x1F, 0x7F as %XX, an empty component as %_, a component longer than 255 bytes as its
  * first ~200 escaped bytes + %# + 16 hex digits of a hash of the component, and a second name
  * with the same path gets %~2 (a third %~3, ...) at the end. */
-#include "model/catalog.h"
+#include "../model/catalog.h"
 #include "staged.h"
-#include "util/text.h"
+#include "../util/text.h"
 
 #include <string.h>
 

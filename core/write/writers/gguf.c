@@ -23,10 +23,10 @@
  *   change its shape). */
 #include "writers.h"
 
-#include "../model/catalog.h"
-#include "../util/json.h"
-#include "../util/le.h"
-#include "../util/utf8.h"
+#include "../../model/catalog.h"
+#include "../../util/json.h"
+#include "../../util/le.h"
+#include "../../util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
  * "no_vocab" and a note says so. */
 #include "profile.h"
 
-#include "util/json.h"
-#include "util/strbuf.h"
+#include "../util/json.h"
+#include "../util/strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>

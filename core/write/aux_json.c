@@ -2,7 +2,7 @@
  * and the GGUF vocabulary take from a Hugging Face folder. */
 #include "profile.h"
 
-#include "util/json.h"
+#include "../util/json.h"
 
 #include <errno.h>
 #include <stdlib.h>
