@@ -1,11 +1,11 @@
 /* ckpt_open: picks the decoder for a file by its first bytes, or treats a directory as a model
  * directory. */
-#include "io/blockcache.h"
-#include "formats/formats.h"
-#include "io/place.h"
-#include "io/remote/remote.h"
-#include "util/text.h"
-#include "io/zstd_seekable.h"
+#include "../io/blockcache.h"
+#include "formats.h"
+#include "../io/place.h"
+#include "../io/remote/remote.h"
+#include "../util/text.h"
+#include "../io/zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
