@@ -4,7 +4,7 @@
 #define CKPT_FORMATS_H
 
 #include "../model/catalog.h"
-#include "../views/hfview.h"
+#include "../model/st_names.h"
 
 enum { PROBE_BYTES = 512 };
 

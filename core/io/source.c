@@ -1,4 +1,5 @@
-#include "../model/catalog.h"
+#include "../ckpt.h"
+#include "../util/err.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
 

@@ -13,4 +13,9 @@ static inline bool ckpt_safetensors_reserved_name(const char *name, size_t len) 
     return len == 12 && memcmp(name, "__metadata__", 12) == 0;
 }
 
+/* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config;
+ * formats/dirlist.c): the view and a staged HF directory carry them as they are. */
+extern const char *const hf_aux_names[];
+extern const size_t hf_aux_count;
+
 #endif

@@ -5,7 +5,7 @@
  * member after it; a 'g' header is global and ignored. */
 #include "tar.h"
 
-#include "../formats/formats.h"
+#include "../model/catalog.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #include "zip.h"
 #include "../util/le.h"
 
-#include "../formats/formats.h"
+#include "../model/catalog.h"
 
 #include <errno.h>
 #include <stdlib.h>

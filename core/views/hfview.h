@@ -54,9 +54,4 @@ void ckpt_hfview_free(ckpt_hfview *v);
 void ckpt_hfview_each_tensor(const ckpt_hfview_file *f, void (*fn)(void *ctx, const ckpt_tensor *t),
                              void *ctx);
 
-/* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config;
- * formats/dirlist.c): the view and a staged HF directory carry them as they are. */
-extern const char *const hf_aux_names[];
-extern const size_t hf_aux_count;
-
 #endif
