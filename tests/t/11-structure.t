@@ -6,6 +6,9 @@ core/PUBLIC_HEADERS), a public header includes only public headers, and no two f
   Makefile's -I flags do;
 - by calls: an object file that uses a symbol another defines depends on it (nm on the objects
   the build made; a header that declares another file's functions cannot hide a loop).
+- by layers: each folder of core/ has a rank (LAYERS, lowest first); no include and no symbol of
+  a file reaches a folder of the same or a higher rank. core/ckpt.h, the API's types, is
+  below every folder;
 Each checker is first run on small made-up trees that break its rule, so a checker that finds
 nothing cannot pass."""
 
@@ -144,6 +147,61 @@ def call_cycles(objdir, registries=()):
     return strongly_connected(graph), len(graph)
 
 
+# core/'s folders, lowest first: a folder may use only those before it (and core/ckpt.h).
+LAYERS = ["util", "io", "model", "parse", "read", "formats", "views", "write"]
+
+
+def layer_of(path, core):
+    """The folder of core/ path lies in, or None for core/ckpt.h and anything outside core/."""
+    rel = os.path.relpath(path, core)
+    parts = rel.split(os.sep)
+    return parts[0] if len(parts) > 1 and not rel.startswith("..") else None
+
+
+def layer_violations(core, objdir=None, layers=LAYERS):
+    """(kind, from, to) for every include and every used symbol that goes from a folder of core/
+    to a folder of the same or a higher rank, and ("unranked", folder) for a folder not in
+    layers."""
+    rank = {name: i for i, name in enumerate(layers)}
+    bad = []
+    folders = {d for d in os.listdir(core) if os.path.isdir(os.path.join(core, d))}
+    bad += [("unranked", d, "") for d in sorted(folders - set(rank))]
+
+    def up(a, b):
+        return a in rank and b in rank and a != b and rank[b] > rank[a]
+    for src in sources(core):
+        a = layer_of(src, core)
+        for _, p in includes(src, []):
+            b = layer_of(p, core)
+            if up(a, b):
+                bad.append(("include", os.path.relpath(src, core), os.path.relpath(p, core)))
+    if objdir and os.path.isdir(objdir):
+        defined, used = {}, {}
+        for d, _, files in os.walk(objdir):
+            for f in sorted(files):
+                if not f.endswith(".o"):
+                    continue
+                o = os.path.join(d, f)
+                m = os.path.splitext(os.path.relpath(o, objdir))[0]
+                used[m] = set()
+                out = subprocess.run(["nm", "-P", o], capture_output=True, text=True,
+                                     check=True).stdout
+                for line in out.splitlines():
+                    parts = line.split()
+                    if len(parts) >= 2 and parts[1] in "TDBRVW":
+                        defined.setdefault(parts[0], m)
+                    elif len(parts) >= 2 and parts[1] == "U":
+                        used[m].add(parts[0])
+        for m, syms in sorted(used.items()):
+            a = m.split(os.sep)[0] if os.sep in m else None
+            for s in sorted(syms):
+                dm = defined.get(s)
+                b = dm.split(os.sep)[0] if dm and os.sep in dm else None
+                if up(a, b):
+                    bad.append(("symbol " + s, m, dm))
+    return bad
+
+
 def write(root, rel, text):
     p = os.path.join(root, rel)
     os.makedirs(os.path.dirname(p), exist_ok=True)
@@ -187,6 +245,26 @@ def main():
         for c in ("writer", "writers/x", "other"):
             subprocess.run(["cc", "-c", os.path.join(t, "calls", c + ".c"), "-o",
                             os.path.join(t, "calls", c + ".o")], check=True)
+        # layers: an include up a rank, a symbol up a rank, a folder without a rank; the same
+        # rank (a folder's own files) and core/ckpt.h are allowed
+        write(t, "layers/ckpt.h", "")
+        write(t, "layers/util/u.c", '#include "../ckpt.h"\n#include "../model/m.h"\n')
+        write(t, "layers/util/u.h", "")
+        write(t, "layers/model/m.h", '#include "../util/u.h"\n#include "n.h"\n')
+        write(t, "layers/model/n.h", "")
+        write(t, "layers/extra/e.h", "")
+        write(t, "layers/obj/util/u.c", "int model_fn(void);\nint util_fn(void) { return model_fn(); }\n")
+        write(t, "layers/obj/model/m.c", "int util_fn(void);\nint model_fn(void) { return 1; }\n"
+                                          "int other(void) { return util_fn(); }\n")
+        for c in ("util/u", "model/m"):
+            subprocess.run(["cc", "-c", os.path.join(t, "layers/obj", c + ".c"), "-o",
+                            os.path.join(t, "layers/obj", c + ".o")], check=True)
+        bad = layer_violations(os.path.join(t, "layers"), os.path.join(t, "layers/obj"),
+                               ["util", "model", "obj"])
+        tap.ok(sorted(bad) == [("include", "util/u.c", "model/m.h"), ("symbol model_fn", "util/u",
+                                "model/m"), ("unranked", "extra", "")],
+               "the layer check finds an include and a call up a rank and a folder without one, "
+               "and nothing else", bad)
         cycles, _ = call_cycles(os.path.join(t, "calls"))
         tap.ok(cycles == [["writer", "writers/x"]],
                "the call-cycle check finds two objects calling each other and no other", cycles)
@@ -201,6 +279,11 @@ def main():
     tap.ok(n > 30 and not cycles, "no include cycle among the %d modules of core/" % n,
            [" -> ".join(c) for c in cycles])
     build = os.path.dirname(os.environ.get("CKPTFS") or os.path.join(ROOT, "build", "ckptfs"))
+    objdir = os.path.join(build, "core")
+    bad = layer_violations(os.path.join(ROOT, "core"), objdir)
+    tap.ok(os.path.isdir(objdir) and not bad, "core/'s folders use only lower layers (%s), by "
+           "include and by symbol" % " < ".join(LAYERS),
+           ["%s: %s -> %s" % b for b in bad] or ["no objects in %s (build first)" % objdir])
     for sub, registries in (("core", ["formats/formats"]), ("fs/mount", []), ("fs/stage", [])):
         objdir = os.path.join(build, sub)
         if not os.path.isdir(objdir):
