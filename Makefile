@@ -44,7 +44,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 FIXTURES := $(B)/fixtures
 
-.PHONY: all deps check test demo bench mutate fuzz clean format install uninstall fixtures
+.PHONY: all deps deps-clients check test demo bench mutate fuzz clean format install uninstall fixtures
 all: $(B)/ckptfs
 
 # Header dependencies come from the compiler (-MMD, included at the end). core/ is built
@@ -82,7 +82,7 @@ $(B)/bench/delayproxy: tests/bench/delayproxy.c
 
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
-            python3 python3-numpy perl attr mandoc procps bash-completion libcurl4-openssl-dev \
+            python3 python3-numpy python3-venv perl attr mandoc procps bash-completion libcurl4-openssl-dev \
             nginx libmicrohttpd-dev curl xfsprogs
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -117,11 +117,29 @@ test: $(B)/ckptfs $(UNIT_BIN) $(TOOL_BIN) fixtures
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
 	TOOLS=$(abspath $(B)/tools) TEST_TIMEOUT=$(TEST_TIMEOUT) \
 	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
-	  prove --timer --exec $(abspath tests/lib/with-timeout) $(UNIT_BIN) tests/t/*.t
+	CLIENTS_PY=$(abspath $(CLIENTS_VENV))/bin/python \
+	  prove --timer --exec $(abspath tests/lib/with-timeout) $(or $(TESTS),$(UNIT_BIN) tests/t/*.t)
 	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
 
-check: deps
+check: deps deps-clients
 	$(MAKE) test
+
+# The real clients (torch 2.x, transformers, safetensors, huggingface_hub, gguf, peft, boto3),
+# pinned with hashes in tests/clients/requirements.txt, in a virtual environment under build/
+# (never installed globally). Reinstalled only when the lock file changes. The python3 first
+# on PATH makes it (a CPython >= 3.10 with venv); Debian's /usr/bin/python3 and its torch 1.13
+# keep writing the committed fixtures.
+CLIENTS_VENV := build/clients-venv
+CLIENTS_LOCK := tests/clients/requirements.txt
+CLIENTS_PYTHON ?= $(shell command -v python3.11 || command -v python3)
+deps-clients: $(CLIENTS_VENV)/.installed
+$(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
+	@test -x $(CLIENTS_VENV)/bin/python || $(CLIENTS_PYTHON) -m venv $(CLIENTS_VENV) \
+	  || { echo "deps-clients: cannot make a venv with $(CLIENTS_PYTHON)"; exit 1; }
+	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+	  --require-hashes -r $(CLIENTS_LOCK) \
+	  || { echo "deps-clients: pip install -r $(CLIENTS_LOCK) failed"; exit 1; }
+	@touch $@
 
 demo: deps $(B)/ckptfs
 	@tests/demo.sh $(B)/ckptfs
