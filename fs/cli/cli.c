@@ -2,7 +2,7 @@
  * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
  * holds what every subcommand shares: -o options, opening the source, messages, output. */
 #include "cli.h"
-#include "heap.h"
+#include "common/heap.h"
 #include "cli_internal.h"
 #include "serve/serve.h"
 #include "core/read/segread.h"

@@ -1,7 +1,7 @@
 /* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/write/writer.c
  * (temporary file next to OUT, fsync, rename: OUT is complete or untouched). */
 #include "cli_convert.h"
-#include "size.h"
+#include "common/size.h"
 
 #include "core/write/cast.h"
 #include "core/write/profile.h"

@@ -6,7 +6,7 @@
 #include "core/ckpt.h"
 #include "core/util/strbuf.h"
 #include "core/util/text.h"
-#include "remote_opts.h"
+#include "common/remote_opts.h"
 
 #include <getopt.h>
 #include <stdbool.h>
