@@ -17,7 +17,7 @@
 #include "common/mount_opts.h"
 #include "common/remote_opts.h"
 #include "common/size.h"
-#include "mount/view_job.h"
+#include "common/view_job.h"
 #include "serve/serve.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * by name (through --map renames), values compared after conversion to double (core/views/stats.c).
  * Exit status as diff(1): 0 equal within tolerance, 1 different, 2 trouble. */
 #include "cli_internal.h"
-#include "cli_plot.h"
+#include "common/plot.h"
 
 #include "core/views/stats.h"
 

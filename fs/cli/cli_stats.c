@@ -1,7 +1,7 @@
 /* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/views/stats.c), as a
  * table, JSON, or pictures (per-layer panels, a histogram). */
 #include "cli_internal.h"
-#include "cli_plot.h"
+#include "common/plot.h"
 
 #include "core/views/stats.h"
 

@@ -1,6 +1,6 @@
 /* Numbers for people: byte sizes in powers of 1024 ("1.5 GiB"), parameter counts in powers of
  * 1000 as model cards write them ("6.7B", "124M"), digit grouping. */
-#include "cli_internal.h"
+#include "cli/cli_internal.h"
 
 void cli_human_size(uint64_t bytes, char *out, size_t cap) {
     static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -1,7 +1,7 @@
 /* A one-line progress report on stderr ("verify: 1.2 GiB / 12.5 GiB (9%), 850.0 MiB/s") for
  * jobs long enough to wonder about. Silent when stderr is not a terminal, so logs and pipes get
  * no control characters; silent for the first second, so quick jobs print nothing. */
-#include "cli_internal.h"
+#include "cli/cli_internal.h"
 
 #include <time.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
 /* SVG written by hand: a fixed 1200 px wide page, text in a system sans-serif font, axes with
  * round-numbered ticks. Only what the pictures need (polylines, circles, rectangles, text), so
  * every browser and image viewer renders it the same. */
-#include "cli_plot.h"
-#include "cli_internal.h"
+#include "plot.h"
+#include "cli/cli_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
