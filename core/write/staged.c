@@ -5,6 +5,7 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
+#include "../parse/npy_header.h"
 #include "../util/grow.h"
 #include "../util/text.h"
 

@@ -3,7 +3,7 @@
  * literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and
  * ended by '\n'; the data follows). Only what numpy.save writes for plain arrays is accepted:
  * a dtype ckptfs knows, little-endian, C order. */
-#include "staged.h"
+#include "npy_header.h"
 #include "../util/le.h"
 
 #include <errno.h>
