@@ -6,7 +6,7 @@
 
 extern const ckpt_format format_hf_dir, format_meta_mp, format_deepspeed, format_nemo_step,
     format_dcp, format_dcp_hf, format_gguf, format_gptrs, format_burnpack, format_lwt,
-    format_mlfw_tp, format_folder, format_npz;
+    format_mlfw_tp, format_folder, format_npz, format_onnx;
 
 /* Files are probed by content, directories by the names they hold; each kind in the order of
  * the rows that have a probe (resp. probe_dir) for it.
@@ -38,6 +38,7 @@ const ckpt_format *const ckpt_formats[] = {
     &format_lwt,         /* file */
     &format_tar,         /* file: a container whose members are checkpoints */
     &format_safetensors, /* file */
+    &format_onnx,        /* file, no magic: a ModelProto's first fields */
     &format_mlfw_tp,     /* file and directory, no magic */
     &format_folder,      /* directory of checkpoint files, the last resort */
     NULL,
