@@ -10,7 +10,7 @@
 
 #include "core/ckpt.h"
 #include "core/views/hfview.h"
-#include "mount/tree.h"
+#include "core/views/tree.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,8 +1,8 @@
 #include "tree.h"
-#include "core/util/grow.h"
+#include "../util/grow.h"
 
-#include "core/read/dequant.h"
-#include "core/util/hashmap.h"
+#include "../read/dequant.h"
+#include "../util/hashmap.h"
 
 #include <errno.h>
 #include <stdio.h>

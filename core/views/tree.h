@@ -3,9 +3,9 @@
 #ifndef CKPTFS_TREE_H
 #define CKPTFS_TREE_H
 
-#include "core/util/arena.h"
-#include "core/ckpt.h"
-#include "core/views/hfview.h"
+#include "../util/arena.h"
+#include "../ckpt.h"
+#include "hfview.h"
 
 #include <stdatomic.h>
 
