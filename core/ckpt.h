@@ -181,6 +181,16 @@ bool ckpt_source_unchanged(const ckpt_source *s);
 struct stat;
 /* Whether st (an fstat or stat of the source's file) shows the size and times recorded at open. */
 bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st);
+/* Whether the file at the source's path is still the one the catalog read: the same device,
+ * inode, size, modification and change time (ckpt_source_stat_matches on a stat of the path),
+ * and ckpt_source_unchanged. A descriptor keeps the old file readable after it was replaced or
+ * removed, which ckpt_source_unchanged alone cannot see: what an open of a file checks. Remote
+ * and virtual sources have no path to look at: ckpt_source_unchanged. */
+bool ckpt_source_current(const ckpt_source *s);
+/* Whether the source's path still names the file the catalog opened (device and inode), however
+ * it changed in place (reads see that): false for a file replaced under its name or removed.
+ * True for remote and virtual sources, which have no path (a changed object fails its reads). */
+bool ckpt_source_same_file(const ckpt_source *s);
 /* Records that bytes already sent may not be the source's (a check after a spliced reply
  * failed): every later ckpt_source_unchanged is false. True for the call that marked it first
  * (the one to tell the user). Safe from many threads. */

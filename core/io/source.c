@@ -66,6 +66,18 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
     return file_matches(s, s->fd);
 }
 
+bool ckpt_source_current(const ckpt_source *s) {
+    struct stat st;
+    if (s->remote || s->virt) return ckpt_source_unchanged(s);
+    return stat(s->path, &st) == 0 && ckpt_source_stat_matches(s, &st) && ckpt_source_unchanged(s);
+}
+
+bool ckpt_source_same_file(const ckpt_source *s) {
+    struct stat st;
+    if (s->remote || s->virt) return true;
+    return stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino;
+}
+
 bool ckpt_source_mark_changed(const ckpt_source *s) {
     /* The catalog's sources are never const objects, only seen through const pointers. */
     return !__atomic_exchange_n(&((ckpt_source *)s)->seen_changed, true, __ATOMIC_ACQ_REL);
