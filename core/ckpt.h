@@ -203,6 +203,17 @@ void ckpt_source_own_ctime_end(ckpt_source *s);
 /* Bytes the source takes on disk: its size, the compressed size of a .zst, or a tar member's
  * size in the archive. */
 uint64_t ckpt_source_stored_size(const ckpt_source *s);
+/* Where [off, off+len) of the source's content lie as they are in its file: true with *file_off
+ * set for a local file and a member of a local tar (the member's offset in its archive added),
+ * false for a .zst, a remote object and bytes made when read, and for a range past the end.
+ * Such bytes may go to the kernel by splice or copy_file_range from the source's descriptor
+ * (fd, or one from ckpt_source_open_again). */
+bool ckpt_source_file_extent(const ckpt_source *s, uint64_t off, uint64_t len, uint64_t *file_off);
+/* Whether the source is a whole local file as it is: its content offsets are the file's, and the
+ * file may be linked or cloned (not a .zst, a tar member, a remote object or made bytes). */
+bool ckpt_source_whole_file(const ckpt_source *s);
+/* ckpt_source_whole_file, and that file is the one of device dev and inode ino. */
+bool ckpt_source_is_file(const ckpt_source *s, dev_t dev, ino_t ino);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */

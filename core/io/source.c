@@ -326,6 +326,20 @@ bool ckpt_source_remote_changed(const ckpt_source *s) {
     return s->remote && remote_changed(s->remote);
 }
 
+bool ckpt_source_file_extent(const ckpt_source *s, uint64_t off, uint64_t len, uint64_t *file_off) {
+    if (s->zst || s->remote || s->virt || off > s->size || len > s->size - off) return false;
+    *file_off = s->base + off; /* base is 0 but for a tar member */
+    return true;
+}
+
+bool ckpt_source_whole_file(const ckpt_source *s) {
+    return !s->zst && !s->member_of && !s->remote && !s->virt;
+}
+
+bool ckpt_source_is_file(const ckpt_source *s, dev_t dev, ino_t ino) {
+    return ckpt_source_whole_file(s) && s->dev == dev && s->ino == ino;
+}
+
 uint64_t ckpt_source_stored_size(const ckpt_source *s) {
     return s->zst ? zst_file_size(s->zst) : s->member_of ? s->file_size : s->size;
 }

@@ -520,13 +520,15 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
     return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
 }
 
-/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst
- * or a remote source, nor the elements of a strided piece. */
+/* The kernel can splice only bytes that lie in a local file as they are (ckpt_source_file_extent):
+ * not those of a .zst or a remote source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
+    uint64_t at;
     for (size_t i = 0; i < n; i++)
         if (seg[i].kind == CKPT_SEG_STRIDED ||
             (seg[i].kind == CKPT_SEG_FILE &&
-             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote)))
+             !ckpt_source_file_extent(&fs->cat->sources[seg[i].source], seg[i].offset,
+                                      seg[i].length, &at)))
             return false;
     return true;
 }
@@ -577,9 +579,12 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_
             fuse_reply_err(req, EIO);
             return;
         }
+        const ckpt_source *s = &fs->cat->sources[seg[i].source];
+        uint64_t at = 0;
+        ckpt_source_file_extent(s, seg[i].offset, seg[i].length, &at); /* spliceable said so */
         fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
-        fb->fd = fs->cat->sources[seg[i].source].fd;
-        fb->pos = (off_t)(fs->cat->sources[seg[i].source].base + seg[i].offset); /* tar member */
+        fb->fd = s->fd;
+        fb->pos = (off_t)at;
     }
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
     check_after_splice(fs, ino, seg, n);
@@ -696,9 +701,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EIO);
         return;
     }
-    if (done == size && seg[0].kind == CKPT_SEG_FILE && fs->cat->sources[seg[0].source].remote &&
-        reply_view(req, fs, seg, nseg))
-        return;
+    if (done == size && seg[0].kind == CKPT_SEG_FILE && reply_view(req, fs, seg, nseg)) return;
     /* Splice pays off only for whole requests served by file segments of a page or more. */
     if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096 &&
         spliceable(fs, seg, nseg)) {
