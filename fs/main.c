@@ -17,7 +17,7 @@
 #include "mount_opts.h"
 #include "remote_opts.h"
 #include "size.h"
-#include "mount/view_job.h"
+#include "core/views/view_job.h"
 #include "serve/serve.h"
 
 #include <errno.h>
