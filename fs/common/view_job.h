@@ -3,8 +3,8 @@
 #ifndef CKPTFS_VIEW_JOB_H
 #define CKPTFS_VIEW_JOB_H
 
-#include "hfview.h"
-#include "../util/pipeline.h"
+#include "core/views/hfview.h"
+#include "core/util/pipeline.h"
 
 typedef struct view_job {
     const ckpt_catalog *cat;
