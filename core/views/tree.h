@@ -1,7 +1,9 @@
-/* The mounted tree: an immutable table of nodes built once from a catalog. Inode number =
- * node index + 1, so the root (index 0) is FUSE_ROOT_ID. */
-#ifndef CKPTFS_TREE_H
-#define CKPTFS_TREE_H
+/* The files a catalog shows, the same for the FUSE mount and serve: an immutable table of nodes
+ * built once from a catalog, and what each node holds (tree_node_size, tree_plan,
+ * tree_node_current). The mount's inode number = node index + 1, so the root (index 0) is
+ * FUSE_ROOT_ID. */
+#ifndef CKPT_TREE_H
+#define CKPT_TREE_H
 
 #include "../util/arena.h"
 #include "../ckpt.h"
