@@ -140,11 +140,7 @@ static int remote_root(const char *path, const ckpt_options *opts, char *root, i
     if (rc) return rc;
     char shown[PATH_MAX];
     remote_shown(path, shown, sizeof shown);
-    if (strncmp(shown, "hf://", 5) == 0) {
-        if ((rc = hf_pin(shown, root, PATH_MAX, err))) return rc;
-    } else if (remote_normalize(shown, root, PATH_MAX) != 0) {
-        return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown);
-    }
+    if ((rc = remote_pin(shown, root, PATH_MAX, err))) return rc;
     *kind = place_kind(root);
     if (*kind == PLACE_MISSING) {
         /* Opening it says why precisely (404, 403, no Range support...). */

@@ -7,6 +7,7 @@
 #include "../ckpt.h"
 #include "../util/strbuf.h"
 #include "../util/err.h"
+#include "../io/source.h" /* file_type_name */
 
 typedef struct pending_piece {
     size_t tensor;
@@ -26,8 +27,6 @@ struct ckpt_catalog_private {
 };
 
 ckpt_catalog *catalog_new(const char *root, const char *format);
-/* "a FIFO", "a directory", ... for messages. */
-const char *file_type_name(mode_t mode);
 /* Opens path read-only and records its size and mtime. relpath is what sidecars show.
  * Anything but a regular file (a FIFO, a device) is refused by name without blocking. */
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,

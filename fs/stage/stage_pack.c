@@ -71,8 +71,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
         }
         const ckpt_piece *p = t->npieces == 1 ? &t->pieces[0] : NULL;
         const ckpt_source *s = p ? &cat->sources[p->source] : NULL;
-        if (s && !p->strides && s->dev == ps.st_dev && s->ino == ps.st_ino && !s->member_of &&
-            t->nbytes)
+        if (s && !p->strides && ckpt_source_is_file(s, ps.st_dev, ps.st_ino) && t->nbytes)
             in[nin++] = (placed){i, p->file_offset};
         else
             rest[nrest++] = i;

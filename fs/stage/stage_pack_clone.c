@@ -39,7 +39,7 @@ static uint32_t base_source(const ckpt_catalog *cat) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside || t->npieces != 1 || t->pieces[0].strides) continue;
         const ckpt_source *s = &cat->sources[t->pieces[0].source];
-        if (s->zst || s->member_of || s->remote || s->owned) continue;
+        if (!ckpt_source_whole_file(s) || s->owned) continue;
         if (++count[t->pieces[0].source] > most) {
             most = count[t->pieces[0].source];
             best = t->pieces[0].source;
@@ -93,8 +93,8 @@ static int plan_rewrites(const ckpt_catalog *cat, int fd, rewrite **out, size_t 
         /* the same file may be two sources: OUT as the source's reader opened it, and the
          * spool's pack that a commit linked as OUT, which staged files still refer to */
         const ckpt_source *ts = t->npieces == 1 ? &cat->sources[t->pieces[0].source] : NULL;
-        bool in_place = ts && !t->pieces[0].strides && !ts->zst && !ts->member_of && !ts->remote &&
-                        ts->dev == fs.st_dev && ts->ino == fs.st_ino &&
+        bool in_place = ts && !t->pieces[0].strides &&
+                        ckpt_source_is_file(ts, fs.st_dev, fs.st_ino) &&
                         t->pieces[0].file_offset == data + a;
         if (!in_place) w[nw++] = (rewrite){e->value, data + a};
     }

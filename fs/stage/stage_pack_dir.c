@@ -200,8 +200,8 @@ static int sort_out(job *j) {
         const ckpt_piece *p = t->npieces == 1 ? &t->pieces[0] : NULL;
         const ckpt_source *src = p ? &j->cat->sources[p->source] : NULL;
         shard *home = NULL;
-        for (size_t k = 0; src && !p->strides && !src->member_of && t->nbytes && k < j->ns; k++)
-            if (j->s[k].fd >= 0 && src->dev == j->s[k].dev && src->ino == j->s[k].ino)
+        for (size_t k = 0; src && !p->strides && t->nbytes && k < j->ns; k++)
+            if (j->s[k].fd >= 0 && ckpt_source_is_file(src, j->s[k].dev, j->s[k].ino))
                 home = &j->s[k];
         int e = home ? add_placed(home, i, p->file_offset) : rest_add(j, i, NULL);
         if (e) return e;

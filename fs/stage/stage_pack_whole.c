@@ -127,7 +127,7 @@ int pack_take_whole(const ckpt_catalog *cat, dev_t dev, uint64_t max, size_t *re
     int rc = 0;
     for (uint32_t u = 0; !rc && u < cat->nsources; u++) {
         const ckpt_source *s = &cat->sources[u];
-        if (s->zst || s->member_of || s->remote || s->owned || s->dev != dev) continue;
+        if (!ckpt_source_whole_file(s) || s->owned || s->dev != dev) continue;
         size_t n = 0;
         uint64_t bytes = 0;
         bool whole = true;

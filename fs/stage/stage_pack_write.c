@@ -57,10 +57,13 @@ enum { COPY_CHUNK = 64 << 20, BUF = PACK_COPY_BUF };
 /* Bytes [off, off+len) of source s, at `at` of the pack. */
 static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int out, uint64_t at,
                         char *buf) {
-    int in = s->zst ? -1 : s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
+    uint64_t file_off = 0;
+    int in = !ckpt_source_file_extent(s, off, len, &file_off) ? -1
+             : s->fd >= 0                                     ? s->fd
+                                                              : ckpt_source_open_again(s);
     uint64_t done = 0;
     while (in >= 0 && done < len) {
-        loff_t src_at = (loff_t)(s->base + off + done), dst_at = (loff_t)(at + done);
+        loff_t src_at = (loff_t)(file_off + done), dst_at = (loff_t)(at + done);
         size_t want = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
         ssize_t r = copy_file_range(in, &src_at, out, &dst_at, want, 0);
         if (r < 0 && errno == EINTR) continue;

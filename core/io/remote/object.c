@@ -56,15 +56,6 @@ const char *remote_last_error(void) {
     return last_error[0] ? last_error : "remote read failed";
 }
 
-bool remote_is_url(const char *p) {
-    return strncmp(p, "http://", 7) == 0 || strncmp(p, "https://", 8) == 0 ||
-           strncmp(p, "s3://", 5) == 0 || strncmp(p, "hf://", 5) == 0;
-}
-
-bool ckpt_is_url(const char *path) {
-    return remote_is_url(path);
-}
-
 int remote_configure(const ckpt_remote_options *o, ckpt_err *err) {
     static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&once);
