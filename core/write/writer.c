@@ -121,15 +121,12 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
     return out_commit(&f);
 }
 
-int ckpt_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
-                   ckpt_err *err) {
-    return writer_dir_guard(cat, out, opts, err);
-}
-
-int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts, ckpt_err *err) {
-    return writer_publish_dir(tmp, out, opts, err);
-}
-
-int ckpt_dir_add_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err) {
-    return writer_dir_aux(cat, tmp, err);
+int ckpt_write_check(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err) {
+    ckpt_write_opts none = {0};
+    if (!opts) opts = &none;
+    target t;
+    int rc = resolve(out, opts->max_shard_size, &t, err);
+    if (!rc && t.directory) rc = writer_dir_guard(cat, t.path, opts, err);
+    return rc;
 }

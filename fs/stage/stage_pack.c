@@ -30,16 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The header written in front of the pack. */
-static int write_header(const ckpt_catalog *cat, const placed *p, size_t n, int out) {
-    char *head;
-    int e = pack_header(cat, p, n, &head);
-    if (e) return e;
-    e = pack_pwrite_all(out, head, PACK_DATA_START, 0);
-    free(head);
-    return e;
-}
-
 int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts, ckpt_err *err) {
     pthread_mutex_lock(&st->lock);
     stage_pack_seal(st); /* nothing is written during a commit; sizes are final */
@@ -65,7 +55,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside) continue;
-        if (!pack_fits_safetensors(t)) {
+        if (!ckpt_packed_fits(t)) {
             rc = 1;
             break;
         }
@@ -99,7 +89,7 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
         at += t->nbytes;
     }
     if (!rc) {
-        int e = write_header(cat, in, nin, st->pack_fd);
+        int e = ckpt_packed_write_header(st->pack_fd, cat, in, nin, PACK_DATA_START);
         if (e < 0) rc = ckpt_fail(err, e, "%s: writing the header: %s", st->out, strerror(-e));
         if (e > 0) rc = 1; /* too many names for the reserved room */
     }

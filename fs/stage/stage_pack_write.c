@@ -1,11 +1,10 @@
 /* What the pack's commits share (one safetensors OUT: stage_pack.c, an HF directory:
  * stage_pack_dir.c, a clone of the source: stage_pack_clone.c): tensor bytes appended, the
- * header made, the file put in place as OUT. */
+ * file put in place as OUT. Headers, the index and a directory OUT are the writer's
+ * (core/write/packed.h). */
 #include "stage_pack.h"
 
 #include "core/util/pwrite_pieces.h"
-#include "core/model/st_names.h"
-#include "core/util/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +27,6 @@ int pack_width_cmp(const void *a, const void *b, void *ctx) {
                       *y = &cat->tensors[*(const size_t *)b];
     unsigned wx = ckpt_dtype_elem_size(x->dtype), wy = ckpt_dtype_elem_size(y->dtype);
     return (wx < wy) - (wx > wy);
-}
-
-bool pack_fits_safetensors(const ckpt_tensor *t) {
-    return ckpt_dtype_info_of(t->dtype)->safetensors && !t->incomplete &&
-           utf8_invalid_at(t->name, t->name_len) == t->name_len &&
-           !ckpt_safetensors_reserved_name(t->name, t->name_len);
 }
 
 uint64_t pack_live_end(const snode *dir, uint64_t id) {
@@ -103,43 +96,6 @@ int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t,
         off += done;
         atomic_fetch_add(&st->progress_done, done);
     }
-    return 0;
-}
-
-int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **out) {
-    *out = NULL;
-    strbuf sb;
-    sb_init(&sb);
-    sb_puts(&sb, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_tensor *t = &cat->tensors[p[i].tensor];
-        sb_putc(&sb, ',');
-        sb_json_str(&sb, t->name, t->name_len);
-        sb_printf(&sb, ":{\"dtype\":\"%s\",\"shape\":[", ckpt_dtype_info_of(t->dtype)->name);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            sb_printf(&sb, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-        sb_printf(&sb, "],\"data_offsets\":[%llu,%llu]}",
-                  (unsigned long long)(p[i].off - PACK_DATA_START),
-                  (unsigned long long)(p[i].off - PACK_DATA_START + t->nbytes));
-    }
-    sb_putc(&sb, '}');
-    const size_t room = PACK_DATA_START - 8;
-    if (sb.failed || sb.len > room) {
-        bool too_big = !sb.failed;
-        sb_free(&sb);
-        return too_big ? 1 : -ENOMEM;
-    }
-    char *head = malloc(PACK_DATA_START);
-    if (!head) {
-        sb_free(&sb);
-        return -ENOMEM;
-    }
-    uint64_t len = room;
-    for (int i = 0; i < 8; i++) head[i] = (char)(len >> (8 * i) & 0xff);
-    memcpy(head + 8, sb.data, sb.len);
-    memset(head + 8 + sb.len, ' ', room - sb.len);
-    sb_free(&sb);
-    *out = head;
     return 0;
 }
 

@@ -1,0 +1,68 @@
+/* Safetensors files whose tensor bytes a caller has laid out itself, finished by the writer: a
+ * stage appends staged tensors to files of its spool (its packs, fs/stage/stage_pack*.c) and a
+ * commit only adds headers and an index. The header, the index, the shard names and what a
+ * finished directory holds are the safetensors writer's (views/st_layout.c, write/writers/),
+ * so a packed OUT is byte for byte the file or directory ckpt_write would write for the same
+ * tensors in the same order. */
+#ifndef CKPT_PACKED_H
+#define CKPT_PACKED_H
+
+#include "../ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A tensor of the catalog and its first byte in a file. */
+typedef struct ckpt_placed {
+    size_t tensor;
+    uint64_t off;
+} ckpt_placed;
+
+/* Whether the safetensors writer can hold t (dtype, complete, a name a header can hold): what
+ * it would refuse, a caller leaves to ckpt_write, which then says why. */
+bool ckpt_packed_fits(const ckpt_tensor *t);
+
+/* The safetensors header of the tensors p[0..n) (in the order of their bytes, the data section
+ * starting at data_start) padded with spaces to data_start, into a malloc'd buffer of
+ * data_start bytes: 0, 1 when the names do not fit in front of data_start, or -ENOMEM. */
+int ckpt_packed_header(const ckpt_catalog *cat, const ckpt_placed *p, size_t n, uint64_t data_start,
+                       char **head);
+/* The same header written at the start of fd: 0, 1 (does not fit), or -errno. */
+int ckpt_packed_write_header(int fd, const ckpt_catalog *cat, const ckpt_placed *p, size_t n,
+                             uint64_t data_start);
+/* Whether fd starts with exactly that header. */
+bool ckpt_packed_header_is(int fd, const ckpt_catalog *cat, const ckpt_placed *p, size_t n,
+                           uint64_t data_start);
+
+/* Whether the safetensors file behind fd (size bytes) holds exactly the tensors p[0..n)
+ * (sorted by off), each at its offset with its name, dtype and shape, nothing else, and ends
+ * where its data ends: then it is a shard of them as it is, whatever wrote its header. */
+bool ckpt_packed_holds_exactly(const ckpt_catalog *cat, int fd, uint64_t size, const ckpt_placed *p,
+                               size_t n);
+/* Where the safetensors file behind fd (size bytes) keeps each tensor of cat that is not aside,
+ * when its header holds exactly those tensors (by name, dtype and shape, nothing else) and the
+ * file ends where its data ends: 0 with *out (malloc'd, one per such tensor, in the header's
+ * order) and *n, 1 when the file is not their layout, or -ENOMEM. */
+int ckpt_packed_layout(const ckpt_catalog *cat, int fd, uint64_t size, ckpt_placed **out,
+                       size_t *n);
+
+/* A finished shard: a safetensors file (header written) whose tensors are t[0..n) in the order
+ * of their bytes. */
+typedef struct ckpt_packed_shard {
+    int fd;
+    const ckpt_placed *t;
+    size_t n;
+    bool keep_mode; /* a shard of OUT already, linked again: its mode stays */
+} ckpt_packed_shard;
+
+/* The directory OUT of the shards s[0..n) (in shard order): a directory beside OUT gets a hard
+ * link to each shard under its name (model.safetensors, or model-0000i-of-0000N.safetensors and
+ * the index), the config and tokenizer files of cat, and then replaces OUT as the directory
+ * writer's does (opts: replace_dir, before_publish). Shards get the mode the writer gives its
+ * files. Every shard must be on OUT's file system. 0, or -errno with err filled (OUT
+ * unchanged). */
+int ckpt_write_packed_dir(const ckpt_catalog *cat, const char *out, const ckpt_packed_shard *s,
+                          size_t n, const ckpt_write_opts *opts, ckpt_err *err);
+
+#endif
