@@ -48,7 +48,7 @@ int ckpt_packed_write_header(int fd, const ckpt_catalog *cat, const ckpt_placed 
     char *head;
     int rc = ckpt_packed_header(cat, p, n, data_start, &head);
     if (rc) return rc;
-    rc = -pwrite_pieces(fd, head, (size_t)data_start, 0);
+    rc = pwrite_pieces(fd, head, (size_t)data_start, 0);
     free(head);
     return rc;
 }
@@ -214,7 +214,7 @@ int ckpt_packed_layout(const ckpt_catalog *cat, int fd, uint64_t size, ckpt_plac
 static int write_small(int dfd, const char *name, const char *text, size_t len, mode_t mode) {
     int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0) return -errno;
-    int rc = -pwrite_pieces(fd, text, len, 0);
+    int rc = pwrite_pieces(fd, text, len, 0);
     if (!rc && fsync(fd) != 0) rc = -errno;
     close(fd);
     return rc;

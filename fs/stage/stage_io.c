@@ -292,7 +292,7 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void write_behind(stage *st, snode *n, int fd, const char *buf, size_t size, uint64_t off) {
     if (n->late_error) return; /* set by the write before, on its turn: the file ends there */
     uint64_t at = n->pack_off + off;
-    int e = pwrite_pieces(fd, buf, size, at);
+    int e = -pwrite_pieces(fd, buf, size, at);
     if (e) {
         pthread_mutex_lock(&st->lock);
         n->late_error = e;
@@ -396,7 +396,7 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
         return;
     }
     pthread_mutex_unlock(&st->lock);
-    if (!e) e = fd >= 0 ? pwrite_pieces(fd, buf, size, base + (uint64_t)off) : EBADF;
+    if (!e) e = fd >= 0 ? -pwrite_pieces(fd, buf, size, base + (uint64_t)off) : EBADF;
     if (!e && !st->dirty) {
         pthread_mutex_lock(&st->lock);
         stage_pack_grew(st, n, (uint64_t)off + size);

@@ -42,7 +42,7 @@ uint64_t pack_live_end(const snode *dir, uint64_t id) {
 }
 
 int pack_pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
-    return -pwrite_pieces(fd, p, n, at);
+    return pwrite_pieces(fd, p, n, at);
 }
 
 enum { COPY_CHUNK = 64 << 20, BUF = PACK_COPY_BUF };
