@@ -1320,7 +1320,6 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
 }
 
 int dcp_load(ckpt_catalog *cat, ckpt_err *err) {
-    cat->format = "dcp";
     return dcp_load_dir(cat, cat->root, "", "dcp", NULL, err);
 }
 

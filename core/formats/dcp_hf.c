@@ -285,7 +285,6 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     bool any;
     int rc = list_safetensors(where, &names, &n, &any);
     if (rc) return ckpt_fail(err, rc, "%s: %s", where, strerror(-rc));
-    cat->format = "dcp-hf";
     dcp_ctx c = {.cat = cat, .err = err};
     if (!hm_init(&c.tensors, 1024)) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     /* Every file is registered first: the sources must stay put while headers are read on

@@ -916,7 +916,6 @@ int deepspeed_load(ckpt_catalog *cat, ckpt_err *err) {
     memset(&d, 0, sizeof d);
     d.cat = cat;
     d.err = err;
-    cat->format = "deepspeed-zero";
     int rc = load_all(&d);
     for (size_t r = 0; r < d.world; r++) free_file(&d.optim[r]);
     for (size_t r = 0; d.model && r < d.nmodel; r++) free_file(&d.model[r]);

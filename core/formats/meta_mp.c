@@ -599,7 +599,6 @@ int meta_mp_load(ckpt_catalog *cat, ckpt_err *err) {
     memset(&m, 0, sizeof m);
     m.cat = cat;
     m.err = err;
-    cat->format = "meta-mp";
     int rc = load_all(&m);
     for (size_t r = 0; r < m.nranks; r++) {
         torch_embedded_free(&m.ranks[r].e);

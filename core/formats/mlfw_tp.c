@@ -574,7 +574,6 @@ bool mlfw_tp_dir_probe(const char *dir) {
 }
 
 int mlfw_tp_dir_load(ckpt_catalog *cat, ckpt_err *err) {
-    cat->format = "mlframework-tp";
     place_entry *ents;
     size_t nents;
     int lrc = place_list(cat->root, &ents, &nents);

@@ -415,14 +415,12 @@ int nemo_step_load(ckpt_catalog *cat, ckpt_err *err) {
     sb_init(&n.doc);
     int rc;
     if (is_step_dir(cat->root)) {
-        cat->format = "nemo-automodel";
         rc = load_step(&n);
     } else if (is_model_dir(cat->root)) {
-        cat->format = "nemo-automodel";
         sb_puts(&n.doc, "\"layout\": \"model directory\"");
         rc = load_model(&n, cat->root, "", NULL, NULL);
     } else {
-        cat->format = "peft-adapter";
+        cat->format = "peft-adapter"; /* the row's name otherwise (open_dir) */
         sb_puts(&n.doc, "\"layout\": \"peft adapter\"");
         rc = load_model(&n, cat->root, "", NULL, NULL);
     }

@@ -114,9 +114,13 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     return f->load(cat, src, err);
 }
 
+/* The catalog records the row's name, as open_file does; a loader may refine it. */
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
-        if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) return (*t)->load_dir(cat, err);
+        if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) {
+            cat->format = (*t)->name;
+            return (*t)->load_dir(cat, err);
+        }
     char looked[1024];
     list_labels(looked, sizeof looked, true);
     return ckpt_fail(err, -ENOENT, "%s: no checkpoint in this directory (looked for %s)", cat->root,
