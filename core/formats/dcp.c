@@ -1245,7 +1245,7 @@ static bool is_regular(const char *path) {
 static void warm_distcp(const char *dir) {
     char **names;
     size_t n;
-    if (!ckpt_is_url(dir) || list_files(dir, ".distcp", &names, &n) != 0) return;
+    if (!ckpt_is_url(dir) || dirlist_files(dir, ".distcp", &names, &n) != 0) return;
     char **paths = calloc(n ? n : 1, sizeof *paths);
     size_t k = 0;
     for (size_t i = 0; paths && i < n; i++) {
@@ -1256,7 +1256,7 @@ static void warm_distcp(const char *dir) {
     if (paths) place_warm((const char *const *)paths, k);
     for (size_t i = 0; i < k; i++) free(paths[i]);
     free(paths);
-    free_files(names, n);
+    dirlist_free(names, n);
 }
 
 bool dcp_probe(const char *dir) {
@@ -1292,7 +1292,7 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
                          (unsigned long long)size);
     char *data = malloc(size ? (size_t)size : 1);
     if (!data) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(cat, msrc, 0, data, (size_t)size, "the Metadata pickle", err);
+    rc = ckpt_source_read(cat, msrc, 0, data, (size_t)size, "the Metadata pickle", err);
     pk_doc pd = {0};
     if (!rc) {
         /* torch's own globals (Size, dtypes, _get_layout ...) plus the DCP classes. */

@@ -34,18 +34,18 @@ static const char *base_name(const char *path) {
 }
 
 /* The decoder whose magic the first bytes carry (formats without one excluded). */
-const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
+const ckpt_format *ckpt_format_probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
         if ((*t)->probe && !(*t)->no_magic && (*t)->probe(head, n, size)) return *t;
     return NULL;
 }
 
-const ckpt_format *probe_path(const char *path) {
+const ckpt_format *ckpt_format_probe_path(const char *path) {
     unsigned char head[PROBE_BYTES];
     size_t n;
     uint64_t size;
     if (place_read_head(path, head, sizeof head, &n, &size) != 0 || n == 0) return NULL;
-    return probe_bytes(head, n, size);
+    return ckpt_format_probe_bytes(head, n, size);
 }
 
 /* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
@@ -80,7 +80,7 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     unsigned char head[PROBE_BYTES];
     uint64_t size = cat->sources[src].size;
     size_t n = size < sizeof head ? (size_t)size : sizeof head;
-    if ((rc = source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
+    if ((rc = ckpt_source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
     /* A seekable .zst was read through its seek table by catalog_add_source: head holds the
      * decompressed bytes. Plain zstd has no random access; ckptfs will not decompress it all. */
     if (!cat->sources[src].zst && zst_magic(head, n))
@@ -171,7 +171,7 @@ static int local_root(const char *path, char *root, int *kind, ckpt_err *err) {
     *kind = S_ISREG(st.st_mode) ? PLACE_FILE : S_ISDIR(st.st_mode) ? PLACE_DIR : PLACE_OTHER;
     if (*kind == PLACE_OTHER)
         return ckpt_fail(err, -EINVAL, "%s: %s, neither a regular file nor a directory", path,
-                         file_type_name(st.st_mode));
+                         catalog_file_type_name(st.st_mode));
     if (!realpath(path, root)) {
         int e = errno;
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));

@@ -124,8 +124,8 @@ void ckpt_view_release(ckpt_view *v) {
     v->n = 0;
 }
 
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err) {
+int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                     const char *what, ckpt_err *err) {
     const ckpt_source *s = &cat->sources[source];
     if (off > s->size || len > s->size - off)
         return ckpt_fail(err, -EINVAL,

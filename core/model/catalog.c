@@ -43,7 +43,7 @@ void ckpt_close(ckpt_catalog *cat) {
         if (cat->sources[i].virt) cat->sources[i].virt->release(cat->sources[i].virt_ctx);
         if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
     }
-    for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
+    for (size_t i = 0; i < cat->ntensors; i++) planner_piece_index_free(cat->tensors[i].index);
     free(cat->sources);
     free(cat->tensors);
     free(cat->docs);
@@ -113,7 +113,7 @@ static int add_remote_source(ckpt_catalog *cat, const char *path, const char *re
     return 0;
 }
 
-const char *file_type_name(mode_t mode) {
+const char *catalog_file_type_name(mode_t mode) {
     switch (mode & S_IFMT) {
     case S_IFREG:
         return "a regular file";
@@ -157,7 +157,7 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
         close(fd);
         return ckpt_fail(err, -EINVAL,
                          "%s: %s, not a regular file: ckptfs reads only regular files", path,
-                         file_type_name(st.st_mode));
+                         catalog_file_type_name(st.st_mode));
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t size = (uint64_t)st.st_size;
@@ -258,8 +258,8 @@ int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, ui
     return 0;
 }
 
-bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
-                  uint64_t *nbytes) {
+bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+                          uint64_t *nbytes) {
     uint64_t n = 1;
     for (uint32_t i = 0; i < ndim; i++)
         if (__builtin_mul_overflow(n, shape[i], &n)) return false;
@@ -304,7 +304,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     t->shape = arena_alloc_aligned(&pv->mem, (ndim ? ndim : 1) * sizeof *t->shape, 8);
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
-    if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
+    if (!catalog_shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
         return ckpt_fail(err, -EOVERFLOW,
                          "tensor \"%.*s\": shape product overflows or is not "
                          "a whole number of bytes",
@@ -546,7 +546,7 @@ typedef struct index_job {
 static void *build_indexes(void *arg) {
     index_job *job = arg;
     for (size_t i = 0; !job->rc && i < job->cat->ntensors; i++)
-        job->rc = piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
+        job->rc = planner_piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
     return NULL;
 }
 

@@ -144,8 +144,8 @@ static void match_bytes(source_match *m, const char *p, size_t n) {
             m->wlen = left < MATCH_WINDOW ? (size_t)left : MATCH_WINDOW;
             m->wat = 0;
             ckpt_err ignored;
-            if (!m->wlen ||
-                source_read(m->cat, m->source, m->pos, m->window, m->wlen, "header", &ignored)) {
+            if (!m->wlen || ckpt_source_read(m->cat, m->source, m->pos, m->window, m->wlen,
+                                             "header", &ignored)) {
                 m->ok = false;
                 return;
             }
@@ -165,7 +165,7 @@ static bool source_entries(const ckpt_catalog *cat, uint32_t source, uint64_t da
                            uint64_t *start, uint64_t *end) {
     unsigned char head[8 + ST_HEADER_START_LEN + 1];
     ckpt_err ignored;
-    if (source_read(cat, source, 0, head, sizeof head, "header", &ignored)) return false;
+    if (ckpt_source_read(cat, source, 0, head, sizeof head, "header", &ignored)) return false;
     uint64_t n = le64(head);
     if (n > data_base || data_base - n != 8 || head[8] != '{') return false;
     *end = 8 + n;

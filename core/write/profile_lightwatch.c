@@ -55,7 +55,7 @@ static int header_doc(ckpt_catalog *out, const ckpt_catalog *in, ckpt_err *err) 
     if (s->size > (16u << 20)) return ckpt_fail(err, -EFBIG, "%s: config.json too large", s->path);
     char *text = malloc(s->size ? s->size : 1);
     if (!text) return ckpt_fail(err, -ENOMEM, "out of memory");
-    int rc = source_read(in, cfg->source, 0, text, s->size, "config.json", err);
+    int rc = ckpt_source_read(in, cfg->source, 0, text, s->size, "config.json", err);
     json_doc doc;
     json_error jerr;
     if (!rc && (rc = json_parse(&doc, text, s->size, &jerr)))

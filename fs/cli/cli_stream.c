@@ -79,8 +79,8 @@ int cli_stream_tensor(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t of
                               cat->sources[s->source].path, strerror(-e));
                     return CLI_SOURCE;
                 }
-            } else if (source_read(cat, s->source, s->offset, (char *)buf + fill, s->length, what,
-                                   err) != 0) {
+            } else if (ckpt_source_read(cat, s->source, s->offset, (char *)buf + fill, s->length,
+                                        what, err) != 0) {
                 return CLI_SOURCE;
             }
             fill += s->length;

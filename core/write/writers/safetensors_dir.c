@@ -24,8 +24,8 @@
 /* What the safetensors writer puts in a directory: an old copy is replaced, not kept. */
 static bool written_by_us(const char *name) {
     if (st_written_name(name)) return true;
-    for (size_t i = 0; i < hf_aux_count; i++)
-        if (strcmp(name, hf_aux_names[i]) == 0) return true;
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
     return false;
 }
 

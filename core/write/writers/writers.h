@@ -63,8 +63,8 @@ void out_vfile(out_file *f, const ckpt_catalog *cat, const ckpt_vfile *vf);
 /* True when the output is compressed: what was written can be neither read back nor patched. */
 bool out_compressed(const out_file *f);
 /* Bytes [off, off+len) of the tensor's logical bytes, read from its sources. */
-int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
-                ckpt_err *err);
+int out_tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf,
+                    size_t len, ckpt_err *err);
 /* Flushes, fsyncs and renames into place; on any earlier error removes the temporary file. */
 int out_commit(out_file *f);
 void out_abort(out_file *f);
