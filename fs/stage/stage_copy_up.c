@@ -89,7 +89,7 @@ int stage_copy_up_keep(stage *st, snode *n, uint64_t keep) {
         if (n->fd >= 0) close(n->fd);
     }
     n->fd = fd;
-    mark_changed(st);
+    note_uncommitted_change(st);
     return 0;
 }
 
