@@ -67,6 +67,136 @@ bool ckpt_packed_header_is(int fd, const ckpt_catalog *cat, const ckpt_placed *p
     return same;
 }
 
+enum { COPY_CHUNK = 64 << 20 };
+
+/* Bytes [off, off+len) of source s, at `at` of fd. */
+static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int out, uint64_t at,
+                        char *buf) {
+    int in = s->zst ? -1 : s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
+    uint64_t done = 0;
+    while (in >= 0 && done < len) {
+        loff_t src_at = (loff_t)(s->base + off + done), dst_at = (loff_t)(at + done);
+        size_t want = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
+        ssize_t r = copy_file_range(in, &src_at, out, &dst_at, want, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* not here: the rest through the buffer */
+        done += (uint64_t)r;
+    }
+    if (in >= 0 && in != s->fd) close(in);
+    while (done < len) {
+        size_t want = len - done < CKPT_PACKED_BUF ? (size_t)(len - done) : CKPT_PACKED_BUF;
+        ssize_t r = ckpt_source_pread(s, buf, want, off + done);
+        if (r <= 0) return r < 0 ? (int)r : -EIO;
+        int e = pwrite_pieces(out, buf, (size_t)r, at + done);
+        if (e) return e;
+        done += (uint64_t)r;
+    }
+    /* After the copy, as every reader does: what was copied is the source's own bytes only if
+     * the file is still the one the catalog saw (a write moves mtime and ctime first). */
+    return ckpt_source_unchanged(s) ? 0 : -EIO;
+}
+
+int ckpt_packed_append(const ckpt_catalog *cat, const ckpt_tensor *t, int fd, uint64_t at,
+                       char *buf, _Atomic uint64_t *done) {
+    uint64_t off = 0;
+    while (off < t->nbytes) {
+        ckpt_segment seg[64];
+        uint64_t got;
+        size_t n = ckpt_plan(t, off, t->nbytes - off, seg, 64, &got);
+        if (n == 0) return -EIO;
+        uint64_t pos = at + off;
+        for (size_t i = 0; i < n; i++) {
+            int e = seg[i].kind == CKPT_SEG_MEM ? pwrite_pieces(fd, seg[i].mem, seg[i].length, pos)
+                    : seg[i].kind == CKPT_SEG_FILE
+                        ? copy_segment(&cat->sources[seg[i].source], seg[i].offset, seg[i].length,
+                                       fd, pos, buf)
+                        : -EIO;
+            if (e) return e;
+            pos += seg[i].length;
+        }
+        off += got;
+        atomic_fetch_add(done, got);
+    }
+    return 0;
+}
+
+static int wider_first(const void *a, const void *b, void *ctx) {
+    const ckpt_catalog *cat = ctx;
+    const ckpt_tensor *x = &cat->tensors[*(const size_t *)a],
+                      *y = &cat->tensors[*(const size_t *)b];
+    unsigned wx = ckpt_dtype_elem_size(x->dtype), wy = ckpt_dtype_elem_size(y->dtype);
+    return (wx < wy) - (wx > wy);
+}
+
+void ckpt_packed_sort_widest(const ckpt_catalog *cat, size_t *tensors, size_t n) {
+    if (n) qsort_r(tensors, n, sizeof *tensors, wider_first, (void *)cat);
+}
+
+static int by_off(const void *a, const void *b) {
+    uint64_t x = ((const ckpt_placed *)a)->off, y = ((const ckpt_placed *)b)->off;
+    return (x > y) - (x < y);
+}
+
+/* The model's tensors that lie in the file (dev, ino) as they are, by offset, into in[], and
+ * the others into rest[]: 0, or 1 when one of them safetensors cannot hold. */
+static int split_in_file(const ckpt_catalog *cat, dev_t dev, ino_t ino, ckpt_placed *in,
+                         size_t *nin, size_t *rest, size_t *nrest) {
+    *nin = *nrest = 0;
+    for (size_t i = 0; i < cat->ntensors; i++) {
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (t->aside) continue;
+        if (!ckpt_packed_fits(t)) return 1;
+        const ckpt_piece *p = t->npieces == 1 ? &t->pieces[0] : NULL;
+        const ckpt_source *s = p ? &cat->sources[p->source] : NULL;
+        if (s && !p->strides && s->dev == dev && s->ino == ino && !s->member_of && t->nbytes)
+            in[(*nin)++] = (ckpt_placed){i, p->file_offset};
+        else
+            rest[(*nrest)++] = i;
+    }
+    if (*nin) qsort(in, *nin, sizeof *in, by_off);
+    return 0;
+}
+
+int ckpt_packed_finish_file(const ckpt_catalog *cat, int fd, uint64_t data_start, uint64_t live_end,
+                            char *buf, _Atomic uint64_t *done, const char *out, ckpt_err *err) {
+    struct stat ps;
+    if (fstat(fd, &ps) != 0) return 1;
+    size_t cap = cat->ntensors ? cat->ntensors : 1, nin = 0, nrest = 0;
+    ckpt_placed *in = malloc(cap * sizeof *in);
+    size_t *rest = malloc(cap * sizeof *rest);
+    int rc = in && rest ? split_in_file(cat, ps.st_dev, ps.st_ino, in, &nin, rest, &nrest)
+                        : ckpt_fail(err, -ENOMEM, "out of memory");
+    /* The tensors in the file must tile it from the data start: a gap is a hole. */
+    uint64_t at = data_start;
+    for (size_t k = 0; !rc && k < nin; k++) {
+        if (in[k].off != at) rc = 1;
+        at += cat->tensors[in[k].tensor].nbytes;
+    }
+    if (!rc && live_end > at) rc = 1; /* a file of the caller that is no tensor lies beyond */
+    if (!rc) ckpt_packed_sort_widest(cat, rest, nrest);
+    for (size_t k = 0; !rc && k < nrest; k++) {
+        const ckpt_tensor *t = &cat->tensors[rest[k]];
+        int e = ckpt_packed_append(cat, t, fd, at, buf, done);
+        if (e)
+            rc = ckpt_fail(err, e, "%s: appending tensor \"%.*s\" to the staged file: %s", out,
+                           (int)(t->name_len > 120 ? 120 : t->name_len), t->name, strerror(-e));
+        in[nin++] = (ckpt_placed){rest[k], at};
+        at += t->nbytes;
+    }
+    if (!rc) {
+        int e = ckpt_packed_write_header(fd, cat, in, nin, data_start);
+        if (e < 0) rc = ckpt_fail(err, e, "%s: writing the header: %s", out, strerror(-e));
+        if (e > 0) rc = 1; /* too many names for the reserved room */
+    }
+    if (!rc && ftruncate(fd, (off_t)at) != 0)
+        rc = ckpt_fail(err, -errno, "%s: truncating the staged file: %s", out, strerror(errno));
+    if (!rc) fchmod(fd, 0666 & ~ckpt_umask()); /* a private temporary until now */
+    if (!rc && fsync(fd) != 0) rc = ckpt_fail(err, -errno, "%s: fsync: %s", out, strerror(errno));
+    free(in);
+    free(rest);
+    return rc;
+}
+
 /* A safetensors file's header (the file behind fd, size bytes): 0 with *text (malloc'd, the
  * document points into it), *doc and *data (where the data starts), or -1. */
 static int read_header(int fd, uint64_t size, char **text, json_doc *doc, uint64_t *data) {

@@ -9,6 +9,7 @@
 
 #include "../ckpt.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,32 @@ bool ckpt_packed_holds_exactly(const ckpt_catalog *cat, int fd, uint64_t size, c
  * order) and *n, 1 when the file is not their layout, or -ENOMEM. */
 int ckpt_packed_layout(const ckpt_catalog *cat, int fd, uint64_t size, ckpt_placed **out,
                        size_t *n);
+
+/* The scratch buffer ckpt_packed_append may be given holds this many bytes. */
+enum { CKPT_PACKED_BUF = 1 << 20 };
+
+/* Appends tensor t's logical bytes at `at` of fd, from its sources: copy_file_range (which
+ * shares extents where the file system can), else through buf (CKPT_PACKED_BUF bytes); *done
+ * grows by what was appended (progress shown while it runs). The copied bytes are a file's own
+ * only if it is still the one the catalog saw: -EIO when it changed. 0 or -errno. */
+int ckpt_packed_append(const ckpt_catalog *cat, const ckpt_tensor *t, int fd, uint64_t at,
+                       char *buf, _Atomic uint64_t *done);
+/* Sorts tensor indexes widest element first: appended tensors stay aligned to their element
+ * size as long as what is in the file already is. */
+void ckpt_packed_sort_widest(const ckpt_catalog *cat, size_t *tensors, size_t n);
+
+/* A single safetensors OUT made of a pack: fd (a file whose first data_start bytes are kept
+ * for the header) holds some of cat's tensors already, the caller's files end at live_end.
+ * When the tensors of cat that are in fd tile it from data_start without a gap and nothing
+ * else lies beyond them, the other tensors are appended (widest first), the header is written
+ * in front, the file is cut to its end, given the usual mode (0666 less the umask) and fsynced:
+ * 0, and fd is the
+ * finished OUT (the caller puts it in place). 1 when the pack cannot be OUT as it is (a hole,
+ * a tensor safetensors cannot hold, a header that does not fit): ckpt_write then writes OUT
+ * whole, which is the compaction. -errno with err filled (`out` names OUT in messages). On
+ * 1 or an error, bytes appended beyond live_end are the caller's to cut. */
+int ckpt_packed_finish_file(const ckpt_catalog *cat, int fd, uint64_t data_start, uint64_t live_end,
+                            char *buf, _Atomic uint64_t *done, const char *out, ckpt_err *err);
 
 /* A finished shard: a safetensors file (header written) whose tensors are t[0..n) in the order
  * of their bytes. */

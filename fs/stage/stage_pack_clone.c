@@ -120,7 +120,7 @@ int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
                        cat->sources[u].path);
     for (size_t k = 0; !rc && k < nw; k++) {
         const ckpt_tensor *t = &cat->tensors[w[k].tensor];
-        int e = pack_append_tensor(st, cat, t, fd, w[k].at, buf);
+        int e = ckpt_packed_append(cat, t, fd, w[k].at, buf, &st->progress_done);
         if (e)
             rc = ckpt_fail(err, e, "%s: writing tensor \"%.*s\" into the clone of its file: %s",
                            st->out, (int)(t->name_len > 120 ? 120 : t->name_len), t->name,

@@ -279,7 +279,7 @@ static int append_rest(job *j) {
     snode **by_tensor = calloc(j->cat->ntensors ? j->cat->ntensors : 1, sizeof *by_tensor);
     if (!by_tensor) return -ENOMEM;
     for (size_t k = 0; k < j->nrest; k++) by_tensor[j->rest[k]] = j->moving[k];
-    qsort_r(j->rest, j->nrest, sizeof *j->rest, pack_width_cmp, j->cat);
+    ckpt_packed_sort_widest(j->cat, j->rest, j->nrest);
     int rc = 0;
     size_t target = 0;
     for (size_t k = 0; !rc && k < j->nrest; k++) {
@@ -295,7 +295,7 @@ static int append_rest(job *j) {
             }
         }
         if (!s && (rc = new_shard(j, &s))) break;
-        rc = pack_append_tensor(j->st, j->cat, t, s->fd, s->end, j->buf);
+        rc = ckpt_packed_append(j->cat, t, s->fd, s->end, j->buf, &j->st->progress_done);
         if (rc) {
             char shown[256];
             ckpt_fail(j->err, rc, "%s: appending tensor \"%s\" to a staged shard: %s", j->st->out,
