@@ -61,7 +61,7 @@ int dirlist_names(const char *dir, bool (*keep)(const struct place_entry *e, voi
 
 /* A file (local or remote) whose name ends in the suffix ctx. */
 static bool is_file_with_suffix(const struct place_entry *e, void *ctx) {
-    return e->kind == PLACE_FILE && str_ends_with(e->name, ctx);
+    return e->kind == PLACE_FILE && text_ends_with(e->name, ctx);
 }
 
 int dirlist_files(const char *dir, const char *suffix, char ***out, size_t *count) {

@@ -216,7 +216,7 @@ static int find_ranks(meta *m) {
 /* The name ends in tail as whole dotted components. */
 static bool ends_with(const char *s, size_t n, const char *tail) {
     size_t t = strlen(tail);
-    return mem_ends_with(s, n, tail) && (n == t || s[n - t - 1] == '.');
+    return text_mem_ends_with(s, n, tail) && (n == t || s[n - t - 1] == '.');
 }
 
 /* The dim fairscale's layer splits for this name, or -1 for a replicated tensor. */

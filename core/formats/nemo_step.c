@@ -239,9 +239,9 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
                                  "the sharded model",
                                  rel, SHOWN_NAME(e->name, e->name_len),
                                  ckpt_dtype_info_of(e->dtype)->name,
-                                 dims_text(cs, sizeof cs, e->shape, e->ndim),
+                                 text_dims(cs, sizeof cs, e->shape, e->ndim),
                                  ckpt_dtype_info_of(t->dtype)->name,
-                                 dims_text(ms, sizeof ms, t->shape, t->ndim));
+                                 text_dims(ms, sizeof ms, t->shape, t->ndim));
             }
         }
         safetensors_header_free(&h);

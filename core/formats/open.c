@@ -51,9 +51,9 @@ const ckpt_format *ckpt_format_probe_path(const char *path) {
 /* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
 static bool claims_name(const ckpt_format *f, const char *path, bool zst) {
     for (const char *const *s = f->suffixes; s && *s; s++) {
-        if (str_ends_with(path, *s)) return true;
+        if (text_ends_with(path, *s)) return true;
         char z[64];
-        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && str_ends_with(path, z))
+        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && text_ends_with(path, z))
             return true;
     }
     return false;

@@ -97,5 +97,5 @@ void st_index_json(strbuf *sb, const ckpt_catalog *cat, const st_placed *by_name
 }
 
 bool st_written_name(const char *name) {
-    return str_ends_with(name, ".safetensors") || strcmp(name, ST_INDEX_NAME) == 0;
+    return text_ends_with(name, ".safetensors") || strcmp(name, ST_INDEX_NAME) == 0;
 }

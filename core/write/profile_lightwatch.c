@@ -154,7 +154,9 @@ int ckpt_profile_lightwatch_gpt2(const ckpt_catalog *in, ckpt_catalog **result, 
         if (starts_with(t->name, t->name_len, "lm_head.")) continue; /* tied to wte */
         size_t br;
         const char *b = block_rest(rest, rest_len, &br);
-        if (b && (mem_ends_with(b, br, "attn.bias") || mem_ends_with(b, br, "attn.masked_bias")) &&
+        if (b &&
+            (text_mem_ends_with(b, br, "attn.bias") ||
+             text_mem_ends_with(b, br, "attn.masked_bias")) &&
             (br == 9 || br == 16))
             continue; /* causal-mask buffers, not parameters */
         rc = add_tensor(out, t, rest, rest_len, err);

@@ -426,7 +426,7 @@ static bool hidden(const char *path) {
 /* The path ends in suffix after a name of at least one byte. */
 static bool ends_with(const char *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
-    return n > m && mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
+    return n > m && text_mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
 }
 
 static bool exists_with_suffix(builder *b, const char *path, size_t len, const char *suffix) {

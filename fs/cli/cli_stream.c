@@ -13,7 +13,7 @@ static void tensor_label(const ckpt_tensor *t, char *out, size_t cap) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "tensor \"");
-    pct_escape(&sb, t->name, t->name_len > 200 ? 200 : t->name_len, false);
+    text_pct_escape(&sb, t->name, t->name_len > 200 ? 200 : t->name_len, false);
     sb_putc(&sb, '"');
     snprintf(out, cap, "%s", sb.data && !sb.failed ? sb.data : "tensor");
     sb_free(&sb);
