@@ -341,8 +341,8 @@ void ckpt_close(ckpt_catalog *cat);
 const char *ckpt_format_checks(const ckpt_catalog *cat);
 /* Exactly len bytes of source `source` at off, or an error naming the file, what was read
  * (`what`) and where. */
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err);
+int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                     const char *what, ckpt_err *err);
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 

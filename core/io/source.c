@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *file_type_name(mode_t mode) {
+const char *source_file_type_name(mode_t mode) {
     switch (mode & S_IFMT) {
     case S_IFREG:
         return "a regular file";
@@ -95,7 +95,7 @@ int source_open(ckpt_source *s, const char *path, char *shown, size_t shown_cap,
         close(fd);
         return ckpt_fail(err, -EINVAL,
                          "%s: %s, not a regular file: ckptfs reads only regular files", path,
-                         file_type_name(st.st_mode));
+                         source_file_type_name(st.st_mode));
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t size = (uint64_t)st.st_size;
@@ -289,8 +289,8 @@ void ckpt_view_release(ckpt_view *v) {
     v->n = 0;
 }
 
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err) {
+int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                     const char *what, ckpt_err *err) {
     const ckpt_source *s = &cat->sources[source];
     if (off > s->size || len > s->size - off)
         return ckpt_fail(err, -EINVAL,

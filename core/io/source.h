@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 /* "a FIFO", "a directory", ... for messages. */
-const char *file_type_name(mode_t mode);
+const char *source_file_type_name(mode_t mode);
 /* Opens path (a local file or a URL) into *s: a local file's descriptor, size, times and
  * identity, and its seek table when it is a seekable zstd file; a URL's object, pinned now
  * (size, ETag), with the name it is shown by (no secrets) in shown (shown_cap bytes). Anything

@@ -36,7 +36,7 @@ ckpt_catalog *catalog_new(const char *root, const char *format) {
 void ckpt_close(ckpt_catalog *cat) {
     if (!cat) return;
     for (uint32_t i = 0; i < cat->nsources; i++) source_close(&cat->sources[i]);
-    for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
+    for (size_t i = 0; i < cat->ntensors; i++) planner_piece_index_free(cat->tensors[i].index);
     free(cat->sources);
     free(cat->tensors);
     free(cat->docs);
@@ -106,7 +106,7 @@ int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, ui
     return 0;
 }
 
-bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
                   uint64_t *nbytes) {
     uint64_t n = 1;
     for (uint32_t i = 0; i < ndim; i++)
@@ -152,7 +152,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     t->shape = arena_alloc_aligned(&pv->mem, (ndim ? ndim : 1) * sizeof *t->shape, 8);
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
-    if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
+    if (!catalog_shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
         return ckpt_fail(err, -EOVERFLOW,
                          "tensor \"%.*s\": shape product overflows or is not "
                          "a whole number of bytes",
@@ -394,7 +394,7 @@ typedef struct index_job {
 static void *build_indexes(void *arg) {
     index_job *job = arg;
     for (size_t i = 0; !job->rc && i < job->cat->ntensors; i++)
-        job->rc = piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
+        job->rc = planner_piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
     return NULL;
 }
 

@@ -105,7 +105,7 @@ static bool writes_directory(const char *out, const ckpt_write_opts *wo) {
 }
 
 static bool is_gguf(const char *out) {
-    return str_ends_with(out, ".gguf") || str_ends_with(out, ".gguf.zst");
+    return text_ends_with(out, ".gguf") || text_ends_with(out, ".gguf.zst");
 }
 
 /* A Hugging Face llama or gpt2 folder into GGUF: laid out so that llama.cpp runs it. */

@@ -63,9 +63,9 @@ static int select_tensors(const opts *o, const ckpt_catalog *cat, const char *cm
         bool keep = o->nglobs == 0;
         if (!keep) {
             sb_clear(&name);
-            if (t->prefix) pct_escape(&name, t->prefix, strlen(t->prefix), false);
+            if (t->prefix) text_pct_escape(&name, t->prefix, strlen(t->prefix), false);
             size_t bare = name.len;
-            pct_escape(&name, t->name, t->name_len, false);
+            text_pct_escape(&name, t->name, t->name_len, false);
             for (int g = 0; g < o->nglobs && name.data && !name.failed; g++)
                 if (fnmatch(o->globs[g], name.data, 0) == 0 ||
                     (bare && fnmatch(o->globs[g], name.data + bare, 0) == 0))

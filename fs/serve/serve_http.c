@@ -391,8 +391,8 @@ static enum MHD_Result api_tree(struct MHD_Connection *c, const serve_snapshot *
 /* ---- files ---- */
 
 static const char *content_type(const char *path) {
-    if (str_ends_with(path, ".json")) return "application/json";
-    if (str_ends_with(path, ".txt") || str_ends_with(path, ".tsv"))
+    if (text_ends_with(path, ".json")) return "application/json";
+    if (text_ends_with(path, ".txt") || text_ends_with(path, ".tsv"))
         return "text/plain; charset=utf-8";
     return "application/octet-stream";
 }
@@ -655,8 +655,8 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
     char *out = s;
     for (const char *in = s; *in;) {
         int hi, lo;
-        if (in[0] == '%' && (hi = hex_digit(in[1])) >= 0 && (lo = hex_digit(in[2])) >= 0 &&
-            (hi | lo) != 0) {
+        if (in[0] == '%' && (hi = text_hex_digit(in[1])) >= 0 &&
+            (lo = text_hex_digit(in[2])) >= 0 && (hi | lo) != 0) {
             *out++ = (char)(hi * 16 + lo);
             in += 3;
         } else {

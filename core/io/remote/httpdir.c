@@ -127,8 +127,9 @@ static char *entry_name(const char *h, size_t n, bool *dir) {
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (h[i] == '%' && i + 2 < n && hex_digit(h[i + 1]) >= 0 && hex_digit(h[i + 2]) >= 0) {
-            out[o++] = (char)(hex_digit(h[i + 1]) * 16 + hex_digit(h[i + 2]));
+        if (h[i] == '%' && i + 2 < n && text_hex_digit(h[i + 1]) >= 0 &&
+            text_hex_digit(h[i + 2]) >= 0) {
+            out[o++] = (char)(text_hex_digit(h[i + 1]) * 16 + text_hex_digit(h[i + 2]));
             i += 2;
         } else if (h[i] == '&' && n - i >= 5 && memcmp(h + i, "&amp;", 5) == 0) {
             out[o++] = '&';

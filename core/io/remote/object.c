@@ -132,7 +132,8 @@ static void log_once(remote_object *o, const char *msg) {
     if (!atomic_exchange(&o->logged, true)) fprintf(stderr, "ckptfs: %s\n", msg);
 }
 
-static void mark_changed(remote_object *o) {
+/* The object is no longer the version pinned: later reads fail, and its cached blocks go (once). */
+static void note_changed_drop_cache(remote_object *o) {
     if (!atomic_exchange(&o->changed, true)) bc_forget(o->bc.id);
 }
 
@@ -157,7 +158,7 @@ static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, 
         bool etag_differs = rs.etag[0] && o->etag[0] && strcmp(rs.etag, o->etag) != 0;
         if (rs.status == 206 && rs.has_range && rs.range_total != o->size) etag_differs = true;
         if (rs.status == 412 || etag_differs) {
-            mark_changed(o);
+            note_changed_drop_cache(o);
             snprintf(msg, cap, "%s: the object changed since it was mounted (%s)", o->shown,
                      rs.status == 412                            ? "precondition failed"
                      : rs.has_range && rs.range_total != o->size ? "other size"
