@@ -9,6 +9,8 @@ save the state dict with dcp.save through the writer LAYOUT names:
               .safetensors with DCP_SHARDING_INFO, the model only
   hf-consol   the same with enable_consolidation=True: shards in sharded/, torch's own
               consolidated model-00001-of-00001.safetensors + index beside them
+  fsdp2       FSDP2: fully_shard of a small MLP (Shard(0) of every parameter, 5 and 3 rows over
+              WORLD ranks: uneven, some ranks empty), AdamW state, FileSystemWriter
   nemo        a NeMo Automodel step directory: model/ as "hf" with model/.hf_metadata/config.json,
               optim/ as "fs" (optimizer state only), the training-state files beside them
 
@@ -67,12 +69,32 @@ class Model(torch.nn.Module):
             mod.register_parameter(parts[-1], p)
 
 
+def fsdp2(mesh, outdir):
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(4, 7, generator=torch.Generator().manual_seed(3))).sum().backward()
+    opt.step()
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=FileSystemWriter(outdir))
+
+
 def worker(rank, world, layout, outdir, port, scale):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         mesh = init_device_mesh("cpu", (world,))
+        if layout == "fsdp2":
+            fsdp2(mesh, outdir)
+            dist.barrier()
+            return
         params = {}
         for name, (t, placement) in full_params(scale).items():
             params[name] = torch.nn.Parameter(distribute_tensor(t, mesh, [placement]))

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """torch 2.x distributed checkpoints written by torch itself at test time
 (tests/clients/dcp_write.py: 2 and 4 gloo ranks on the CPU, DTensor parameters sharded on dim 0
-and dim 1 with uneven splits, a replicated one, Adam state) with FileSystemWriter, the Hugging
+and dim 1 with uneven splits, a replicated one, Adam state; an FSDP2 fully_shard model with
+AdamW state) with FileSystemWriter, the Hugging
 Face storage writer (DCP_SHARDING_INFO shards; with enable_consolidation, torch's own
 consolidated copy beside them) and as a NeMo Automodel step. ckptfs mounts each; every tensor
 of the mount equals, byte for byte, what torch's dcp.load returns for that checkpoint, with
@@ -121,8 +122,8 @@ def main():
     work = tempfile.mkdtemp(prefix="ckptfs-t90.")
     try:
         cases = []  # (label, source to mount, {path: tensor}, {hf name: tensor})
-        for layout, world in (("fs", 2), ("fs", 4), ("hf", 2), ("hf", 4), ("hf-consol", 4),
-                              ("nemo", 2)):
+        for layout, world in (("fs", 2), ("fs", 4), ("fsdp2", 4), ("hf", 2), ("hf", 4),
+                              ("hf-consol", 4), ("nemo", 2)):
             out = os.path.join(work, "%s-%d" % (layout, world))
             label = "%s, %d ranks" % (layout, world)
             try:
@@ -130,7 +131,7 @@ def main():
             except Exception as e:
                 tap.ok(False, "%s: torch saves the checkpoint" % label, [repr(e)])
                 continue
-            if layout == "fs":
+            if layout in ("fs", "fsdp2"):
                 sd = dcp_load(FileSystemReader, out)
                 # The state dict was {"model": ..., "optim": ...}: the model's fqns start with
                 # "model.", and ckptfs keeps them whole (the HF view too).
