@@ -88,7 +88,9 @@ else:
         del sd
         gc.collect()
     finally:
-        subprocess.run(["fusermount3", "-u", mnt], check=True)
+        # A peer that died holding a mapping of the view leaves the mount busy: detach it.
+        if subprocess.run(["fusermount3", "-u", mnt]).returncode != 0:
+            subprocess.run(["fusermount3", "-u", "-z", mnt])
 if kind.startswith("torch"):
     took = time.perf_counter() - t0
     hwm = int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")][0])
