@@ -40,6 +40,15 @@ def reexec_in_clients(modules):
         os.environ["CKPTFS_IN_CLIENTS_PY"] = "1"
         sys.stdout.flush()
         os.execv(py, [py] + sys.argv)
+    # The clients' own state (token, cache, xet) in a scratch HF_HOME, never the user's; no
+    # token from the environment unless a test sets one.
+    import atexit
+    home = tempfile.mkdtemp(prefix="ckptfs-hfhome.")
+    atexit.register(shutil.rmtree, home, True)
+    os.environ.update(HF_HOME=home, HF_HUB_DISABLE_TELEMETRY="1",
+                      HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE"):
+        os.environ.pop(var, None)
     tap = Tap()
     missing = []
     for name in modules:

@@ -142,8 +142,7 @@ def serve_layouts(tap, ckptfs, work, origs, refs):
     from huggingface_hub import snapshot_download
     from serve_util import Server
     with Server(ckptfs, ["%s=%s" % (n, p) for n, p in origs.items()]) as srv:
-        env = {"HF_ENDPOINT": srv.url, "HF_HUB_DISABLE_TELEMETRY": "1",
-               "HF_HUB_OFFLINE": "0", "HF_TOKEN": ""}
+        env = {"HF_ENDPOINT": srv.url}
         cache = os.path.join(work, "hf-cache")
         for name in origs:
             with ce.Deadline(tap, "snapshot_download ckptfs/" + name, CASE_SECONDS):
