@@ -11,7 +11,8 @@ and sharded (torch.save as transformers 4.x wrote them; 5.x writes no .bin), the
 huggingface_hub's snapshot_download writes from `ckptfs serve`, an hf:// mount of that served
 repo, Meta's consolidated.NN.pth + params.json (Llama, 2 ranks, made here by undoing the
 conversion script) and a torch 1.13 DCP of the state dict (Debian's torch; no config.json in
-that layout, so the original config is passed). Each layout is mounted with -o view=hf and
+that layout, so the view's files are linked into a folder with the original config.json).
+Each layout is mounted with -o view=hf and
 read through .ckptfs/hf/ of a default mount; each view is loaded with transformers 5's default
 (mmap, async loading with min(4, CPUs) workers), sequentially (HF_DEACTIVATE_ASYNC_LOAD=1),
 with 8 workers (HF_ENABLE_PARALLEL_LOADING=true as 4.x read it, and 5.x's pool widened to 8)
@@ -61,9 +62,23 @@ def load_in_mode(path, mode, extra_kw):
         os.environ.update(old_env)
 
 
-def check_views(tap, ckptfs, src, label, want, extra_kw=None, env=None):
-    """Both ways to the HF view of src, each loaded in every mode."""
-    extra_kw = extra_kw or {}
+def config_beside(view, config, where):
+    """A folder with config.json and links to the view's files: how a layout without a config
+    (DCP) is loaded. from_pretrained(view, config=...) would do, but transformers 5.24 fails on
+    any folder that holds neither config.json nor generation_config.json (ckptfs(5), Clients)."""
+    import shutil
+    shutil.rmtree(where, ignore_errors=True)
+    os.makedirs(where)
+    config.save_pretrained(where)
+    for fn in os.listdir(view):
+        if fn.endswith(".safetensors") or fn.endswith(".index.json"):
+            os.symlink(os.path.join(view, fn), os.path.join(where, fn))
+    return where
+
+
+def check_views(tap, ckptfs, src, label, want, config=None, env=None):
+    """Both ways to the HF view of src, each loaded in every mode; with config, through a
+    folder of that config and links to the view's files."""
     for how, options, sub in (("view=hf", ["-o", "view=hf"], ""),
                               (".ckptfs/hf", [], ".ckptfs/hf")):
         case = "%s %s" % (label, how)
@@ -73,12 +88,16 @@ def check_views(tap, ckptfs, src, label, want, extra_kw=None, env=None):
         for mode in MODES:
             with ce.Deadline(tap, "%s %s" % (case, mode), CASE_SECONDS):
                 try:
-                    got = load_in_mode(os.path.join(mnt, sub), mode, extra_kw)
+                    path = os.path.join(mnt, sub)
+                    if config is not None:
+                        path = config_beside(path, config, mnt.rstrip("/") + ".cfg")
+                    got = load_in_mode(path, mode, {})
                     problems = ce.logits_problems(got, want)
                 except Exception as e:
                     problems = ["%s: %s" % (type(e).__name__, str(e)[-600:])]
             tap.ok(not problems, "%s, %s loading: from_pretrained's logits equal the "
                    "original's" % (case, mode), problems)
+        ce.rmtree(mnt.rstrip("/") + ".cfg")
         ce.release(tap, mnt, case)
 
 
@@ -197,7 +216,7 @@ def main():
             why = ce.write_dcp_113(model, dcp, work)
             if tap.ok(why is None, "%s: torch 1.13 wrote a DCP checkpoint" % name, [why]):
                 check_views(tap, ckptfs, dcp, "%s DCP (torch 1.13)" % name, want,
-                            extra_kw={"config": model.config})
+                            config=model.config)
         meta = os.path.join(work, "llama-meta-mp2")
         ce.write_meta_mp(models["llama"], meta)
         check_views(tap, ckptfs, meta, "llama Meta consolidated.0N.pth (2 ranks)", refs["llama"])
