@@ -139,6 +139,7 @@ $(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
 	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --require-hashes -r $(CLIENTS_LOCK) \
 	  || { echo "deps-clients: pip install -r $(CLIENTS_LOCK) failed"; exit 1; }
+	$(CLIENTS_VENV)/bin/python tests/clients/check_clients.py tests/clients/requirements.in
 	@touch $@
 
 demo: deps $(B)/ckptfs
