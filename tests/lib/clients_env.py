@@ -279,3 +279,94 @@ def scratch_dir(prefix):
 
 def rmtree(path):
     shutil.rmtree(path, ignore_errors=True)
+
+
+def write_dcphf(model, out, nemo_step):
+    """DCP with Hugging Face storage as torch's HuggingFaceStorageWriter / NeMo Automodel write
+    it, by the independent writer of tests/gen/dcphf_fixtures.py: one shard file per rank (2)
+    with DCP_SHARDING_INFO, 2-D tensors cut on dim 1 (dim 0 for a NeMo step, as FSDP2 does),
+    uneven where the size is odd. nemo_step: out is a step directory, the shards in model/
+    with model/.hf_metadata/ (config, generation config, fqn_to_file_index_mapping.json)."""
+    sys.path.insert(0, GEN)
+    import dcphf_fixtures as hf
+    mdir = os.path.join(out, "model") if nemo_step else out
+    plans = []
+    for name, t in model.state_dict().items():
+        if nemo_step and name == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue  # tied: transformers' own files leave it out too
+        tensor = hf.Tensor.__new__(hf.Tensor)
+        tensor.name, tensor.dtype, tensor.shape = name, "F32", list(t.shape)
+        tensor.array, tensor.chunks = t.detach().numpy().astype("<f4"), []
+        dim = 0 if nemo_step or t.dim() < 2 else 1
+        plans.append((tensor, hf.plan_split(tensor, 2, [(dim, 2)])))
+    hf.write_ranks(mdir, plans, 2, style="automodel")
+    if nemo_step:
+        meta = os.path.join(mdir, ".hf_metadata")
+        os.makedirs(meta)
+        model.config.to_json_file(os.path.join(meta, "config.json"))
+        model.generation_config.to_json_file(os.path.join(meta, "generation_config.json"))
+        with open(os.path.join(meta, "fqn_to_file_index_mapping.json"), "w") as f:
+            json.dump({t.name: 1 for t, _ in plans}, f)
+
+
+ZERO2_113 = r"""
+import collections, math, os, sys, torch
+sys.path.insert(0, sys.argv[3])
+import deepspeed_fixtures as gen
+ds = gen.deepspeed_standins()
+sd, shared = torch.load(sys.argv[1])
+out, world = sys.argv[2], 2
+names = [n for n in sd if n not in shared]
+step = os.path.join(out, "global_step1")
+os.makedirs(step)
+open(os.path.join(out, "latest"), "w").write("global_step1")
+flat = torch.cat([sd[n].reshape(-1).float() for n in names])
+align = 2 * world
+padded = align * math.ceil(flat.numel() / align)
+padding = padded - flat.numel()
+flat = torch.cat([flat, torch.zeros(padding)])
+part = padded // world
+for r in range(world):
+    lean = part - (padding if r == world - 1 else 0)
+    osd = {"loss_scaler": ds.DynamicLossScaler(), "dynamic_loss_scale": True, "overflow": False,
+           "clip_grad": 1.0, "base_optimizer_state": [],
+           "single_partition_of_fp32_groups": [flat[r * part:(r + 1) * part][:lean].clone()],
+           "zero_stage": ds.ZeroStageEnum.gradients, "group_paddings": [padding],
+           "partition_count": [world], "ds_version": gen.DS_VERSION}
+    torch.save({"optimizer_state_dict": osd, "ds_version": gen.DS_VERSION},
+               os.path.join(step, "zero_pp_rank_%d_mp_rank_00_optim_states.pt" % r))
+module = collections.OrderedDict((n, sd[shared.get(n, n)].bfloat16()) for n in sd)
+torch.save({"module": module, "buffer_names": [], "optimizer": None,
+            "param_shapes": [collections.OrderedDict((n, sd[n].shape) for n in names)],
+            "frozen_param_shapes": collections.OrderedDict(), "shared_params": shared,
+            "frozen_param_fragments": collections.OrderedDict(), "ds_version": gen.DS_VERSION},
+           os.path.join(step, "mp_rank_00_model_states.pt"))
+"""
+
+
+def write_zero2(model, out, scratch):
+    """A DeepSpeed ZeRO-2 checkpoint of 2 ranks (bf16 module, F32 master partitions, one
+    param group, padded as the engine aligns it), written with Debian's torch 1.13 and the
+    stand-ins of tests/gen/deepspeed_fixtures.py (DeepSpeed itself is not installed). What
+    zero_to_fp32 returns from it is the model's F32 weights. None, or why it failed."""
+    import torch
+    pt = os.path.join(scratch, "zero-sd.pt")
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    shared = {}
+    if model.config.tie_word_embeddings and "lm_head.weight" in sd:
+        shared["lm_head.weight"] = next(k for k in sd if k.endswith("wte.weight") or
+                                        k.endswith("embed_tokens.weight"))
+    torch.save((sd, shared), pt)
+    rc, _, err = run_capture(["/usr/bin/python3", "-c", ZERO2_113, pt, out, GEN], 120)
+    os.unlink(pt)
+    if rc != 0:
+        return "torch 1.13 ZeRO-2 writer failed: %s" % err.decode("utf-8", "replace")[-400:]
+    return None
+
+
+def write_tar(src_dir, out):
+    """A tar archive of a model folder (members at the top, as `tar -C DIR -cf OUT .` makes)."""
+    import tarfile
+    with tarfile.open(out, "w") as tf:
+        for fn in sorted(os.listdir(src_dir)):
+            tf.add(os.path.join(src_dir, fn), arcname=fn)

@@ -10,8 +10,13 @@ save_pretrained. Layouts: single and sharded safetensors (save_pretrained), .bin
 and sharded (torch.save as transformers 4.x wrote them; 5.x writes no .bin), the HF cache folder
 huggingface_hub's snapshot_download writes from `ckptfs serve`, an hf:// mount of that served
 repo, Meta's consolidated.NN.pth + params.json (Llama, 2 ranks, made here by undoing the
-conversion script) and a torch 1.13 DCP of the state dict (Debian's torch; no config.json in
-that layout, so the view's files are linked into a folder with the original config.json).
+conversion script), a torch 1.13 DCP of the state dict (Debian's torch), DCP-HF shards of 2
+ranks cut on dim 1 and a NeMo Automodel step (shards cut on dim 0 + .hf_metadata/), both by the
+writer of tests/gen/dcphf_fixtures.py, a DeepSpeed ZeRO-2 checkpoint of 2 ranks (torch 1.13 and
+the stand-ins of tests/gen/deepspeed_fixtures.py: bf16 module, F32 master partitions, which
+zero_to_fp32 returns), and a tar of the saved folder. Layouts without a config.json (DCP,
+DCP-HF, ZeRO) are loaded through a folder of the original config.json and links to the view's
+files.
 Each layout is mounted with -o view=hf and
 read through .ckptfs/hf/ of a default mount; each view is loaded with transformers 5's default
 (mmap, async loading with min(4, CPUs) workers), sequentially (HF_DEACTIVATE_ASYNC_LOAD=1),
@@ -217,6 +222,21 @@ def main():
             if tap.ok(why is None, "%s: torch 1.13 wrote a DCP checkpoint" % name, [why]):
                 check_views(tap, ckptfs, dcp, "%s DCP (torch 1.13)" % name, want,
                             config=model.config)
+            d = os.path.join(work, name + "-dcphf")
+            ce.write_dcphf(model, d, nemo_step=False)
+            check_views(tap, ckptfs, d, "%s DCP-HF shards (2 ranks)" % name, want,
+                        config=model.config)
+            d = os.path.join(work, name + "-nemo", "epoch_0_step_20")
+            ce.write_dcphf(model, d, nemo_step=True)
+            check_views(tap, ckptfs, d, "%s NeMo Automodel step (2 ranks)" % name, want)
+            d = os.path.join(work, name + "-zero2")
+            why = ce.write_zero2(model, d, work)
+            if tap.ok(why is None, "%s: torch 1.13 wrote a ZeRO-2 checkpoint" % name, [why]):
+                check_views(tap, ckptfs, d, "%s DeepSpeed ZeRO-2 (2 ranks)" % name, want,
+                            config=model.config)
+            d = os.path.join(work, name + ".tar")
+            ce.write_tar(origs[name], d)
+            check_views(tap, ckptfs, d, "%s tar of the folder" % name, want)
         meta = os.path.join(work, "llama-meta-mp2")
         ce.write_meta_mp(models["llama"], meta)
         check_views(tap, ckptfs, meta, "llama Meta consolidated.0N.pth (2 ranks)", refs["llama"])
