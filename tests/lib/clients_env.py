@@ -77,12 +77,22 @@ class Deadline:
         self.timer.daemon = True
 
     def _fire(self):
+        # The TAP lines first: once a mount is aborted the hung thread wakes with an error and
+        # may end the interpreter before this thread is done.
         self.tap.ok(False, "%s: hung (not done in %d s)" % (self.case, self.seconds))
-        for mnt in list(Deadline.mounts):
-            run_capture(["umount", "-f", mnt], 20)
-            run_capture(["fusermount3", "-u", "-z", mnt], 20)
         self.tap.done()
         sys.stdout.flush()
+        for mnt in list(Deadline.mounts):
+            # Detach first (nothing may stat a hung mount), then abort its connection by its
+            # device number, so the blocked request fails and no daemon is left serving it.
+            minor = fuse_minor(mnt)
+            run_capture(["fusermount3", "-u", "-z", mnt], 20)
+            if minor is not None:
+                try:
+                    with open("/sys/fs/fuse/connections/%d/abort" % minor, "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
         os._exit(1)
 
     def __enter__(self):
@@ -92,6 +102,21 @@ class Deadline:
     def __exit__(self, *exc):
         self.timer.cancel()
         return False
+
+
+def fuse_minor(mnt):
+    """The minor device number of the FUSE mount on mnt (its connection's number under
+    /sys/fs/fuse/connections), read from mountinfo: a stat of a hung mount would hang too."""
+    target = os.path.realpath(mnt)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] == target:
+                    return int(fields[2].split(":")[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def mount(tap, ckptfs, src, label, options=(), env=None):

@@ -229,6 +229,20 @@ def main():
     fixtures = os.path.abspath(os.environ["FIXTURES"])
     sources = fixture_sources(fixtures)
     tap.ok(len(sources) >= 90, "%d fixture sources with manifests" % len(sources))
+    try:
+        check_all(tap, ckptfs, sources)
+    except Exception as e:
+        import traceback
+        tap.ok(False, "the checks ran to the end: %s: %s" % (type(e).__name__, e),
+               traceback.format_exc().splitlines()[-12:])
+    finally:
+        for mnt in list(ce.Deadline.mounts):
+            ce.release(tap, mnt, mnt)
+    tap.done()
+    return 1 if tap.failed else 0
+
+
+def check_all(tap, ckptfs, sources):
     for label, src, want, same_names in sources:
         with ce.Deadline(tap, label, CASE_SECONDS):
             mnt = ce.mount(tap, ckptfs, src, label)
@@ -246,8 +260,6 @@ def main():
             if mnt is not None:
                 check_view(tap, label + " view=hf,max_shard_size=16KB", mnt, want)
                 ce.release(tap, mnt, label)
-    tap.done()
-    return 1 if tap.failed else 0
 
 
 if __name__ == "__main__":
