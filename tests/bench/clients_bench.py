@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 RUNS = int(os.environ.get("RUNS", "3"))
 

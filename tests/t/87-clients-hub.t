@@ -23,8 +23,6 @@ gives today, ckptfs/NAME (serving under org/name ids is issue 28 item 5).
   - with --token-file: model_info without the token fails with 401, with it succeeds.
 """
 
-import hashlib
-import json
 import os
 import random
 import subprocess
@@ -35,10 +33,6 @@ import clients_env as ce  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 CASE_SECONDS = 120
-
-
-def sha(b):
-    return hashlib.sha256(b).hexdigest()
 
 
 def files_under(top, skip_ckptfs):
