@@ -395,3 +395,31 @@ def write_tar(src_dir, out):
     with tarfile.open(out, "w") as tf:
         for fn in sorted(os.listdir(src_dir)):
             tf.add(os.path.join(src_dir, fn), arcname=fn)
+
+
+def write_mlfw_tp(model, out, ranks=2):
+    """An MLFramework tensor-parallel directory (metadata.bin + shard_rank{N}.pt) of the model,
+    by the BinaryWriter of tests/gen/mlfw_fixtures.py: tensors its layer-name rules call
+    column-parallel cut on dim 0, row-parallel on dim 1 (unevenly where the size is odd),
+    the rest (norms, GPT-2's Conv1D names) whole and identical on every rank."""
+    import datetime
+    import numpy as np
+    sys.path.insert(0, GEN)
+    import mlfw_fixtures as mf
+    per_rank = [[] for _ in range(ranks)]
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue
+        arr = t.detach().numpy().astype("<f4")
+        _, dim = mf.dim_by_name(name, arr.ndim)
+        parts = np.array_split(arr, ranks, axis=dim) if dim is not None and arr.ndim else \
+            [arr] * ranks
+        for r in range(ranks):
+            per_rank[r].append((name, mf.F32, np.ascontiguousarray(parts[r]), False))
+    os.makedirs(out)
+    meta = mf.metadata_bytes("tiny tp%d" % ranks, datetime.datetime(2026, 1, 1), ranks, [], 1)
+    with open(os.path.join(out, "metadata.bin"), "wb") as f:
+        f.write(meta)
+    for r in range(ranks):
+        with open(os.path.join(out, "shard_rank%d.pt" % r), "wb") as f:
+            f.write(mf.shard_bytes(per_rank[r])[0])

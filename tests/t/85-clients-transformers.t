@@ -7,19 +7,19 @@ re-execs itself with it, and fails naming the client if torch or transformers do
 
 A tiny Llama and a tiny GPT-2 are made by transformers (fixed seed) and saved with
 save_pretrained. Layouts: single and sharded safetensors (save_pretrained), .bin repos one file
-and sharded (torch.save as transformers 4.x wrote them; 5.x writes no .bin), the HF cache folder
-huggingface_hub's snapshot_download writes from `ckptfs serve`, an hf:// mount of that served
-repo, Meta's consolidated.NN.pth + params.json (Llama, 2 ranks, made here by undoing the
+and sharded (torch.save as transformers 4.x wrote them; 5.x writes no .bin), the HF cache
+folder huggingface_hub's snapshot_download writes from `ckptfs serve`, an hf:// mount of that
+served repo, Meta's consolidated.NN.pth + params.json (Llama, 2 ranks, made here by undoing the
 conversion script), a torch 1.13 DCP of the state dict (Debian's torch), DCP-HF shards of 2
 ranks cut on dim 1 and a NeMo Automodel step (shards cut on dim 0 + .hf_metadata/), both by the
 writer of tests/gen/dcphf_fixtures.py, a DeepSpeed ZeRO-2 checkpoint of 2 ranks (torch 1.13 and
 the stand-ins of tests/gen/deepspeed_fixtures.py: bf16 module, F32 master partitions, which
-zero_to_fp32 returns), and a tar of the saved folder. Layouts without a config.json (DCP,
-DCP-HF, ZeRO) are loaded through a folder of the original config.json and links to the view's
-files.
-Each layout is mounted with -o view=hf and
-read through .ckptfs/hf/ of a default mount. The view=hf root is loaded with transformers 5's
-default (mmap, async loading with min(4, CPUs) workers), sequentially
+zero_to_fp32 returns), an MLFramework tensor-parallel directory of 2 ranks (the BinaryWriter
+and layer-name split rules of tests/gen/mlfw_fixtures.py), and a tar of the saved folder.
+Layouts without a config.json (DCP, DCP-HF, ZeRO, MLFramework) are loaded through a folder of
+the original config.json and links to the view's files. Each layout is mounted with -o view=hf
+and read through .ckptfs/hf/ of a default mount. The view=hf root is loaded with transformers
+5's default (mmap, async loading with min(4, CPUs) workers), sequentially
 (HF_DEACTIVATE_ASYNC_LOAD=1), with 8 workers (HF_ENABLE_PARALLEL_LOADING=true as 4.x read it,
 and 5.x's pool widened to 8) and with disable_mmap=True (what transformers does on hf-mount);
 .ckptfs/hf/ with the default and 8 workers. The logits of a fixed prompt
@@ -238,6 +238,10 @@ def main():
             if tap.ok(why is None, "%s: torch 1.13 wrote a ZeRO-2 checkpoint" % name, [why]):
                 check_views(tap, ckptfs, d, "%s DeepSpeed ZeRO-2 (2 ranks)" % name, want,
                             config=model.config)
+            d = os.path.join(work, name + "-mlfw-tp2")
+            ce.write_mlfw_tp(model, d)
+            check_views(tap, ckptfs, d, "%s MLFramework TP (2 ranks)" % name, want,
+                        config=model.config)
             d = os.path.join(work, name + ".tar")
             ce.write_tar(origs[name], d)
             check_views(tap, ckptfs, d, "%s tar of the folder" % name, want)
