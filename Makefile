@@ -142,6 +142,7 @@ $(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
 	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --require-hashes -r $(CLIENTS_LOCK) \
 	  || { echo "deps-clients: pip install -r $(CLIENTS_LOCK) failed"; exit 1; }
+	$(CLIENTS_VENV)/bin/python tests/clients/check_clients.py tests/clients/requirements.in
 	@touch $@
 
 demo: deps $(B)/ckptfs
@@ -163,6 +164,7 @@ bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 	$(CLIENTS_VENV)/bin/python tests/bench/dcp_consolidate_bench.py $(B)/ckptfs $(B)/bench-out
+	$(CLIENTS_VENV)/bin/python tests/bench/clients_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
 #   make mutate MUTATE_FILES=core/model/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]
