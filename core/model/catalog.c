@@ -176,6 +176,7 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
     s->size = size;
     s->mtime = st.st_mtim;
     s->ctime = st.st_ctim;
+    s->nlink = (uint64_t)st.st_nlink;
     s->mode = st.st_mode;
     s->dev = st.st_dev;
     s->ino = st.st_ino;
