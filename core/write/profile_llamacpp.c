@@ -25,7 +25,7 @@ enum { FAMILY_NONE, FAMILY_LLAMA, FAMILY_GPT2 };
 typedef struct hparams {
     int family;
     uint64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab, head_dim;
-    const json_value *eps, *rope_theta, *bos, *eos;
+    const json_value *eps, *rope_theta, *rope_scaling;
 } hparams;
 
 static bool starts_with(const char *s, size_t n, const char *p) {
@@ -57,6 +57,7 @@ static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckp
         h->head_dim = u64_or(cfg, "head_dim", h->n_head ? h->n_embd / h->n_head : 0);
         h->eps = json_member(cfg, "rms_norm_eps");
         h->rope_theta = json_member(cfg, "rope_theta");
+        h->rope_scaling = json_member(cfg, "rope_scaling");
     } else if (json_str_eq(mt, "gpt2")) {
         h->family = FAMILY_GPT2;
         h->n_embd = u64_or(cfg, "n_embd", 0);
@@ -70,8 +71,6 @@ static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckp
         return 0;
     }
     h->n_vocab = u64_or(cfg, "vocab_size", 0);
-    h->bos = json_member(cfg, "bos_token_id");
-    h->eos = json_member(cfg, "eos_token_id");
     if (!h->n_embd || !h->n_layer || !h->n_head || !h->n_ff || !h->head_dim ||
         (h->family == FAMILY_LLAMA &&
          (!h->n_head_kv || h->n_head % h->n_head_kv || h->head_dim % 2)))
@@ -258,6 +257,43 @@ static void kv_str(strbuf *sb, const char *key, const char *v) {
     sb_putc(sb, ']');
 }
 
+/* gguf-py's model_weight_count_rounded_notation: "8.0B", "124M", "15K" (two digits at least). */
+static void size_label(uint64_t params, char *out, size_t n) {
+    static const struct {
+        double at;
+        char suffix;
+    } scales[] = {{1e12, 'T'}, {1e9, 'B'}, {1e6, 'M'}, {0, 'K'}};
+    size_t k = 0;
+    while (scales[k].at && !((double)params > scales[k].at)) k++;
+    double v = (double)params / (scales[k].at ? scales[k].at : 1e3);
+    char whole[32];
+    snprintf(whole, sizeof whole, "%.0f", v);
+    const char *digits = whole;
+    while (*digits == '0') digits++;
+    int fix = 2 - (int)strlen(digits);
+    snprintf(out, n, "%.*f%c", fix > 0 ? fix : 0, v, scales[k].suffix);
+}
+
+/* What llama.cpp's converter writes about any model: general.type, general.name (here the
+ * folder's name), general.size_label from the parameter count, the quantization version.
+ * general.file_type is the GGUF writer's (it knows the dtypes after --dtype). */
+static void general_kvs(strbuf *sb, const ckpt_catalog *in, const ckpt_catalog *out) {
+    kv_str(sb, "general.type", "model");
+    const char *base = strrchr(in->root, '/');
+    base = base && base[1] ? base + 1 : in->root;
+    char name[256];
+    size_t len = strlen(base);
+    while (len > 1 && base[len - 1] == '/') len--;
+    snprintf(name, sizeof name, "%.*s", (int)(len < 255 ? len : 255), base);
+    kv_str(sb, "general.name", name);
+    uint64_t params = 0;
+    for (size_t i = 0; i < out->ntensors; i++) params += out->tensors[i].numel;
+    char label[48];
+    size_label(params, label, sizeof label);
+    kv_str(sb, "general.size_label", label);
+    kv_u32(sb, "general.quantization_version", 2);
+}
+
 static void hparam_kvs(strbuf *sb, const hparams *h) {
     const char *a = h->family == FAMILY_LLAMA ? "llama" : "gpt2";
     char key[96];
@@ -277,6 +313,15 @@ static void hparam_kvs(strbuf *sb, const hparams *h) {
         }
         kv_f32(sb, K("attention.layer_norm_rms_epsilon"), h->eps, "1e-6");
         kv_f32(sb, K("rope.freq_base"), h->rope_theta, "10000");
+        /* linear rope scaling, as the converter writes it (llama3's rope type needs a
+         * rope_freqs tensor made from the formula, which is not written) */
+        const json_value *type = json_member(h->rope_scaling, "type");
+        if (!type) type = json_member(h->rope_scaling, "rope_type");
+        const json_value *factor = json_member(h->rope_scaling, "factor");
+        if (json_str_eq(type, "linear") && factor && factor->type == JSON_NUMBER) {
+            kv_str(sb, K("rope.scaling.type"), "linear");
+            kv_f32(sb, K("rope.scaling.factor"), factor, "1");
+        }
     } else {
         kv_f32(sb, K("attention.layer_norm_epsilon"), h->eps, "1e-5");
     }
@@ -331,8 +376,9 @@ int ckpt_profile_llamacpp(const ckpt_catalog *in, ckpt_catalog **result, char **
     }
     if (!rc) {
         hparam_kvs(&kv, &h);
+        general_kvs(&kv, in, out);
         rc = ckpt_gguf_vocab_kvs(in, h.family == FAMILY_LLAMA ? "default" : "gpt-2", h.n_vocab,
-                                 h.bos, h.eos, &kv, note, err);
+                                 cfg.root, &kv, note, err);
     }
     sb_puts(&kv, "\n]");
     if (!rc && kv.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");
