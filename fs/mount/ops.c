@@ -414,7 +414,7 @@ static bool source_unchanged(const ckpt_source *s) {
  * descriptor would still serve the old bytes, which no longer match what the path holds. */
 static bool source_current(const ckpt_source *s) {
     struct stat st;
-    if (s->remote) return source_unchanged(s);
+    if (s->remote || s->virt) return source_unchanged(s); /* no file of its own name */
     return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
            st.st_ino == s->ino;
 }
@@ -432,7 +432,7 @@ static bool view_current(const ckptfs *fs, uint32_t file) {
     const tree *tr = &fs->tr;
     for (uint32_t i = tr->view_src_first[file]; i < tr->view_src_first[file + 1]; i++) {
         const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
-        if (s->remote) continue; /* pinned: a changed object gives EIO on read */
+        if (s->remote || s->virt) continue; /* pinned, or checked by its own reads */
         struct stat st;
         if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
     }
@@ -619,13 +619,14 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
     return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
 }
 
-/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst
- * or a remote source, nor the elements of a strided piece. */
+/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst,
+ * a remote or a virtual source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (seg[i].kind == CKPT_SEG_STRIDED ||
             (seg[i].kind == CKPT_SEG_FILE &&
-             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote)))
+             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote ||
+              fs->cat->sources[seg[i].source].virt)))
             return false;
     return true;
 }
