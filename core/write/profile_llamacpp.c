@@ -4,7 +4,8 @@
  *
  * Llama: q_proj and k_proj rows are reordered from Hugging Face's rotate-half RoPE layout to
  * the interleaved pairs llama.cpp's "llama" rope uses (rows h*D + 2i + j come from
- * h*D + j*D/2 + i, D the head dimension): one piece per row, a view of the same bytes.
+ * h*D + j*D/2 + i, D the head dimension): one piece per row of each stored piece, a view of the
+ * same bytes, so chunks of a DCP or NeMo tensor and strided torch views need no copy.
  * GPT-2: the Conv1D weights, stored [in, out], become [out, in] as a strided view.
  * Buffers (rotary inv_freq and position_ids, attn.bias, attn.masked_bias) are left out; any
  * other tensor without a llama.cpp name is refused by name. */
@@ -179,15 +180,28 @@ static bool map_gpt2(const char *s, size_t n, mapped *m) {
     return false;
 }
 
-static bool one_plain_piece(const ckpt_tensor *t) {
-    if (t->npieces != 1 || t->pieces[0].strides) return false;
-    for (uint32_t d = 0; d < t->ndim; d++)
-        if ((t->pieces[0].offsets && t->pieces[0].offsets[d]) ||
-            (t->pieces[0].sizes && t->pieces[0].sizes[d] != t->shape[d]))
-            return false;
-    return ckpt_dtype_elem_size(t->dtype) != 0;
+/* A 2-dim piece as a box of the tensor: first row and column, rows and columns, and the
+ * element strides of its rows and columns in the file (row-major when the piece has none). */
+typedef struct box {
+    uint64_t row, col, rows, cols, srow, scol;
+} box;
+
+static box box_of(const ckpt_tensor *t, const ckpt_piece *p) {
+    box b = {p->offsets ? p->offsets[0] : 0,
+             p->offsets ? p->offsets[1] : 0,
+             p->sizes ? p->sizes[0] : t->shape[0],
+             p->sizes ? p->sizes[1] : t->shape[1],
+             0,
+             1};
+    b.srow = p->strides ? p->strides[0] : b.cols;
+    if (p->strides) b.scol = p->strides[1];
+    return b;
 }
 
+/* The tensor under llama.cpp's name: as it is, transposed (GPT-2's Conv1D) or with the q/k rows
+ * in llama.cpp's rope order. Each piece of the source (a rank's chunk of a DCP or NeMo tensor,
+ * a strided torch view, a whole safetensors tensor) is carried over as pieces of the new
+ * tensor at the same bytes, so any layout is assembled while it is written. */
 static int add_mapped(ckpt_catalog *out, const ckpt_tensor *t, const mapped *m, ckpt_err *err) {
     size_t idx;
     size_t len = strlen(m->name);
@@ -201,31 +215,43 @@ static int add_mapped(ckpt_catalog *out, const ckpt_tensor *t, const mapped *m, 
         }
         return rc;
     }
-    if (t->ndim != 2 || !one_plain_piece(t))
+    uint64_t esz = ckpt_dtype_elem_size(t->dtype);
+    if (t->ndim != 2 || !esz)
         return ckpt_fail(err, -EINVAL,
-                         "tensor \"%.*s\": only a 2-dim tensor stored in one contiguous piece can "
-                         "be laid out as llama.cpp expects",
-                         SHOWN(t->name_len), t->name);
-    uint64_t esz = ckpt_dtype_elem_size(t->dtype), base = t->pieces[0].file_offset;
-    uint32_t src = t->pieces[0].source;
+                         "tensor \"%.*s\": only a 2-dim tensor of whole elements can be laid out "
+                         "as llama.cpp expects (it is %u-dim %s)",
+                         SHOWN(t->name_len), t->name, t->ndim, ckpt_dtype_info_of(t->dtype)->name);
     if (m->transpose) {
-        uint64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {1, t->shape[1]};
+        uint64_t shape[2] = {t->shape[1], t->shape[0]};
         rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, shape, &idx, err);
-        if (!rc) rc = catalog_add_piece(out, idx, src, base, NULL, NULL, strides, err);
+        for (uint32_t k = 0; !rc && k < t->npieces; k++) {
+            box b = box_of(t, &t->pieces[k]);
+            uint64_t offsets[2] = {b.col, b.row}, sizes[2] = {b.cols, b.rows};
+            uint64_t strides[2] = {b.scol, b.srow};
+            rc = catalog_add_piece(out, idx, t->pieces[k].source, t->pieces[k].file_offset, offsets,
+                                   sizes, strides, err);
+        }
         return rc;
     }
-    uint64_t rows = t->shape[0], cols = t->shape[1], heads = (uint64_t)m->permute_heads;
+    uint64_t rows = t->shape[0], heads = (uint64_t)m->permute_heads;
     if (!heads || rows % heads || (rows / heads) % 2)
         return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %llu rows are not %llu heads of pairs",
                          SHOWN(t->name_len), t->name, (unsigned long long)rows,
                          (unsigned long long)heads);
     uint64_t D = rows / heads;
     rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, t->shape, &idx, err);
-    for (uint64_t r = 0; !rc && r < rows; r++) {
-        uint64_t h = r / D, q = r % D, i = q / 2, j = q % 2;
-        uint64_t from = h * D + j * (D / 2) + i;
-        uint64_t offsets[2] = {r, 0}, sizes[2] = {1, cols};
-        rc = catalog_add_piece(out, idx, src, base + from * cols * esz, offsets, sizes, NULL, err);
+    /* Row x of the source (head h, half j, index i of the half) is row h*D + 2i + j of llama.cpp's
+     * order: each row of each piece becomes a one-row piece there. */
+    for (uint32_t k = 0; !rc && k < t->npieces; k++) {
+        const ckpt_piece *p = &t->pieces[k];
+        box b = box_of(t, p);
+        for (uint64_t x = b.row; !rc && x < b.row + b.rows; x++) {
+            uint64_t h = x / D, y = x % D, j = y / (D / 2), i = y % (D / 2);
+            uint64_t offsets[2] = {h * D + 2 * i + j, b.col}, sizes[2] = {1, b.cols};
+            uint64_t strides[2] = {b.srow, b.scol};
+            rc = catalog_add_piece(out, idx, p->source, p->file_offset + (x - b.row) * b.srow * esz,
+                                   offsets, sizes, p->strides ? strides : NULL, err);
+        }
     }
     return rc;
 }
