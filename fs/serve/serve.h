@@ -1,6 +1,7 @@
 /* `ckptfs serve SOURCE...`: checkpoints as Hugging Face Hub repositories over HTTP.
  *
- * Each source is a repo `ckptfs/<name>` whose files are the HF view of the mount (config,
+ * Each source is a repo `ORG/NAME` (given as ORG/NAME=SOURCE, the id of an HF cache folder, or
+ * ckptfs/NAME) whose files are the HF view of the mount (config,
  * model.safetensors or shards + index, tokenizer files) plus the mount's tensor tree under
  * tensors/. A repo holds a snapshot: the catalog, its HF view and the mount's tree, built by the
  * same code as the FUSE mount. When a source changes on disk a new snapshot replaces it; requests
@@ -18,10 +19,11 @@
 #include <stdint.h>
 
 enum {
-    SERVE_SHA_HEX = 40,               /* a git commit id, as Hub clients expect */
-    SERVE_NAME_MAX = 96,              /* repo names: [A-Za-z0-9._-], as the Hub allows */
-    SERVE_NODE_NONE = UINT32_MAX,     /* no such file */
-    SERVE_NODE_ROOT = UINT32_MAX - 1, /* the repo's top directory (the HF view + tensors/) */
+    SERVE_SHA_HEX = 40,                    /* a git commit id, as Hub clients expect */
+    SERVE_NAME_MAX = 96,                   /* repo names: [A-Za-z0-9._-], as the Hub allows */
+    SERVE_ID_MAX = 2 * SERVE_NAME_MAX + 1, /* a repo id: ORG/NAME */
+    SERVE_NODE_NONE = UINT32_MAX,          /* no such file */
+    SERVE_NODE_ROOT = UINT32_MAX - 1,      /* the repo's top directory (the HF view + tensors/) */
 };
 
 #define SERVE_TENSORS_DIR "tensors"
@@ -42,7 +44,7 @@ typedef struct serve_snapshot {
 } serve_snapshot;
 
 typedef struct serve_repo {
-    char name[SERVE_NAME_MAX + 1];
+    char name[SERVE_ID_MAX + 1]; /* the repo id, ORG/NAME: ckptfs/NAME unless given */
     char *source;
     pthread_mutex_t lock; /* guards cur, checked, error */
     serve_snapshot *cur;

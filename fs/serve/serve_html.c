@@ -83,7 +83,7 @@ char *serve_html_index(serve_repo *repos, size_t n, size_t *len) {
     for (size_t i = 0; i < n; i++) {
         char why[800];
         serve_snapshot *s = serve_repo_get(&repos[i], why, sizeof why);
-        sb_printf(&sb, "<tr><td><a href=\"/ckptfs/%s\">ckptfs/%s</a></td><td><code>", repos[i].name,
+        sb_printf(&sb, "<tr><td><a href=\"/%s\">%s</a></td><td><code>", repos[i].name,
                   repos[i].name);
         html_z(&sb, repos[i].source);
         sb_puts(&sb, "</code></td><td><code>");
@@ -197,7 +197,7 @@ static void dtype_bar(strbuf *sb, const ckpt_catalog *cat) {
 }
 
 static void file_link(strbuf *sb, const char *repo, const strbuf *path) {
-    sb_printf(sb, "<a href=\"/ckptfs/%s/resolve/main/", repo);
+    sb_printf(sb, "<a href=\"/%s/resolve/main/", repo);
     url(sb, path->data ? path->data : "", path->len);
     sb_puts(sb, "\">");
 }
@@ -322,8 +322,8 @@ static int tree_section(strbuf *sb, const serve_repo *r, const serve_snapshot *s
 char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len) {
     strbuf sb;
     sb_init(&sb);
-    char title[SERVE_NAME_MAX + 40];
-    snprintf(title, sizeof title, "ckptfs/%s", r->name);
+    char title[SERVE_ID_MAX + 40];
+    snprintf(title, sizeof title, "%s", r->name);
     head(&sb, title);
     sb_puts(&sb, "<p><a href=\"/\">all repos</a></p>\n<h1>");
     html_z(&sb, title);
@@ -334,9 +334,9 @@ char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len) {
     sb_printf(&sb, "</td></tr><tr><th>commit</th><td><code>%s</code></td></tr></table>\n", s->sha);
     sb_printf(&sb,
               "<p>With <code>HF_ENDPOINT</code> set to this server, Hub clients load "
-              "<code>ckptfs/%s</code> like any repository "
-              "(<a href=\"/api/models/ckptfs/%s\">API</a>). "
-              "<a href=\"/ckptfs/%s/layers.svg\">Per-layer norms and absmax</a> "
+              "<code>%s</code> like any repository "
+              "(<a href=\"/api/models/%s\">API</a>). "
+              "<a href=\"/%s/layers.svg\">Per-layer norms and absmax</a> "
               "(drawn on first request: reads every tensor).</p>\n",
               r->name, r->name, r->name);
     sb_puts(&sb, "<h2>Warnings</h2>\n");
