@@ -207,10 +207,10 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
-    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444;
+    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444 & ~fs->umask;
     const ckpt_source *src = node_source(fs, n);
     if (n->kind == NODE_DIR) {
-        st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
+        st->st_mode = S_IFDIR | ((read_bits | (read_bits >> 2)) & ~fs->umask);
         st->st_nlink = 2;
         /* glibc sizes its getdents buffer from st_blksize, and the kernel allocates and vmaps a
          * buffer of that size for every READDIRPLUS: 1 MiB made a first find 5x slower. */
