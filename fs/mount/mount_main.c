@@ -4,6 +4,8 @@
  *
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
+#include "changed.h"
+#include "common/mount_log.h"
 #include "mount/ckptfs.h"
 #include "core/views/stats.h"
 #include "cli/cli.h"
@@ -56,6 +58,7 @@ typedef struct options {
     remote_opts remote;  /* s3_endpoint=, cache_dir=, block_size=, ... */
     char *remote_bad;    /* why a remote option's value was refused */
     char *uid, *gid;     /* owner shown for every file (default: the mounting user) */
+    char *log;           /* -o log=FILE: where a detached mount says why reads fail */
     char *umask;         /* octal bits taken off every mode (never added: see ckptfs(1)) */
     int fsname, subtype; /* given by the user: passed on instead of ckptfs's own */
 } options;
@@ -90,6 +93,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("spool=%s", spool, 0),
     OPT("nocommit", nocommit, 1),
     OPT("uid=%s", uid, 0),
+    OPT("log=%s", log, 0),
+    FUSE_OPT_KEY("log=", KEY_READ_ONLY_OPT),
     OPT("gid=%s", gid, 0),
     OPT("umask=%s", umask, 0),
     FUSE_OPT_KEY("uid=", KEY_READ_ONLY_OPT),
@@ -143,13 +148,13 @@ static void usage(FILE *out) {
         "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
         "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
         "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
-        "  view=hf            the Hugging Face layout at the root instead of .ckptfs/hf/\n"
-        "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
+        "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
         "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
         "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
         "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
         "  allow_other        let other users in (with default_permissions)\n"
         "  uid=N, gid=N, umask=M  owner of every file; mode bits taken off (never added)\n"
+        "  log=FILE           why reads fail (default: stderr; syslog once detached)\n"
         "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
         "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
         "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
@@ -383,6 +388,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (!owner_options(&o, &fs)) goto out;
+    if (o.log && mount_log_file(o.log) != 0) {
+        fprintf(stderr, "ckptfs: log=%s: %s\n", o.log, strerror(errno));
+        status = EXIT_USAGE;
+        goto out;
+    }
     fs.as_f32 = o.as_dtype != NULL;
     bool hf_root = false;
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
@@ -453,6 +463,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
+    if (!o.m.foreground) mount_log_detached();
+    changed_init(fs.cat);
     serve_opts so = {.single = o.m.single != 0,
                      .max_threads = num.max_threads,
                      .spin_us = num.spin_us,
@@ -475,6 +487,7 @@ out:
     free(fs.stats);
     free(fs.stats_known);
     ckpt_stats_pages_free(fs.stats_pages);
+    changed_free();
     ckpt_tsv_pages_free(fs.tsv_pages);
     free(fs.alias);
     tree_free(&fs.tr);

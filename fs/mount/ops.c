@@ -1,5 +1,7 @@
 /* FUSE low-level operations over an immutable tree. Everything is cached for a long time
  * (the content cannot change), READ is answered from the planner's file segments. */
+#include "changed.h"
+#include "common/mount_log.h"
 #include "ckptfs.h"
 
 #include "core/read/dequant.h"
@@ -407,7 +409,9 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 /* A source modified or truncated under the mount must give EIO, never other bytes. */
 static bool source_unchanged(const ckpt_source *s) {
-    return ckpt_source_unchanged(s);
+    if (ckpt_source_unchanged(s)) return true;
+    changed_note(s); /* the EIO's reason, once, to the mount's log */
+    return false;
 }
 
 /* On open, also notice a source replaced by another file under the same name: the open
@@ -415,8 +419,10 @@ static bool source_unchanged(const ckpt_source *s) {
 static bool source_current(const ckpt_source *s) {
     struct stat st;
     if (s->remote || s->virt) return source_unchanged(s); /* no file of its own name */
-    return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
-           st.st_ino == s->ino;
+    if (!source_unchanged(s)) return false;
+    if (stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino) return true;
+    changed_note(s);
+    return false;
 }
 
 static bool pieces_current(const ckptfs *fs, const ckpt_tensor *t) {
@@ -434,7 +440,10 @@ static bool view_current(const ckptfs *fs, uint32_t file) {
         const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
         if (s->remote || s->virt) continue; /* pinned, or checked by its own reads */
         struct stat st;
-        if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
+        if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) {
+            changed_note(s);
+            return false;
+        }
     }
     return true;
 }
@@ -616,7 +625,12 @@ static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
  * scratch window (core/read/segread.c). 0 or a positive errno. */
 static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
     char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
-    return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    int e = -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    for (size_t i = 0; e == EIO && i < n; i++)                  /* which source, for the log */
+        if (seg[i].kind == CKPT_SEG_FILE &&
+            !ckpt_source_unchanged(&fs->cat->sources[seg[i].source]))
+            changed_note(&fs->cat->sources[seg[i].source]);
+    return e;
 }
 
 /* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst,
@@ -643,10 +657,9 @@ static void check_after_splice(ckptfs *fs, fuse_ino_t ino, const ckpt_segment *s
         const ckpt_source *s = &fs->cat->sources[seg[i].source];
         if (ckpt_source_unchanged(s)) continue;
         if (ckpt_source_mark_changed(s))
-            fprintf(stderr,
-                    "ckptfs: %s changed while a spliced reply was read from it (-o splice): "
-                    "that reply may hold new bytes; every later read of it gives EIO\n",
-                    s->path);
+            mount_log("%s changed while a spliced reply was read from it (-o splice): that "
+                      "reply may hold new bytes; every later read of it gives EIO",
+                      s->path);
         if (!dropped && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
         dropped = true;
     }
