@@ -38,9 +38,9 @@ static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
  * kept with the per-tensor results user.ckpt.stats also answers from; the document's text is
  * not kept but rendered from them a page at a time when read (ckpt_stats_pages), so it costs
- * no more than the results. The file is sized 0 until then (a stat must not read the
- * checkpoint) and opened with direct_io, so reads reach the daemon whatever size the kernel
- * holds; once built, the kernel is told to ask again. */
+ * no more than the results. Its entries have a fixed width (ckpt_stats_pages_size_of), so a
+ * stat gives its size without reading the checkpoint; it is still opened with direct_io and
+ * the kernel told to ask again once built, as when sizes could change. */
 static const ckpt_stats_pages *get_stats_pages(ckptfs *fs, fuse_ino_t ino) {
     pthread_mutex_lock(&fs->stats_lock);
     pthread_mutex_lock(&fs->doc_lock);
@@ -148,8 +148,10 @@ static uint64_t node_size(ckptfs *fs, node *n) {
             const ckpt_tsv_pages *p = get_tsv_pages(fs);
             return p ? ckpt_tsv_pages_size(p) : 0;
         }
-        if (n->ref == DOC_STATS) { /* never computed to be sized */
+        if (n->ref == DOC_STATS) { /* never computed to be sized: its layout gives the size */
             pthread_mutex_lock(&fs->doc_lock);
+            if (!fs->doc_len[DOC_STATS])
+                fs->doc_len[DOC_STATS] = (size_t)ckpt_stats_pages_size_of(fs->cat);
             len = fs->doc_len[DOC_STATS];
             pthread_mutex_unlock(&fs->doc_lock);
             return len;
