@@ -89,7 +89,8 @@ const char *serve_plot(serve_snapshot *s, size_t *len);
 
 /* HTML pages. */
 char *serve_html_index(serve_repo *repos, size_t n, size_t *len);
-char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len);
+/* host: the request's Host header (for the download command), or NULL. */
+char *serve_html_repo(const serve_repo *r, serve_snapshot *s, const char *host, size_t *len);
 
 /* The HTTP side. */
 typedef struct serve_config {

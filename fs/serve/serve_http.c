@@ -545,7 +545,8 @@ static bool hostile_path(const char *url) {
 
 static enum MHD_Result repo_page(struct MHD_Connection *c, serve_repo *r, serve_snapshot *s) {
     size_t len = 0;
-    char *html = serve_html_repo(r, s, &len);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    char *html = serve_html_repo(r, s, host, &len);
     if (!html) return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "out of memory");
     return send_buffer(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
 }

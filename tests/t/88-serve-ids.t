@@ -8,7 +8,9 @@
 - any other source stays ckptfs/NAME (the file or folder name);
 - the recursive listing holds tensors/ as a directory, not its files (list_repo_files is the
   HF view: what snapshot_download would fetch);
-- a file's response carries Last-Modified: the newest mtime of its sources, not 1970.
+- a file's response carries Last-Modified: the newest mtime of its sources, not 1970;
+- the repo's HTML page shows the architecture and sizes of config.json, the parameter count
+  and its dtypes, the download command, and no server path (nor does the index).
 """
 import email.utils
 import json
@@ -48,7 +50,8 @@ def folder(path, tag):
     write_st(os.path.join(path, "model.safetensors"),
              {"w": ("F32", [4], bytes(range(16)))})
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"model_type": "llama", "tag": tag}, f)
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": 64, "num_hidden_layers": 2, "tag": tag}, f)
 
 
 def hf_cache(root, org, name, tag):
@@ -116,6 +119,16 @@ def main():
             newest = max(os.stat(os.path.join(named, f)).st_mtime for f in os.listdir(named))
             tap.ok(r.status == 200 and abs(when - int(newest)) < 1,
                    "Last-Modified is the newest source mtime (%s)" % lm, [r.status, newest])
+            r = request(srv, "/my-org/tiny")
+            page = r.body.decode("utf-8", "replace")
+            tap.ok(r.status == 200 and "LlamaForCausalLM" in page and ">64<" in page and
+                   "huggingface-cli download my-org/tiny" in page and "HF_ENDPOINT=http://" in page
+                   and ">4 <" in page.replace("4 <span", "4 <") and "F32" in page,
+                   "the repo page: architecture and sizes from config.json, parameters, dtype "
+                   "breakdown, the download command", [page[:1500]])
+            index = request(srv, "/").body.decode("utf-8", "replace")
+            tap.ok(work not in page and work not in index,
+                   "no server path on the repo page or the index")
             r = request(srv, "/api/models/nobody/none")
             tap.ok(r.status == 404 and r.header("x-error-code") == "RepoNotFound",
                    "an unknown ORG/NAME: 404 RepoNotFound", [r.status])
