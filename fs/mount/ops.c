@@ -123,6 +123,15 @@ static bool converted(const ckptfs *fs, const ckpt_tensor *t) {
     return fs->as_f32 && ckpt_to_f32_supported(t->dtype);
 }
 
+/* The .npy header of t as the mount shows it: of its float32 form when it is read as F32. */
+static char *npy_header(const ckptfs *fs, const ckpt_tensor *t, size_t *len) {
+    if (!converted(fs, t)) return ckpt_npy_header(t, len);
+    ckpt_tensor f = *t;
+    f.dtype = CKPT_F32;
+    f.nbytes = t->numel * 4;
+    return ckpt_npy_header(&f, len);
+}
+
 /* Size of a node's content; generated files are sized by generating them once. */
 static uint64_t node_size(ckptfs *fs, node *n) {
     const ckpt_catalog *cat = fs->cat;
@@ -164,11 +173,11 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         if (s) return s - 1;
         const ckpt_tensor *t = &cat->tensors[n->ref];
         size_t len;
-        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len)
+        char *doc = n->kind == NODE_NPY ? npy_header(fs, t, &len)
                                         : ckpt_sidecar_json_as(cat, t, converted(fs, t), &len);
         if (!doc) return 0;
         free(doc);
-        if (n->kind == NODE_NPY) len += t->nbytes;
+        if (n->kind == NODE_NPY) len += converted(fs, t) ? t->numel * 4 : t->nbytes;
         if (len < UINT32_MAX)
             atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
         return len;
@@ -513,7 +522,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         open_doc *d = calloc(1, sizeof *d);
         if (d && n->kind == NODE_SIDECAR)
             d->text = ckpt_sidecar_json_as(cat, t, converted(fs, t), &d->len);
-        if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
+        /* a converted tensor's data is read by read_converted_npy, not planned */
+        if (d && n->kind == NODE_NPY && (d->text = npy_header(fs, t, &d->len)) &&
+            !converted(fs, t) &&
             (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
              ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
             ckpt_vfile_free(&d->vf);
@@ -700,8 +711,12 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_
     check_after_splice(fs, ino, seg, n);
 }
 
-/* F32 bytes [off, off+size) of a narrower or block-quantized tensor: the whole blocks that hold
- * them are read and converted, then the requested slice is sent. */
+/* F32 bytes [off, off+size) of a narrower or block-quantized tensor (off inside it, size cut to
+ * its end): the whole blocks that hold them are read and converted; *out points at the slice
+ * in the thread's scratch. 0 or a positive errno. */
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice);
+
 static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uint64_t off,
                            size_t size) {
     uint64_t total = t->numel * 4;
@@ -710,6 +725,45 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         return;
     }
     if (size > total - off) size = (size_t)(total - off);
+    const char *slice;
+    int e = convert_range(fs, t, off, size, &slice);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_buf(req, slice, size);
+}
+
+/* The .npy of a tensor read as F32: its header (kept with the open file), then the converted
+ * bytes; a read that spans both is put together in the read buffer. */
+static void read_converted_npy(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, const open_doc *d,
+                               uint64_t off, size_t size) {
+    if (off >= d->len) {
+        read_converted(req, fs, t, off - d->len, size);
+        return;
+    }
+    uint64_t total = d->len + t->numel * 4;
+    if (size > total - off) size = (size_t)(total - off);
+    char *buf = thread_buffer(read_buf_key, MAX_READ);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t head = d->len - (size_t)off < size ? d->len - (size_t)off : size;
+    memcpy(buf, d->text + off, head);
+    if (size > head) {
+        const char *slice;
+        int e = convert_range(fs, t, 0, size - head, &slice);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
+        }
+        memcpy(buf + head, slice, size - head);
+    }
+    fuse_reply_buf(req, buf, size);
+}
+
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice) {
     const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
     uint64_t first = off / 4 / info->block;
     uint64_t last = ((off + size + 3) / 4 + info->block - 1) / info->block;
@@ -718,10 +772,7 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
     /* At most 1 MiB of output plus a partial block at each end. */
     enum { SCRATCH = 2 * MAX_READ + 64 * 1024 };
     char *scratch = thread_buffer(convert_key, SCRATCH);
-    if (!scratch || src_len + out_len > SCRATCH) {
-        fuse_reply_err(req, scratch ? EIO : ENOMEM);
-        return;
-    }
+    if (!scratch || src_len + out_len > SCRATCH) return scratch ? EIO : ENOMEM;
     float *out = (float *)(void *)scratch;
     unsigned char *src = (unsigned char *)scratch + out_len;
     uint64_t at = first * info->block_bytes, got = 0;
@@ -729,19 +780,14 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         ckpt_segment seg[SEG_BATCH];
         uint64_t done;
         size_t nseg = ckpt_plan(t, at + got, src_len - got, seg, SEG_BATCH, &done);
-        if (nseg == 0) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
+        if (nseg == 0) return EIO;
         int e = read_segments(fs, seg, nseg, (char *)src + got);
-        if (e) {
-            fuse_reply_err(req, e);
-            return;
-        }
+        if (e) return e;
         got += done; /* what the planner says the segments cover */
     }
     ckpt_to_f32(t->dtype, src, nblocks, out);
-    fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
+    *out_slice = (const char *)out + (off - first * info->block * 4);
+    return 0;
 }
 
 /* Bytes of remote sources go to the kernel straight from the block cache: one copy of them
@@ -796,6 +842,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
         read_converted(req, fs, &fs->cat->tensors[n->ref], (uint64_t)off, size);
+        return;
+    }
+    if (n->kind == NODE_NPY && converted(fs, &fs->cat->tensors[n->ref]) && fi && fi->fh) {
+        read_converted_npy(req, fs, &fs->cat->tensors[n->ref], (const open_doc *)(uintptr_t)fi->fh,
+                           (uint64_t)off, size);
         return;
     }
     ckpt_segment seg[SEG_BATCH];

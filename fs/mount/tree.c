@@ -258,9 +258,10 @@ static int link_children(tree *tr, ckpt_err *err) {
     return 0;
 }
 
-/* .npy files carry stored bytes, so tensors converted on read get none. */
+/* A .npy where numpy can hold the bytes read: the stored dtype's, or with -o as_dtype=f32 the
+ * float32 a BF16, F8 or ggml tensor is read as (its .npy then holds those, '<f4'). */
 static bool shows_npy(const ckpt_tensor *t, bool as_f32) {
-    return ckpt_dtype_info_of(t->dtype)->numpy && !(as_f32 && ckpt_to_f32_supported(t->dtype));
+    return ckpt_dtype_info_of(t->dtype)->numpy || (as_f32 && ckpt_to_f32_supported(t->dtype));
 }
 
 /* Adds dir + name, a path the builder allocates and keeps (b->owned has room for it). */
