@@ -41,6 +41,7 @@ typedef struct serve_snapshot {
     pthread_mutex_t plot_lock; /* the per-layer SVG, drawn on its first request */
     char *plot;
     size_t plot_len;
+    struct serve_etags *etags; /* content digests of the files asked for (serve_etag.c) */
 } serve_snapshot;
 
 typedef struct serve_repo {
@@ -82,6 +83,11 @@ size_t serve_node_plan(const serve_snapshot *s, uint32_t i, uint64_t off, uint64
                        ckpt_segment *seg, size_t cap, uint64_t *done);
 /* Whether every source behind a file node is still the file the catalog saw. */
 bool serve_node_current(const serve_snapshot *s, uint32_t i);
+
+/* The sha256 of file node's size bytes as hex, computed on the first call for that node of
+ * the snapshot (one read of the file) and kept: 0, or a negative errno. */
+int serve_content_sha(serve_snapshot *s, uint32_t node, uint64_t size, char *hex);
+void serve_etags_free(struct serve_etags *e);
 
 /* The per-layer SVG (statistics of every tensor, computed once): NULL when no tensor has a
  * layer number or on failure. */

@@ -419,6 +419,8 @@ char *serve_html_repo(const serve_repo *r, serve_snapshot *s, const char *host, 
     html_z(&sb, title);
     sb_puts(&sb, "</h1>\n"); /* no server paths: where the files lie is the server's business */
     card_section(&sb, r, s, host);
+    sb_puts(&sb, "<h2>Bytes by dtype</h2>\n");
+    dtype_bar(&sb, s->cat);
     sb_printf(&sb,
               "<p>With <code>HF_ENDPOINT</code> set to this server, Hub clients load "
               "<code>%s</code> like any repository "
@@ -435,8 +437,6 @@ char *serve_html_repo(const serve_repo *r, serve_snapshot *s, const char *host, 
     if (!s->cat->nwarnings) sb_puts(&sb, "<p class=\"muted\">none</p>\n");
     files_section(&sb, r, s);
     summary_section(&sb, s);
-    sb_puts(&sb, "<h2>Bytes by dtype</h2>\n");
-    dtype_bar(&sb, s->cat);
     if (tree_section(&sb, r, s) != 0) sb.failed = true;
     sb_puts(&sb, "</body></html>\n");
     return sb_take(&sb, len);

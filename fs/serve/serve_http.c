@@ -440,8 +440,11 @@ static enum MHD_Result resolve_file(struct MHD_Connection *c, serve_snapshot *s,
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
                           "%.200s: a source file changed; ask again", path);
     uint64_t size = serve_node_size(s, i);
+    /* the content's sha256, as the Hub's LFS ETag: huggingface_hub names its blob by it */
     char etag[SHA256_HEX_LEN + 3] = "\"";
-    file_id(s, path, size, etag + 1);
+    if (serve_content_sha(s, i, size, etag + 1) != 0)
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
+                          "%.200s: its bytes could not be read to name them; ask again", path);
     strcat(etag, "\"");
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
     unsigned status = MHD_HTTP_OK;

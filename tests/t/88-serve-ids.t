@@ -8,11 +8,14 @@
 - any other source stays ckptfs/NAME (the file or folder name);
 - the recursive listing holds tensors/ as a directory, not its files (list_repo_files is the
   HF view: what snapshot_download would fetch);
+- a file's ETag (and X-Linked-Etag) is the sha256 of its bytes, and huggingface_hub keeps
+  the download as blobs/<that sha256>;
 - a file's response carries Last-Modified: the newest mtime of its sources, not 1970;
 - the repo's HTML page shows the architecture and sizes of config.json, the parameter count
   and its dtypes, the download command, and no server path (nor does the index).
 """
 import email.utils
+import hashlib
 import json
 import os
 import shutil
@@ -119,6 +122,20 @@ def main():
             newest = max(os.stat(os.path.join(named, f)).st_mtime for f in os.listdir(named))
             tap.ok(r.status == 200 and abs(when - int(newest)) < 1,
                    "Last-Modified is the newest source mtime (%s)" % lm, [r.status, newest])
+            bad = []
+            for f in ("model.safetensors", "config.json", "tensors/w"):
+                body = request(srv, "/my-org/tiny/resolve/main/" + f).body
+                h = request(srv, "/my-org/tiny/resolve/main/" + f, method="HEAD")
+                digest = '"%s"' % hashlib.sha256(body).hexdigest()
+                if h.header("etag") != digest or h.header("x-linked-etag") != digest:
+                    bad.append("%s: %s, sha256 %s" % (f, h.header("etag"), digest))
+            tap.ok(not bad, "ETag and X-Linked-Etag are the sha256 of the bytes (the Hub's LFS "
+                   "ETag)", bad)
+            blobs = os.path.join(work, "hf-home", "hub", "models--my-org--tiny", "blobs")
+            names = sorted(os.listdir(blobs)) if os.path.isdir(blobs) else []
+            cfg_sha = hashlib.sha256(open(os.path.join(named, "config.json"), "rb").read())
+            tap.ok(cfg_sha.hexdigest() in names,
+                   "huggingface_hub stores the download under that sha256", [names])
             r = request(srv, "/my-org/tiny")
             page = r.body.decode("utf-8", "replace")
             tap.ok(r.status == 200 and "LlamaForCausalLM" in page and ">64<" in page and
