@@ -10,7 +10,8 @@
   HF view: what snapshot_download would fetch);
 - a file's ETag (and X-Linked-Etag) is the sha256 of its bytes, and huggingface_hub keeps
   the download as blobs/<that sha256>;
-- a file's response carries Last-Modified: the newest mtime of its sources, not 1970;
+- a file's response carries Last-Modified: the newest mtime of its sources, and an hf://
+  mount of the repo shows it (not 1970);
 - the repo's HTML page shows the architecture and sizes of config.json, the parameter count
   and its dtypes, the download command, and no server path (nor does the index).
 """
@@ -146,6 +147,20 @@ def main():
             index = request(srv, "/").body.decode("utf-8", "replace")
             tap.ok(work not in page and work not in index,
                    "no server path on the repo page or the index")
+            hmnt = os.path.join(work, "hf-mount")
+            os.mkdir(hmnt)
+            p = subprocess.run([CKPTFS, "hf://my-org/tiny", hmnt], capture_output=True,
+                               env=env, timeout=60)
+            try:
+                st = os.stat(os.path.join(hmnt, ".ckptfs", "hf", "config.json"))
+                shown = st.st_mtime
+            except OSError as e:
+                shown = e
+            subprocess.run(["fusermount3", "-u", hmnt], capture_output=True, timeout=30)
+            cfg_mtime = os.stat(os.path.join(named, "config.json")).st_mtime
+            tap.ok(p.returncode == 0 and isinstance(shown, float) and abs(shown - cfg_mtime) < 1,
+                   "an hf:// mount of the repo shows the source's mtime, not 1970",
+                   [p.stderr[-300:], shown, cfg_mtime])
             r = request(srv, "/api/models/nobody/none")
             tap.ok(r.status == 404 and r.header("x-error-code") == "RepoNotFound",
                    "an unknown ORG/NAME: 404 RepoNotFound", [r.status])
