@@ -25,8 +25,8 @@ int cli_glob_match(const char *glob, const ckpt_tensor *t, strbuf *name) {
     size_t bare = name->len; /* where the name starts */
     pct_escape(name, t->name, t->name_len, false);
     sb_putc(name, '\0');
-    size_t tree = name->len; /* the tree path: prefix + path */
-    if (t->prefix) sb_puts(name, t->prefix);
+    size_t tree = name->len; /* the tree path, which starts with the prefix */
+    if (t->prefix && strncmp(t->path, t->prefix, strlen(t->prefix)) != 0) sb_puts(name, t->prefix);
     sb_puts(name, t->path);
     if (name->failed || !name->data) return CLI_GLOB_NO;
     const char *s = name->data, *path = s + tree;
