@@ -19,6 +19,7 @@
 #include "size.h"
 #include "mount/view_job.h"
 #include "serve/serve.h"
+#include "file_limit.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -261,6 +262,8 @@ static void set_readahead(void *ctx, dev_t dev) {
 }
 
 int main(int argc, char **argv) {
+    /* Every command may hold a descriptor per shard (a stage one per open file). */
+    raise_file_limit();
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
     if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
     /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */

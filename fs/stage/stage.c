@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -110,16 +109,6 @@ static bool is_under(const char *path, const char *dir) {
     size_t n = strlen(dir);
     if (strcmp(dir, "/") == 0) return true;
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
-/* Every file open in the stage holds a descriptor of its spool file: allow as many as the
- * system lets us. (A commit holds only a few: core/write/staged.c opens staged bytes per read.) */
-static void raise_file_limit(void) {
-    struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-        r.rlim_cur = r.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &r);
-    }
 }
 
 static void stage_free(stage *st) {
@@ -263,7 +252,6 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         goto out;
     }
     if (req->from) st.from = strdup(from);
-    raise_file_limit();
     bool resumed;
     hashmap lower_paths;
     if ((status = spool_setup(&st, req->from, &resumed, &lower_paths)) != 0) goto out;
