@@ -19,6 +19,7 @@
 #include "size.h"
 #include "mount/view_job.h"
 #include "serve/serve.h"
+#include "argv_secrets.h"
 #include "file_limit.h"
 
 #include <errno.h>
@@ -262,6 +263,10 @@ static void set_readahead(void *ctx, dev_t dev) {
 }
 
 int main(int argc, char **argv) {
+    /* Before anything else: a URL's password or signature must not sit in /proc/PID/cmdline
+     * for the life of a mount, a stage or a server. */
+    char **own_argv = argv_hide_secrets(argc, argv);
+    if (own_argv) argv = own_argv;
     /* Every command may hold a descriptor per shard (a stage one per open file). */
     raise_file_limit();
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
@@ -372,14 +377,17 @@ int main(int argc, char **argv) {
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
-        fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
+        char src[PATH_MAX];
+        ckpt_shown_name(o.m.first, src, sizeof src);
+        fprintf(stderr, "ckptfs: %s: %s\n", src, err.msg);
         goto out;
     }
     heap_for_serving(); /* the tree's */
 
     fuse_opt_add_arg(&args, "-osubtype=ckptfs");
-    char *fsname = NULL;
-    if (fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
+    char *fsname = NULL, shown[PATH_MAX];
+    ckpt_shown_name(o.m.first, shown, sizeof shown); /* /proc/mounts is world-readable */
+    if (fuse_opt_add_opt_escaped(&fsname, shown) == 0) {
         char *opt = malloc(strlen(fsname) + 10);
         if (opt) {
             sprintf(opt, "-ofsname=%s", fsname);

@@ -43,7 +43,8 @@ typedef struct serve_snapshot {
 
 typedef struct serve_repo {
     char name[SERVE_NAME_MAX + 1];
-    char *source;
+    char *source;         /* as given: may hold a URL's secrets, never shown */
+    char *shown;          /* what pages, listings and messages show (ckpt_shown_name) */
     pthread_mutex_t lock; /* guards cur, checked, error */
     serve_snapshot *cur;
     double checked;  /* monotonic seconds of the last look at the sources */

@@ -85,7 +85,7 @@ char *serve_html_index(serve_repo *repos, size_t n, size_t *len) {
         serve_snapshot *s = serve_repo_get(&repos[i], why, sizeof why);
         sb_printf(&sb, "<tr><td><a href=\"/ckptfs/%s\">ckptfs/%s</a></td><td><code>", repos[i].name,
                   repos[i].name);
-        html_z(&sb, repos[i].source);
+        html_z(&sb, repos[i].shown);
         sb_puts(&sb, "</code></td><td><code>");
         html_z(&sb, s ? s->sha : why);
         sb_puts(&sb, "</code></td></tr>\n");
@@ -328,7 +328,7 @@ char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len) {
     sb_puts(&sb, "<p><a href=\"/\">all repos</a></p>\n<h1>");
     html_z(&sb, title);
     sb_puts(&sb, "</h1>\n<table><tr><th>source</th><td><code>");
-    html_z(&sb, r->source);
+    html_z(&sb, r->shown);
     sb_puts(&sb, "</code></td></tr><tr><th>format</th><td>");
     html_z(&sb, s->cat->format);
     sb_printf(&sb, "</td></tr><tr><th>commit</th><td><code>%s</code></td></tr></table>\n", s->sha);

@@ -254,7 +254,11 @@ int serve_main(int argc, char **argv) {
             memcpy(r->name, sources[i], (size_t)(eq - sources[i]));
             path = eq + 1;
         } else {
-            default_name(sources[i], r->name);
+            /* From the shown name: a signed query would otherwise end up in the repo id, so in
+             * /api/models and every download URL. */
+            char shown[PATH_MAX];
+            ckpt_shown_name(sources[i], shown, sizeof shown);
+            default_name(shown, r->name);
         }
         /* Two sources of one name: the later ones get -2, -3, ... */
         char base[SERVE_NAME_MAX + 1];
@@ -267,10 +271,14 @@ int serve_main(int argc, char **argv) {
         }
         pthread_mutex_init(&r->lock, NULL);
         r->source = strdup(path);
+        char shown[PATH_MAX];
+        ckpt_shown_name(path, shown, sizeof shown);
+        r->shown = strdup(shown);
         cfg.nrepos++;
         ckpt_err err = {{0}};
-        if (!r->source || serve_snapshot_open(path, &r->cur, &err) != 0) {
-            fprintf(stderr, "ckptfs serve: %s\n", r->source ? err.msg : "out of memory");
+        if (!r->source || !r->shown || serve_snapshot_open(path, &r->cur, &err) != 0) {
+            fprintf(stderr, "ckptfs serve: %s\n",
+                    r->source && r->shown ? err.msg : "out of memory");
             goto out;
         }
     }
@@ -297,7 +305,7 @@ int serve_main(int argc, char **argv) {
            ss.ss_family == AF_INET6 ? "[" : "", host, ss.ss_family == AF_INET6 ? "]" : "",
            serve_http_port(d), cfg.token ? "Bearer token required" : "no authentication");
     for (size_t i = 0; i < cfg.nrepos; i++)
-        printf("ckptfs serve: ckptfs/%s  <- %s\n", cfg.repos[i].name, cfg.repos[i].source);
+        printf("ckptfs serve: ckptfs/%s  <- %s\n", cfg.repos[i].name, cfg.repos[i].shown);
     fflush(stdout);
     int sig;
     sigwait(&stop, &sig);
@@ -308,6 +316,7 @@ out:
         serve_snapshot_put(cfg.repos[i].cur);
         pthread_mutex_destroy(&cfg.repos[i].lock);
         free(cfg.repos[i].source);
+        free(cfg.repos[i].shown);
     }
     free(cfg.repos);
     free(token);

@@ -15,7 +15,6 @@
 #include <time.h>
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
-
 /* The file at the source's path is still the one the catalog read: same device, inode, size,
  * modification and change time, and no read has seen it changed. */
 static bool source_current(const ckpt_source *src) {
@@ -132,7 +131,7 @@ serve_snapshot *serve_repo_get(serve_repo *r, char *why, size_t why_len) {
     }
     serve_snapshot *s = NULL;
     if (r->error[0])
-        snprintf(why, why_len, "%s changed and cannot be read: %s", r->source, r->error);
+        snprintf(why, why_len, "%s changed and cannot be read: %s", r->shown, r->error);
     else
         atomic_fetch_add(&(s = r->cur)->refs, 1);
     pthread_mutex_unlock(&r->lock);

@@ -129,8 +129,10 @@ static int populate_lower(stage *st, hashmap *by_path) {
         if (!rc) rc = add_lower_file(st, side_path, SRC_LOWER_SIDECAR, i, side_len, mtime);
         free(side_path);
         if (rc != 0) {
-            fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n",
-                    st->from, t->path);
+            char shown[PATH_MAX];
+            ckpt_shown_name(st->from, shown, sizeof shown);
+            fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n", shown,
+                    t->path);
             continue;
         }
         bool added; /* sidecars are found by their tensor's path (lower_file) */
@@ -576,11 +578,13 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
             changed = false;
         }
         if (changed) {
+            char shown[PATH_MAX];
+            ckpt_shown_name(st->from, shown, sizeof shown);
             fprintf(stderr,
                     "ckptfs stage: the source %s changed since this stage began (sizes "
                     "or times of its files differ); the staged changes refer to the old files. "
                     "Restore it, or remove the spool %s to start over\n",
-                    st->from, st->spool);
+                    shown, st->spool);
             rc = STAGE_INVALID;
         }
         sb_free(&now);

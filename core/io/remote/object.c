@@ -65,6 +65,14 @@ bool ckpt_is_url(const char *path) {
     return remote_is_url(path);
 }
 
+void ckpt_shown_name(const char *path, char *out, size_t cap) {
+    if (!cap) return;
+    if (remote_is_url(path))
+        remote_shown(path, out, cap);
+    else
+        snprintf(out, cap, "%s", path);
+}
+
 int remote_configure(const ckpt_remote_options *o, ckpt_err *err) {
     static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&once);
