@@ -144,6 +144,8 @@ static int remote_root(const char *path, const ckpt_options *opts, char *root, i
         if ((rc = hf_pin(shown, root, PATH_MAX, err))) return rc;
     } else if (remote_normalize(shown, root, PATH_MAX) != 0) {
         return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown);
+    } else {
+        remote_list_named_dir(shown);
     }
     *kind = place_kind(root);
     if (*kind == PLACE_MISSING) {

@@ -176,6 +176,17 @@ static int http_kind(const char *url) {
     return k;
 }
 
+void remote_list_named_dir(const char *path) {
+    size_t n = strcspn(path, "?#");
+    if (strncmp(path, "http", 4) != 0 || n == 0 || path[n - 1] != '/') return;
+    char norm[4096];
+    if (remote_normalize(path, norm, sizeof norm) != 0 || strlen(norm) == root_len(norm)) return;
+    const remote_entry *e;
+    size_t count;
+    ckpt_err err;
+    remote_list(norm, &e, &count, &err); /* a failure is cached: kind asks the usual way */
+}
+
 int remote_kind(const char *path) {
     char norm[4096];
     if (remote_normalize(path, norm, sizeof norm) != 0) return REMOTE_MISSING;
@@ -186,6 +197,8 @@ int remote_kind(const char *path) {
     ckpt_err err;
     /* hf://ORG/NAME@REV is the repo's top directory. */
     if (strncmp(norm, "hf://", 5) == 0 && !strchr(norm + r + 1, '/')) return REMOTE_DIR;
+    /* Listed already (http://host/dir/ named with its slash, see remote_list_named_dir). */
+    if (listed(norm)) return REMOTE_DIR;
     if (strlen(norm) == r) {
         if (!http) return REMOTE_DIR; /* a bucket or a repo */
         int k = http_kind(norm);

@@ -62,6 +62,10 @@ typedef struct remote_entry {
 } remote_entry;
 #define REMOTE_SIZE_UNKNOWN UINT64_MAX
 enum { REMOTE_MISSING, REMOTE_FILE, REMOTE_DIR };
+/* An http(s) name given with its trailing slash (http://host/dir/) names a directory: its
+ * listing (GET dir/) is asked for first, so a server where dir without the slash is 404
+ * (nginx's `location /dir/ { alias ...; }`) still mounts. Nothing for other names. */
+void remote_list_named_dir(const char *path);
 /* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING (also when it cannot be told). */
 int remote_kind(const char *path);
 /* The entries of a directory, sorted by name. *out belongs to the listing cache. */
