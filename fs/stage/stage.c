@@ -14,6 +14,7 @@
 #include "stage_ops.h"
 
 #include "core/write/writer.h"
+#include "core/ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -243,11 +244,16 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         goto out;
     }
     status = STAGE_INVALID;
-    if (req->from && !realpath(req->from, from)) {
+    /* A URL is a name for ckpt_open, not a path: nothing to resolve, nothing local to clash
+     * with the mount point. */
+    bool from_url = req->from && ckpt_is_url(req->from);
+    if (from_url)
+        snprintf(from, sizeof from, "%s", req->from);
+    else if (req->from && !realpath(req->from, from)) {
         fprintf(stderr, "ckptfs stage: --from %s: %s\n", req->from, strerror(errno));
         goto out;
     }
-    if (req->from && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
+    if (req->from && !from_url && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
         status = STAGE_USAGE;
         goto out;
     }
