@@ -105,9 +105,8 @@ int stage_pack_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
     }
     if (!rc && ftruncate(st->pack_fd, (off_t)at) != 0)
         rc = ckpt_fail(err, -errno, "%s: truncating the staged file: %s", st->out, strerror(errno));
-    if (!rc) { /* spool files are 0600; OUT gets the usual mode, from the umask */
-        fchmod(st->pack_fd, 0666 & ~ckpt_umask());
-    }
+    if (!rc) /* spool files are 0600; OUT gets the umask's mode, limited by the sources' */
+        fchmod(st->pack_fd, ckpt_output_mode(cat));
     if (!rc && fsync(st->pack_fd) != 0)
         rc = ckpt_fail(err, -errno, "%s: fsync: %s", st->out, strerror(errno));
     if (!rc) rc = pack_publish(st, st->pack_fd, st->pack_id, err);

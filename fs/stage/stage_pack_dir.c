@@ -17,8 +17,8 @@
  *
  * Each shard gets its header in front and is fsynced; a directory .OUT.partial-XXXXXX beside
  * OUT gets a hard link to each shard, the index and the config/tokenizer files, and then
- * replaces OUT (rename, or the exchange of core/write/writers/safetensors_dir.c). A kill before that
- * leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
+ * replaces OUT (rename, or the exchange of core/write/writers/safetensors_dir.c). A kill before
+ * that leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
  * the commit, and the journal still says where every staged byte is. */
 #include "stage_pack_whole.h"
 
@@ -540,14 +540,7 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
         }
     }
     if (!rc) {
-        mode_t mask = ckpt_umask(); /* read, not set: other threads create files */
-        mode_t sources = 07777;
-        for (uint32_t i = 0; i < cat->nsources; i++) { /* as the writer: aux files aside */
-            bool aux = false;
-            for (size_t k = 0; !aux && k < cat->naux; k++) aux = cat->aux[k].source == i;
-            if (!aux) sources &= cat->sources[i].mode;
-        }
-        rc = assemble(&j, tmp, (0666 & ~mask) & (0600 | (sources & 0066)));
+        rc = assemble(&j, tmp, ckpt_output_mode(cat)); /* as the writer: aux files aside */
     }
     if (!rc && (rc = note_landing(st, -1, tmp)))
         ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out, strerror(-rc));

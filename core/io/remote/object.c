@@ -438,6 +438,12 @@ uint64_t remote_size(const remote_object *o) {
     return o->size;
 }
 
+bool remote_private(const remote_object *o) {
+    /* An http(s) name's secrets are in its URL: the request URL is then not the shown one. */
+    return http_auth_has_secret(o->target.auth) ||
+           (strncmp(o->shown, "http", 4) == 0 && strcmp(o->target.url.data, o->shown) != 0);
+}
+
 time_t remote_mtime(const remote_object *o) {
     return o->mtime;
 }
