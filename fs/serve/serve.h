@@ -51,6 +51,10 @@ typedef struct serve_repo {
     char error[600]; /* why the changed source could not be opened again, or "" */
 } serve_repo;
 
+/* Set when no token guards the server: then every source file must be one other users may
+ * read anyway (serve_snapshot_open refuses the others). */
+extern bool serve_public_only;
+
 /* Opens the source into a snapshot holding one reference. */
 int serve_snapshot_open(const char *source, serve_snapshot **out, ckpt_err *err);
 void serve_snapshot_put(serve_snapshot *s);

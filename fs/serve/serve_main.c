@@ -241,6 +241,7 @@ int serve_main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     cfg.token = token;
+    serve_public_only = !token && !insecure;
     cfg.repos = calloc(nsources, sizeof *cfg.repos);
     struct MHD_Daemon *d = NULL;
     if (!cfg.repos) goto out;

@@ -15,6 +15,25 @@
 #include <time.h>
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
+bool serve_public_only;
+
+/* Loopback is not a user boundary: without a token, every local user can ask the server. So
+ * it gives only what they could read themselves: a source file (a remote object fetched with
+ * a secret counts as 0400) without the read bit for others is refused, at start and when a
+ * changed source is opened again. */
+static int check_public(const ckpt_catalog *cat, ckpt_err *err) {
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        const ckpt_source *s = &cat->sources[i];
+        if (s->virt || (s->mode & S_IROTH)) continue;
+        return ckpt_fail(err, -EACCES,
+                         "%s: not readable by other users (mode %04o), and without --token-file "
+                         "every local user can download what ckptfs serve gives: give "
+                         "--token-file FILE, or make the file readable by others",
+                         s->member_of ? s->member_of : s->path, (unsigned)(s->mode & 07777));
+    }
+    return 0;
+}
+
 /* The file at the source's path is still the one the catalog read: same device, inode, size,
  * modification and change time, and no read has seen it changed. */
 static bool source_current(const ckpt_source *src) {
@@ -59,6 +78,7 @@ int serve_snapshot_open(const char *source, serve_snapshot **out, ckpt_err *err)
     pthread_mutex_init(&s->plot_lock, NULL);
     s->hf_dir = SERVE_NODE_NONE;
     int rc = ckpt_open(source, NULL, &s->cat, err);
+    if (!rc && serve_public_only) rc = check_public(s->cat, err);
     if (rc) {
         serve_snapshot_put(s);
         return rc;
