@@ -18,9 +18,7 @@
 /* Files that cannot be a tensor's raw bytes would leave holes between tensors. */
 bool stage_pack_name_ok(const char *name) {
     if (name[0] == '.' || str_ends_with(name, ".json") || str_ends_with(name, ".npy")) return false;
-    for (size_t i = 0; i < hf_aux_count; i++)
-        if (strcmp(name, hf_aux_names[i]) == 0) return false;
-    return true;
+    return !hf_aux_name(name);
 }
 
 /* A safetensors OUT, or an HF directory OUT, on the file system of the spool (a link cannot

@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Tap  # noqa: E402
+from hf_side_files import side_files_of  # noqa: E402
 from serve_util import Server, load_hfview_checks, request  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -113,10 +114,7 @@ def check_cli(tap, ckptfs, tmp):
 
 
 def expected_siblings(source_dir, model_files):
-    side = sorted(f for f in os.listdir(source_dir)
-                  if f.endswith(".json") and f not in ("manifest.json",)
-                  and not f.startswith("model") and not f.startswith("pytorch_model"))
-    return sorted(side + model_files)
+    return sorted(side_files_of(source_dir) + model_files)
 
 
 def check_info(tap, srv, name, want_files):
@@ -549,7 +547,9 @@ def main():
                    [srv.repos])
             for name, src in (("sharded", sharded), ("dcp", DCP)):
                 manifest = json.load(open(os.path.join(src, "manifest.json")))
-                want_files = expected_siblings(src, ["model.safetensors"])
+                # A DCP checkpoint is no Hugging Face folder: it carries no side files.
+                want_files = expected_siblings(src, ["model.safetensors"]) \
+                    if name == "sharded" else ["model.safetensors"]
                 check_info(tap, srv, name, want_files)
                 check_tree(tap, srv, name, want_files, manifest)
                 whole, h = check_model_file(tap, srv, name, manifest)
