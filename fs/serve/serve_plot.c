@@ -3,7 +3,7 @@
  * request, once per snapshot, never for the page itself. */
 #include "serve.h"
 
-#include "cli/cli_plot.h"
+#include "common/plot.h"
 #include "core/views/stats.h"
 
 #include <math.h>
