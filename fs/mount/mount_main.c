@@ -19,8 +19,8 @@
 #include "common/size.h"
 #include "common/view_job.h"
 #include "serve/serve.h"
-#include "argv_secrets.h"
-#include "file_limit.h"
+#include "common/argv_secrets.h"
+#include "common/file_limit.h"
 
 #include <errno.h>
 #include <limits.h>
