@@ -13,14 +13,26 @@ static char *url_in(char *arg) {
     return eq && ckpt_is_url(eq + 1) ? eq + 1 : NULL;
 }
 
+/* The program's own copy, freed at exit (main returns from many places). */
+static char **kept;
+
+static void free_kept(void) {
+    for (char **p = kept; p && *p; p++) free(*p);
+    free(kept);
+    kept = NULL;
+}
+
 char **argv_hide_secrets(int argc, char **argv) {
     char **copy = calloc((size_t)argc + 1, sizeof *copy);
     if (!copy) return NULL;
+    if (!kept) atexit(free_kept);
+    kept = copy;
     for (int i = 0; i < argc; i++) {
         copy[i] = strdup(argv[i]);
         if (!copy[i]) {
             for (int k = 0; k < i; k++) free(copy[k]);
             free(copy);
+            kept = NULL;
             return NULL;
         }
     }

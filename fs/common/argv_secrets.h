@@ -4,10 +4,9 @@
 #ifndef CKPTFS_ARGV_SECRETS_H
 #define CKPTFS_ARGV_SECRETS_H
 
-/* Returns a private copy of argv (NULL-terminated, never freed: it lives as long as the
- * process) for the program to use, and rewrites the process's own argument strings in place
- * to their shown form (ckpt_shown_name), so /proc/PID/cmdline holds no secret. NULL when out
- * of memory (argv is then left as it was). */
+/* Returns a private copy of argv (NULL-terminated, freed at exit) for the program to use, and
+ * rewrites the process's own argument strings in place to their shown form (ckpt_shown_name), so
+ * /proc/PID/cmdline holds no secret. NULL when out of memory (argv is then left as it was). */
 char **argv_hide_secrets(int argc, char **argv);
 
 #endif
