@@ -175,6 +175,10 @@ bool ckpt_source_remote_changed(const ckpt_source *s);
 char *ckpt_remote_stats_json(size_t *len);
 /* True for names ckpt_open takes as URLs (http://, https://, s3://, hf://). */
 bool ckpt_is_url(const char *path);
+/* A source's name as every message, page, listing and mount table shows it: a URL without its
+ * user:password@ and ?query (where passwords and signatures live), any other name unchanged.
+ * The one scrubbing path: everything that prints a source name goes through it. */
+void ckpt_shown_name(const char *path, char *out, size_t cap);
 /* Whether the file behind the source's descriptor still has the size, modification time and
  * change time it had when opened. A file rewritten in place (`cp NEW SRC`: same inode) changes
  * its mtime and ctime, and ctime cannot be put back from user space, so readers check after

@@ -2,6 +2,7 @@
  * and the names of the files a Hugging Face model keeps beside its weights. */
 #include "../io/place.h"
 #include "formats.h"
+#include "../model/st_names.h"
 
 #include "../util/text.h"
 
@@ -27,6 +28,27 @@ const char *const ckpt_hf_aux_names[] = {
     "adapter_config.json",
 };
 const size_t ckpt_hf_aux_count = sizeof ckpt_hf_aux_names / sizeof *ckpt_hf_aux_names;
+
+bool ckpt_hf_aux_name(const char *name) {
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
+    if (!name[0] || name[0] == '.' || strchr(name, '/')) return false;
+    /* Weights and what indexes them are the model, never carried as a side file. */
+    static const char *const weights[] = {
+        ".safetensors", ".bin",     ".pt",     ".pth",        ".ckpt",    ".gguf",
+        ".h5",          ".msgpack", ".onnx",   ".npy",        ".npz",     ".zst",
+        ".tar",         ".nemo",    ".distcp", ".index.json", ".metadata"};
+    for (size_t i = 0; i < sizeof weights / sizeof *weights; i++)
+        if (text_ends_with(name, weights[i])) return false;
+    static const char *const side[] = {".json", ".model", ".tiktoken", ".txt", ".md",
+                                       ".yaml", ".yml",   ".jinja",    ".py",  ".vocab"};
+    for (size_t i = 0; i < sizeof side / sizeof *side; i++)
+        if (text_ends_with(name, side[i])) return true;
+    static const char *const docs[] = {"LICENSE", "README", "NOTICE", "USE_POLICY", "COPYING"};
+    for (size_t i = 0; i < sizeof docs / sizeof *docs; i++)
+        if (strncmp(name, docs[i], strlen(docs[i])) == 0) return true;
+    return false;
+}
 
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);

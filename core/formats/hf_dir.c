@@ -379,14 +379,21 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     }
     if (!rc && npresent > 1) rc = note_choice(cat, chosen, present, err);
     if (rc) return rc;
-    for (size_t i = 0; i < ckpt_hf_aux_count; i++) {
-        if ((rc = join(path, sizeof path, cat->root, ckpt_hf_aux_names[i], err))) return rc;
-        if (!is_file(path)) continue;
+    /* Every side file of the folder (ckpt_hf_aux_name), not only the usual names: a convert,
+     * the view and serve must not drop sentencepiece.bpe.model, tokenizer.tiktoken, LICENSE... */
+    char **names;
+    size_t n;
+    if ((rc = dirlist_files(cat->root, "", &names, &n)))
+        return ckpt_fail(err, rc, "%s: cannot list: %s", cat->root, strerror(-rc));
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (!ckpt_hf_aux_name(names[i])) continue;
         uint32_t src;
-        if ((rc = catalog_add_source(cat, path, ckpt_hf_aux_names[i], &src, err))) return rc;
-        if ((rc = catalog_add_aux(cat, ckpt_hf_aux_names[i], src, err))) return rc;
+        if (!(rc = join(path, sizeof path, cat->root, names[i], err)) &&
+            !(rc = catalog_add_source(cat, path, names[i], &src, err)))
+            rc = catalog_add_aux(cat, names[i], src, err);
     }
-    return 0;
+    dirlist_free(names, n);
+    return rc;
 }
 
 const ckpt_format format_hf_dir = {

@@ -76,12 +76,22 @@ static bool is_file(const char *path) {
     return place_kind(path) == PLACE_FILE; /* a local path or a URL */
 }
 
+/* params.json and any rank file: with consolidated.00.pth missing the folder is still a Meta
+ * checkpoint (whose gap find_ranks refuses), not a folder holding one torch file that would
+ * mount rank 1's slices as the whole model. */
 bool meta_mp_probe(const char *dir) {
     char path[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/params.json", dir);
     if (n < 0 || (size_t)n >= sizeof path || !is_file(path)) return false;
     n = snprintf(path, sizeof path, "%s/consolidated.00.pth", dir);
-    return n > 0 && (size_t)n < sizeof path && is_file(path);
+    if (n > 0 && (size_t)n < sizeof path && is_file(path)) return true;
+    char **names;
+    size_t count;
+    if (dirlist_files(dir, ".pth", &names, &count) != 0) return false;
+    bool any = false;
+    for (size_t i = 0; i < count && !any; i++) any = rank_of(names[i]) >= 0;
+    dirlist_free(names, count);
+    return any;
 }
 
 /* ---- params.json ---- */

@@ -23,10 +23,7 @@ static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
 }
 
 static bool is_aux(const char *name) {
-    if (strcmp(name, "model_config.yaml") == 0) return true;
-    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
-        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
-    return false;
+    return ckpt_hf_aux_name(name);
 }
 
 /* mp_rank_NN/model_weights.ckpt or tp_rank_NN_pp_rank_NNN/model_weights.ckpt */

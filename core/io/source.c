@@ -58,7 +58,10 @@ static int open_remote(ckpt_source *s, const char *path, char *shown, size_t sho
     s->size = remote_size(o);
     s->file_size = s->size;
     s->mtime.tv_sec = remote_mtime(o);
-    s->mode = S_IFREG | 0444;
+    /* An object anyone can fetch is world-readable; one fetched with a secret is the owner's
+     * alone: with -o allow_other, a user without the token must not read it through the mount
+     * (the same rule as a 0600 local file). */
+    s->mode = S_IFREG | (remote_private(o) ? 0400 : 0444);
     unsigned char magic[4];
     if (s->size >= sizeof magic && remote_pread(o, magic, sizeof magic, 0) == sizeof magic &&
         zst_magic(magic, sizeof magic)) {

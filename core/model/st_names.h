@@ -17,5 +17,12 @@ static inline bool ckpt_safetensors_reserved_name(const char *name, size_t len) 
  * formats/dirlist.c): the view and a staged HF directory carry them as they are. */
 extern const char *const ckpt_hf_aux_names[];
 extern const size_t ckpt_hf_aux_count;
+/* Whether a file at the top of a model folder is one of those files rather than weights or
+ * their index: every name of ckpt_hf_aux_names, and any other that is not a weight or index
+ * file (.safetensors, .bin, .pt, .gguf, *.index.json, ...) but is text or a tokenizer
+ * (sentencepiece.bpe.model, tokenizer.tiktoken, processor_config.json, model_config.yaml,
+ * LICENSE, README.md, *.py, ...). Dot files are not. The one rule of what a view, a convert,
+ * serve and a stage carry beside the tensors. */
+bool ckpt_hf_aux_name(const char *name);
 
 #endif

@@ -645,6 +645,14 @@ int ckpt_stats_run(const ckpt_catalog *cat, const ckpt_tensor *const *t, size_t 
     return run_job(&j, threads, out, sizeof *out);
 }
 
+/* Whether device, inode, size and times name one version of the source's bytes: so for a
+ * local file (or a member of one), not for an object behind a URL (device and inode 0 for
+ * every object, a size and a Last-Modified second two versions can share: remote diffs read)
+ * nor for bytes made on read (convert --dtype's virtual sources). */
+static bool identity_tells(const ckpt_source *s) {
+    return !s->remote && !s->virt && (s->dev || s->ino);
+}
+
 /* The fast path: both tensors name the same bytes of the same files. */
 static bool same_bytes(const ckpt_catalog *ca, const ckpt_tensor *a, const ckpt_catalog *cb,
                        const ckpt_tensor *b) {
@@ -661,7 +669,8 @@ static bool same_bytes(const ckpt_catalog *ca, const ckpt_tensor *a, const ckpt_
                 sa[k].offset != sb[k].offset || sa[k].length != sb[k].length)
                 return false;
             const ckpt_source *x = &ca->sources[sa[k].source], *y = &cb->sources[sb[k].source];
-            if (x->dev != y->dev || x->ino != y->ino || x->size != y->size ||
+            if (!identity_tells(x) || !identity_tells(y) || x->base != y->base ||
+                x->dev != y->dev || x->ino != y->ino || x->size != y->size ||
                 x->mtime.tv_sec != y->mtime.tv_sec || x->mtime.tv_nsec != y->mtime.tv_nsec ||
                 x->ctime.tv_sec != y->ctime.tv_sec || x->ctime.tv_nsec != y->ctime.tv_nsec)
                 return false;
@@ -724,7 +733,9 @@ int ckpt_stats_histogram(const ckpt_catalog *cat, const ckpt_tensor *t, double l
     float *tmp = malloc(BLOCK * sizeof(float));
     int rc = raw && scratch && x && tmp ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
     const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
-    double width = hi > lo ? (hi - lo) / (double)nbins : 1;
+    /* In halves: hi - lo overflows to infinity for values near +-DBL_MAX (every value would
+     * land in bin 0), hi / 2 - lo / 2 never does. */
+    double half_width = hi > lo ? (hi * 0.5 - lo * 0.5) / (double)nbins : 0.5;
     for (uint64_t u = 0; !rc && u < units_of(t); u++) {
         uint64_t n = unit_len(t, u);
         rc = read_elems(cat, t, u * UNIT_ELEMS, n, raw, scratch, err);
@@ -733,8 +744,9 @@ int ckpt_stats_histogram(const ckpt_catalog *cat, const ckpt_tensor *t, double l
             to_double(t->dtype, raw + at / info->block * info->block_bytes, m, x, tmp);
             for (size_t i = 0; i < m; i++) {
                 if (!finite_bits(x[i]) || x[i] < lo || x[i] > hi) continue;
-                double k = (x[i] - lo) / width;
-                size_t b = k >= (double)nbins ? nbins - 1 : (size_t)k;
+                double k = (x[i] * 0.5 - lo * 0.5) / half_width;
+                /* !(k > 0) also takes a NaN (lo or hi not finite), which must never be cast. */
+                size_t b = !(k > 0) ? 0 : k >= (double)nbins ? nbins - 1 : (size_t)k;
                 bins[b]++;
             }
         }

@@ -193,7 +193,7 @@ int ckpt_packed_finish_file(const ckpt_catalog *cat, int fd, uint64_t data_start
     }
     if (!rc && ftruncate(fd, (off_t)at) != 0)
         rc = ckpt_fail(err, -errno, "%s: truncating the staged file: %s", out, strerror(errno));
-    if (!rc) fchmod(fd, 0666 & ~ckpt_umask()); /* a private temporary until now */
+    if (!rc) fchmod(fd, ckpt_output_mode(cat)); /* a private temporary until now */
     if (!rc && fsync(fd) != 0) rc = ckpt_fail(err, -errno, "%s: fsync: %s", out, strerror(errno));
     free(in);
     free(rest);
@@ -384,7 +384,7 @@ static int assemble(const ckpt_catalog *cat, const char *tmp, const ckpt_packed_
                     ckpt_err *err) {
     int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return ckpt_fail(err, -errno, "%s: %s", tmp, strerror(errno));
-    mode_t mode = (0666 & ~ckpt_umask()) & (0600 | (out_data_sources_mode(cat) & 0066));
+    mode_t mode = ckpt_output_mode(cat);
     int rc = 0;
     for (size_t k = 0; !rc && k < n; k++) {
         char name[ST_SHARD_NAME_MAX], proc[64];

@@ -65,12 +65,12 @@ void ckpt_packed_sort_widest(const ckpt_catalog *cat, size_t *tensors, size_t n)
  * for the header) holds some of cat's tensors already, the caller's files end at live_end.
  * When the tensors of cat that are in fd tile it from data_start without a gap and nothing
  * else lies beyond them, the other tensors are appended (widest first), the header is written
- * in front, the file is cut to its end, given the usual mode (0666 less the umask) and fsynced:
- * 0, and fd is the
- * finished OUT (the caller puts it in place). 1 when the pack cannot be OUT as it is (a hole,
- * a tensor safetensors cannot hold, a header that does not fit): ckpt_write then writes OUT
- * whole, which is the compaction. -errno with err filled (`out` names OUT in messages). On
- * 1 or an error, bytes appended beyond live_end are the caller's to cut. */
+ * in front, the file is cut to its end, given the mode of an output of cat (ckpt_output_mode:
+ * the umask's, limited by the sources') and fsynced: 0, and fd is the finished OUT (the caller puts
+ * it in place). 1 when the pack cannot be OUT as it is (a hole, a tensor safetensors cannot hold, a
+ * header that does not fit): ckpt_write then writes OUT whole, which is the compaction. -errno with
+ * err filled (`out` names OUT in messages). On 1 or an error, bytes appended beyond live_end are
+ * the caller's to cut. */
 int ckpt_packed_finish_file(const ckpt_catalog *cat, int fd, uint64_t data_start, uint64_t live_end,
                             char *buf, _Atomic uint64_t *done, const char *out, ckpt_err *err);
 

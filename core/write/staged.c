@@ -457,10 +457,16 @@ static group *group_of(builder *b, const char *base, size_t len) {
  * carried as they are (unless config.json describes a raw file "config" beside it). */
 static bool is_aux(builder *b, const char *path, size_t n) {
     if (strchr(path, '/')) return false;
-    bool known = false;
-    for (size_t i = 0; !known && i < ckpt_hf_aux_count; i++)
-        known = strcmp(path, ckpt_hf_aux_names[i]) == 0;
-    if (!known) return false;
+    if (!ckpt_hf_aux_name(path)) return false;
+    /* Any other .json at the top may be a sidecar that lost its tensor (a problem to report):
+     * it is a side file only when the source carried it as one (processor_config.json). */
+    bool usual = false;
+    for (size_t i = 0; !usual && i < ckpt_hf_aux_count; i++)
+        usual = strcmp(path, ckpt_hf_aux_names[i]) == 0;
+    bool from_source = false;
+    for (size_t i = 0; !usual && b->lower && !from_source && i < b->lower->naux; i++)
+        from_source = strcmp(path, b->lower->aux[i].name) == 0;
+    if (ends_with(path, n, ".json") && !usual && !from_source) return false;
     if (b->files[hm_get(&b->by_path, path, n)->value].origin != STAGED_SPOOL) return false;
     if (!ends_with(path, n, ".json")) return true;
     return !hm_get(&b->by_path, path, n - 5) && !exists_with_suffix(b, path, n - 5, ".npy");

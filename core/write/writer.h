@@ -35,5 +35,15 @@ const char *ckpt_writer_suffixes(void);
 /* The process's umask, read without changing it (so it is safe while other threads create
  * files), for outputs that start as private temporary files and get the usual mode at the end. */
 mode_t ckpt_umask(void);
+/* The one mode rule of every output and view (convert, commits, staging trees): group and
+ * others get of `base` at most the read and write bits every source behind it gives them (and,
+ * for a directory, search where they may read); the owner keeps base's bits, so a user can
+ * still replace what they wrote. A 0600 source makes 0600 outputs, 0700 directories. */
+mode_t ckpt_limit_mode(mode_t base, mode_t sources);
+/* The most restrictive mode of the catalog's data sources (config and tokenizer files aside:
+ * they are copied with their own mode). */
+mode_t ckpt_data_sources_mode(const ckpt_catalog *cat);
+/* What a new output file holding cat's tensors gets: the umask's mode, limited by the sources. */
+mode_t ckpt_output_mode(const ckpt_catalog *cat);
 
 #endif

@@ -21,6 +21,8 @@
 #include "common/size.h"
 #include "common/view_job.h"
 #include "serve/serve.h"
+#include "common/argv_secrets.h"
+#include "common/file_limit.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -319,6 +321,12 @@ static void set_readahead(void *ctx, dev_t dev) {
 }
 
 int main(int argc, char **argv) {
+    /* Before anything else: a URL's password or signature must not sit in /proc/PID/cmdline
+     * for the life of a mount, a stage or a server. */
+    char **own_argv = argv_hide_secrets(argc, argv);
+    if (own_argv) argv = own_argv;
+    /* Every command may hold a descriptor per shard (a stage one per open file). */
+    raise_file_limit();
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
     if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
     /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
@@ -433,14 +441,17 @@ int main(int argc, char **argv) {
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
-        fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
+        char src[PATH_MAX];
+        ckpt_shown_name(o.m.first, src, sizeof src);
+        fprintf(stderr, "ckptfs: %s: %s\n", src, err.msg);
         goto out;
     }
     heap_for_serving(); /* the tree's */
 
     if (!o.subtype) fuse_opt_add_arg(&args, "-osubtype=ckptfs");
-    char *fsname = NULL;
-    if (!o.fsname && fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
+    char *fsname = NULL, shown[PATH_MAX];
+    ckpt_shown_name(o.m.first, shown, sizeof shown); /* /proc/mounts is world-readable */
+    if (!o.fsname && fuse_opt_add_opt_escaped(&fsname, shown) == 0) {
         char *opt = malloc(strlen(fsname) + 10);
         if (opt) {
             sprintf(opt, "-ofsname=%s", fsname);

@@ -46,12 +46,17 @@ typedef struct serve_snapshot {
 
 typedef struct serve_repo {
     char name[SERVE_ID_MAX + 1]; /* the repo id, ORG/NAME: ckptfs/NAME unless given */
-    char *source;
-    pthread_mutex_t lock; /* guards cur, checked, error */
+    char *source;                /* as given: may hold a URL's secrets, never shown */
+    char *shown;                 /* what pages, listings and messages show (ckpt_shown_name) */
+    pthread_mutex_t lock;        /* guards cur, checked, error */
     serve_snapshot *cur;
     double checked;  /* monotonic seconds of the last look at the sources */
     char error[600]; /* why the changed source could not be opened again, or "" */
 } serve_repo;
+
+/* Set when no token guards the server: then every source file must be one other users may
+ * read anyway (serve_snapshot_open refuses the others). */
+extern bool serve_public_only;
 
 /* Opens the source into a snapshot holding one reference. */
 int serve_snapshot_open(const char *source, serve_snapshot **out, ckpt_err *err);

@@ -325,8 +325,16 @@ static void tree_entry(strbuf *sb, const serve_snapshot *s, uint32_t i, bool *fi
     sb_putc(sb, '}');
 }
 
-/* Entries under dir (depth first when recursive), the hidden ones left out. An explicit stack:
- * hostile names can nest thousands deep. */
+/* Whether a name can be asked for: resolve refuses a path with a backslash (hostile_path), so
+ * the listing leaves such entries (a tensor named a\b) out rather than promise what a snapshot
+ * download would then fail on. */
+static bool fetchable_name(const serve_snapshot *s, uint32_t i) {
+    const node *n = &s->tr.nodes[i];
+    return !memchr(n->name, '\\', n->name_len);
+}
+
+/* Entries under dir (depth first when recursive), the hidden ones and those no request can name
+ * left out. An explicit stack: hostile names can nest thousands deep. */
 static int list_dir(strbuf *sb, const serve_snapshot *s, uint32_t dir, bool recursive, bool *first,
                     strbuf *path) {
     size_t cap = 64, depth = 0;
@@ -344,6 +352,7 @@ static int list_dir(strbuf *sb, const serve_snapshot *s, uint32_t dir, bool recu
         }
         uint32_t c = s->tr.children[d->first_child + f->next++];
         if (!serve_node_shown(s, c) && !serve_in_view(s, c)) continue;
+        if (!fetchable_name(s, c)) continue;
         tree_entry(sb, s, c, first, path);
         if (recursive && s->tr.nodes[c].kind == NODE_DIR) {
             if (depth == cap) {

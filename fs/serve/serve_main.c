@@ -278,6 +278,7 @@ int serve_main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     cfg.token = token;
+    serve_public_only = !token && !insecure;
     cfg.repos = calloc(nsources, sizeof *cfg.repos);
     struct MHD_Daemon *d = NULL;
     if (!cfg.repos) goto out;
@@ -289,8 +290,13 @@ int serve_main(int argc, char **argv) {
         const char *path = sources[i];
         if (eq && parse_id(sources[i], (size_t)(eq - sources[i]), r->name))
             path = eq + 1;
-        else
-            default_id(sources[i], r->name);
+        else {
+            /* From the shown name: a signed query would otherwise end up in the repo id, so in
+             * /api/models and every download URL. */
+            char shown[PATH_MAX];
+            ckpt_shown_name(sources[i], shown, sizeof shown);
+            default_id(shown, r->name);
+        }
         /* Two sources of one id: the later ones get -2, -3, ... */
         char base[SERVE_ID_MAX + 1];
         memcpy(base, r->name, sizeof base);
@@ -302,10 +308,14 @@ int serve_main(int argc, char **argv) {
         }
         pthread_mutex_init(&r->lock, NULL);
         r->source = strdup(path);
+        char shown[PATH_MAX];
+        ckpt_shown_name(path, shown, sizeof shown);
+        r->shown = strdup(shown);
         cfg.nrepos++;
         ckpt_err err = {{0}};
-        if (!r->source || serve_snapshot_open(path, &r->cur, &err) != 0) {
-            fprintf(stderr, "ckptfs serve: %s\n", r->source ? err.msg : "out of memory");
+        if (!r->source || !r->shown || serve_snapshot_open(path, &r->cur, &err) != 0) {
+            fprintf(stderr, "ckptfs serve: %s\n",
+                    r->source && r->shown ? err.msg : "out of memory");
             goto out;
         }
     }
@@ -332,7 +342,7 @@ int serve_main(int argc, char **argv) {
            ss.ss_family == AF_INET6 ? "[" : "", host, ss.ss_family == AF_INET6 ? "]" : "",
            serve_http_port(d), cfg.token ? "Bearer token required" : "no authentication");
     for (size_t i = 0; i < cfg.nrepos; i++)
-        printf("ckptfs serve: %s  <- %s\n", cfg.repos[i].name, cfg.repos[i].source);
+        printf("ckptfs serve: %s  <- %s\n", cfg.repos[i].name, cfg.repos[i].shown);
     fflush(stdout);
     int sig;
     sigwait(&stop, &sig);
@@ -343,6 +353,7 @@ out:
         serve_snapshot_put(cfg.repos[i].cur);
         pthread_mutex_destroy(&cfg.repos[i].lock);
         free(cfg.repos[i].source);
+        free(cfg.repos[i].shown);
     }
     free(cfg.repos);
     free(token);

@@ -11,9 +11,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
+bool serve_public_only;
+
+/* Loopback is not a user boundary: without a token, every local user can ask the server. So
+ * it gives only what they could read themselves: a source file (a remote object fetched with
+ * a secret counts as 0400) without the read bit for others is refused, at start and when a
+ * changed source is opened again. */
+static int check_public(const ckpt_catalog *cat, ckpt_err *err) {
+    for (uint32_t i = 0; i < cat->nsources; i++) {
+        const ckpt_source *s = &cat->sources[i];
+        if (s->virt || (s->mode & S_IROTH)) continue;
+        return ckpt_fail(err, -EACCES,
+                         "%s: not readable by other users (mode %04o), and without --token-file "
+                         "every local user can download what ckptfs serve gives: give "
+                         "--token-file FILE, or make the file readable by others",
+                         s->member_of ? s->member_of : s->path, (unsigned)(s->mode & 07777));
+    }
+    return 0;
+}
 
 /* The commit id: a digest of what identifies every source file (path, device, inode, size,
  * mtime, ctime), so any change to a source gives a new id without reading its bytes, and of
@@ -54,6 +73,7 @@ int serve_snapshot_open(const char *source, serve_snapshot **out, ckpt_err *err)
     pthread_mutex_init(&s->plot_lock, NULL);
     s->hf_dir = SERVE_NODE_NONE;
     int rc = ckpt_open(source, NULL, &s->cat, err);
+    if (!rc && serve_public_only) rc = check_public(s->cat, err);
     if (rc) {
         serve_snapshot_put(s);
         return rc;
@@ -127,7 +147,7 @@ serve_snapshot *serve_repo_get(serve_repo *r, char *why, size_t why_len) {
     }
     serve_snapshot *s = NULL;
     if (r->error[0])
-        snprintf(why, why_len, "%s changed and cannot be read: %s", r->source, r->error);
+        snprintf(why, why_len, "%s changed and cannot be read: %s", r->shown, r->error);
     else
         atomic_fetch_add(&(s = r->cur)->refs, 1);
     pthread_mutex_unlock(&r->lock);

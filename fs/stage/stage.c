@@ -14,6 +14,7 @@
 #include "stage_ops.h"
 
 #include "core/write/writer.h"
+#include "core/ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -110,16 +110,6 @@ static bool is_under(const char *path, const char *dir) {
     size_t n = strlen(dir);
     if (strcmp(dir, "/") == 0) return true;
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
-/* Every file open in the stage holds a descriptor of its spool file: allow as many as the
- * system lets us. (A commit holds only a few: core/write/staged.c opens staged bytes per read.) */
-static void raise_file_limit(void) {
-    struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-        r.rlim_cur = r.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &r);
-    }
 }
 
 static void stage_free(stage *st) {
@@ -254,16 +244,20 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         goto out;
     }
     status = STAGE_INVALID;
-    if (req->from && !realpath(req->from, from)) {
+    /* A URL is a name for ckpt_open, not a path: nothing to resolve, nothing local to clash
+     * with the mount point. */
+    bool from_url = req->from && ckpt_is_url(req->from);
+    if (from_url)
+        snprintf(from, sizeof from, "%s", req->from);
+    else if (req->from && !realpath(req->from, from)) {
         fprintf(stderr, "ckptfs stage: --from %s: %s\n", req->from, strerror(errno));
         goto out;
     }
-    if (req->from && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
+    if (req->from && !from_url && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
         status = STAGE_USAGE;
         goto out;
     }
     if (req->from) st.from = strdup(from);
-    raise_file_limit();
     bool resumed;
     hashmap lower_paths;
     if ((status = spool_setup(&st, req->from, &resumed, &lower_paths)) != 0) goto out;

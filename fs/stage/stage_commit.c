@@ -13,6 +13,7 @@
 #include "core/write/writer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,7 +249,9 @@ char *stage_status_json(stage *st, size_t *len) {
     sb_puts(&sb, "{\n  \"out\": ");
     put_json_str(&sb, st->out);
     sb_puts(&sb, ",\n  \"from\": ");
-    put_json_str(&sb, st->from);
+    char from_shown[PATH_MAX];
+    if (st->from) ckpt_shown_name(st->from, from_shown, sizeof from_shown);
+    put_json_str(&sb, st->from ? from_shown : NULL);
     sb_puts(&sb, ",\n  \"spool\": ");
     put_json_str(&sb, st->spool);
     sb_puts(&sb, ",\n  \"mountpoint\": ");

@@ -128,7 +128,7 @@ int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
     }
     free(buf);
     free(w);
-    if (!rc) fchmod(fd, 0666 & ~ckpt_umask()); /* spool files are 0600 */
+    if (!rc) fchmod(fd, ckpt_output_mode(cat)); /* spool files are 0600 */
     if (!rc && fsync(fd) != 0)
         rc = ckpt_fail(err, -errno, "%s: fsync: %s", st->out, strerror(errno));
     if (!rc) rc = pack_publish(st, fd, id, err);

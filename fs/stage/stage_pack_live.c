@@ -19,9 +19,7 @@
 bool stage_pack_name_ok(const char *name) {
     if (name[0] == '.' || text_ends_with(name, ".json") || text_ends_with(name, ".npy"))
         return false;
-    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
-        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return false;
-    return true;
+    return !ckpt_hf_aux_name(name);
 }
 
 /* A safetensors OUT, or an HF directory OUT, on the file system of the spool (a link cannot

@@ -11,6 +11,7 @@
  * Data files no journal record refers to are removed once the journal was rewritten. */
 #include "stage_fs.h"
 #include "core/util/grow.h"
+#include "core/write/writer.h"
 
 #include "core/util/hashmap.h"
 
@@ -89,16 +90,21 @@ void spool_data_unlink(const stage *st, uint64_t id) {
 
 /* ---- the source's tree ---- */
 
+/* A tensor's file (or sidecar) in the tree, and the directories to it. Its mode takes what its
+ * sources give group and others, the directories what all of the source's data files give
+ * (they show the names of every tensor): the read-only mount's rule (ckpt_limit_mode), so a
+ * 0600 source is not readable by others through a stage with -o allow_other. */
 static int add_lower_file(stage *st, const char *path, sn_src src, size_t tensor, uint64_t size,
-                          struct timespec mtime) {
+                          struct timespec mtime, mode_t sources, mode_t all) {
     snode *dir = st->root;
     const char *p = path;
     for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
         dir = tree_ensure_dir(dir, p, (size_t)(slash - p));
         if (!dir) return -1;
+        dir->mode = ckpt_limit_mode(dir->mode, all);
     }
     if (tree_child(dir, p, strlen(p))) return -1;
-    snode *f = snode_new(SN_FILE, p, strlen(p), 0644);
+    snode *f = snode_new(SN_FILE, p, strlen(p), ckpt_limit_mode(0644, sources));
     if (!f || tree_attach(dir, f) != 0) {
         snode_free(f);
         return -1;
@@ -114,9 +120,13 @@ static int add_lower_file(stage *st, const char *path, sn_src src, size_t tensor
  * model (optimizer state, per-rank copies) and anything under .ckptfs/ are not staged. */
 static int populate_lower(stage *st, hashmap *by_path) {
     const ckpt_catalog *cat = st->lower;
+    mode_t all = ckpt_data_sources_mode(cat);
+    st->root->mode = ckpt_limit_mode(st->root->mode, all);
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside || strncmp(t->path, ".ckptfs/", 8) == 0) continue;
+        mode_t sources = t->npieces ? 07777 : all;
+        for (uint32_t k = 0; k < t->npieces; k++) sources &= cat->sources[t->pieces[k].source].mode;
         struct timespec mtime = {0};
         if (t->npieces) mtime = cat->sources[t->pieces[0].source].mtime;
         size_t side_len = 0;
@@ -125,12 +135,15 @@ static int populate_lower(stage *st, hashmap *by_path) {
         free(side);
         char *side_path = ckpt_sidecar_path(t);
         if (!side_path) return -ENOMEM;
-        int rc = add_lower_file(st, t->path, SRC_LOWER_RAW, i, t->nbytes, mtime);
-        if (!rc) rc = add_lower_file(st, side_path, SRC_LOWER_SIDECAR, i, side_len, mtime);
+        int rc = add_lower_file(st, t->path, SRC_LOWER_RAW, i, t->nbytes, mtime, sources, all);
+        if (!rc)
+            rc = add_lower_file(st, side_path, SRC_LOWER_SIDECAR, i, side_len, mtime, sources, all);
         free(side_path);
         if (rc != 0) {
-            fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n",
-                    st->from, t->path);
+            char shown[PATH_MAX];
+            ckpt_shown_name(st->from, shown, sizeof shown);
+            fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n", shown,
+                    t->path);
             continue;
         }
         bool added; /* sidecars are found by their tensor's path (lower_file) */
@@ -176,7 +189,8 @@ static int populate_aux(stage *st) {
             off += n > 0 ? (uint64_t)n : 0;
         }
         close(fd);
-        snode *f = rc ? NULL : snode_new(SN_FILE, name, strlen(name), 0644);
+        snode *f =
+            rc ? NULL : snode_new(SN_FILE, name, strlen(name), ckpt_limit_mode(0644, s->mode));
         if (!rc && (!f || tree_attach(st->root, f) != 0)) {
             snode_free(f);
             rc = -ENOMEM;
@@ -576,11 +590,13 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
             changed = false;
         }
         if (changed) {
+            char shown[PATH_MAX];
+            ckpt_shown_name(st->from, shown, sizeof shown);
             fprintf(stderr,
                     "ckptfs stage: the source %s changed since this stage began (sizes "
                     "or times of its files differ); the staged changes refer to the old files. "
                     "Restore it, or remove the spool %s to start over\n",
-                    st->from, st->spool);
+                    shown, st->spool);
             rc = STAGE_INVALID;
         }
         sb_free(&now);

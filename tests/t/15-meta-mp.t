@@ -8,7 +8,7 @@ seen: the full tensors, and the conversion script's output including its rotary 
 q/k rows). Per case: every Meta tensor's bytes and sidecar at the root (including the split dim
 the sidecar names); .ckptfs/hf/model.safetensors read with a strict safetensors reader holds
 exactly the script's tensors with its bytes; .ckptfs/hf/config.json carries the values the
-script gives LlamaConfig. Hostile: a rank file missing in the middle or at the end, a rank with
+script gives LlamaConfig. Hostile: a rank file missing at the start, in the middle or at the end, a rank with
 a slice of another shape, a replicated norm that differs: each refused naming the file.
 """
 import os
@@ -66,6 +66,12 @@ def main():
         os.unlink(os.path.join(last, "consolidated.01.pth"))
         refused(tap, ckptfs, last, ["consolidated.00.pth", "params.json", "rank file missing"],
                 "last rank missing: the shapes do not fit params.json, refused naming the file")
+        first = os.path.join(tmp, "first")
+        shutil.copytree(os.path.join(COMMITTED, "llama2_mp2"), first)
+        os.unlink(os.path.join(first, "consolidated.00.pth"))
+        refused(tap, ckptfs, first, ["consolidated.00.pth", "missing"],
+                "rank 00 missing (only .01 and params.json): refused, not mounted as rank 1's "
+                "half-width slices")
     finally:
         shutil.rmtree(tmp)
     return finish(tap)

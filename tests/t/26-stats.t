@@ -261,6 +261,23 @@ def main(tap, ckptfs, fixtures):
     tap.ok(ok, "--hist: SVG with up to 50 bars (%s)" % total, [rc, err])
     rc, _, err = ck(ckptfs, "stats", src, "--hist", "all.f16")
     tap.ok(rc == 1, "--hist without --plot: usage error", [rc, err])
+    # Values near +-DBL_MAX: hi - lo overflows, so every value went to one bin (and a NaN
+    # bin index was cast to size_t). 1000 evenly spread values and a NaN in 10 bins: 100 each.
+    huge_src = os.path.join(tmp, "huge.safetensors")
+    big = np.finfo(np.float64).max
+    vals = np.concatenate([np.linspace(-0.9, 0.9, 1000) * big, [np.nan]]).astype("<f8")
+    write_safetensors(huge_src, [("huge", "F64", (vals.size,), vals.tobytes())])
+    hist = os.path.join(tmp, "huge.svg")
+    rc, _, err = ck(ckptfs, "stats", huge_src, "--hist", "huge", "--plot", hist, "--bins", "10")
+    try:
+        root = ET.parse(hist).getroot()
+        heights = [float(e.get("height")) for e in root.iter("{http://www.w3.org/2000/svg}rect")
+                   if e.get("fill") == "#1f77b4"]
+        full = [h for h in heights if h > 0]
+        ok = rc == 0 and len(full) == 10 and max(full) - min(full) < 0.05 * max(full)
+    except (ET.ParseError, OSError, TypeError, ValueError) as e:
+        ok, heights = False, str(e)
+    tap.ok(ok, "--hist of F64 values near +-DBL_MAX and a NaN: 10 equal bars", [rc, err, heights])
 
     # The mount: .ckptfs/stats.json is the same document; user.ckpt.stats per tensor.
     def checks(mnt):

@@ -29,6 +29,7 @@ import random
 import shutil
 import socket
 import struct
+import urllib.parse
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Tap  # noqa: E402
+from hf_side_files import side_files_of  # noqa: E402
 from serve_util import Server, load_hfview_checks, request  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -113,10 +115,7 @@ def check_cli(tap, ckptfs, tmp):
 
 
 def expected_siblings(source_dir, model_files):
-    side = sorted(f for f in os.listdir(source_dir)
-                  if f.endswith(".json") and f not in ("manifest.json",)
-                  and not f.startswith("model") and not f.startswith("pytorch_model"))
-    return sorted(side + model_files)
+    return sorted(side_files_of(source_dir) + model_files)
 
 
 def check_info(tap, srv, name, want_files):
@@ -465,6 +464,22 @@ def check_tokens(tap, ckptfs, tmp, src):
         tap.ok(srv.stop() == 0, "token server exits 0 on SIGTERM")
 
 
+def check_listed_fetchable(tap, srv, name):
+    """Every file the recursive tree lists resolves: a tensor named a\\b (resolve refuses
+    backslashes) is left out of the listing, so a snapshot download of tensors/ succeeds."""
+    r = request(srv, "/api/models/ckptfs/%s/tree/main/tensors?recursive=true" % name)
+    files = [e["path"] for e in json.loads(r.body) if e["type"] == "file"] \
+        if r.status == 200 else []
+    bad = []
+    for p in files:
+        got = request(srv, "/ckptfs/%s/resolve/main/%s" % (name, urllib.parse.quote(p)))
+        if got.status != 200:
+            bad.append((p, got.status))
+    tap.ok(r.status == 200 and "tensors/c/d" in files and not bad,
+           "%s: every file the tree lists under tensors/ resolves (%d listed)" % (
+               name, len(files)), [files, bad])
+
+
 def check_pages(tap, srv, manifest):
     r = request(srv, "/ckptfs/sharded")
     page = r.body.decode("utf-8", "replace")
@@ -529,14 +544,19 @@ def main():
         deep = ".".join(["d"] * 3000)  # nests 3000 directories deep
         write_safetensors(nasty, {"a.<b>&\"x'": np.zeros(2, np.float32),
                                   deep: np.arange(3, dtype=np.float32)})
-        srcs = [sharded, "dcp=" + DCP, changing, big, nasty]
+        slashy = os.path.join(tmp, "slashy.safetensors")
+        write_safetensors(slashy, {"a\\b": np.arange(4, dtype=np.float32),
+                                   "c.d": np.arange(5, dtype=np.float32)})
+        srcs = [sharded, "dcp=" + DCP, changing, big, nasty, slashy]
         with Server(ckptfs, srcs) as srv:
-            tap.ok(sorted(srv.repos) == ["big", "changing", "dcp", "nasty", "sharded"],
+            tap.ok(sorted(srv.repos) == ["big", "changing", "dcp", "nasty", "sharded", "slashy"],
                    "repo names: the sources' names without extension, NAME=SOURCE",
                    [srv.repos])
             for name, src in (("sharded", sharded), ("dcp", DCP)):
                 manifest = json.load(open(os.path.join(src, "manifest.json")))
-                want_files = expected_siblings(src, ["model.safetensors"])
+                # A DCP checkpoint is no Hugging Face folder: it carries no side files.
+                want_files = expected_siblings(src, ["model.safetensors"]) \
+                    if name == "sharded" else ["model.safetensors"]
                 check_info(tap, srv, name, want_files)
                 check_tree(tap, srv, name, want_files, manifest)
                 whole, h = check_model_file(tap, srv, name, manifest)
@@ -554,6 +574,7 @@ def main():
             tap.ok(r.status == 200 and r.body == np.full((256, 256), 3, np.float32).tobytes(),
                    "big: a tensor in one extent of one file is exact")
             check_pages(tap, srv, json.load(open(os.path.join(sharded, "manifest.json"))))
+            check_listed_fetchable(tap, srv, "slashy")
             check_change(tap, srv, changing)
             check_hostile(tap, srv, "sharded", None)
             tap.ok(srv.stop() == 0, "the server exits 0 on SIGTERM", [srv.stderr_text()[-800:]])

@@ -260,7 +260,7 @@ def check_browser(tap, ckptfs, tmp, fixtures):
         shot = os.path.join(os.environ.get("SERVE_SCREENSHOT_DIR", tmp), "serve-page.png")
         prof2 = tempfile.mkdtemp(prefix="chromium.", dir=tmp)
         p = subprocess.run([chromium] + flags + ["--user-data-dir=" + prof2,
-                                                 "--window-size=1280,1600",
+                                                 "--window-size=1280,2400",
                                                  "--screenshot=" + shot, url],
                            capture_output=True, timeout=120)
         try:
@@ -273,7 +273,7 @@ def check_browser(tap, ckptfs, tmp, fixtures):
                     colored += (r, g, b) in ((0x4E, 0x79, 0xA7), (0xF2, 0x8E, 0x2B),
                                              (0xE1, 0x57, 0x59), (0x76, 0xB7, 0xB2))
             samples = len(rows[::4]) * len(range(0, w * bpp, bpp * 4))
-            ok = (w, h) == (1280, 1600) and 0.003 < dark / samples < 0.5 and colored > 20
+            ok = (w, h) == (1280, 2400) and 0.003 < dark / samples < 0.5 and colored > 20
             diag = ["%dx%d, %.2f%% dark (text), %d samples of the dtype bar's colours"
                     % (w, h, 100.0 * dark / samples, colored)]
         except (OSError, ValueError, zlib.error) as e:

@@ -58,6 +58,7 @@ DAEMON_EXIT_TIMEOUT = 20  # seconds for the daemon to exit after its unmount
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Tap, Watchdog, is_mounted, run_capture, unmount  # noqa: E402
 from mount_checks import case_dirs, run  # noqa: E402
+from hf_side_files import HF_SIDE_FILES  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # safetensors facts (format notes, 1.3 and 1.5)
@@ -78,13 +79,6 @@ WRITER_DTYPE_ORDER = [
 
 MAX_HEADER = 100_000_000
 
-# Side files of a Hugging Face directory that the view shows as they are (ckptfs(5)).
-HF_SIDE_FILES = {
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "tokenizer.model", "vocab.json", "vocab.txt", "merges.txt",
-    "added_tokens.json", "chat_template.json", "chat_template.jinja",
-    "preprocessor_config.json", "spiece.model",
-}
 
 SHARD_RE = re.compile(r"model-(\d{5})-of-(\d{5})\.safetensors\Z")
 INDEX = "model.safetensors.index.json"
@@ -754,7 +748,7 @@ def run_other_format_cases(ctx, top_cases):
 def check_shard_set(tap, label, d, want, limit, min_shards, side_files=()):
     """d holds a sharded view of want (name -> record) made with max_shard_size=limit."""
     problems = []
-    names = set(os.listdir(d)) - set(side_files) - {".ckptfs"}
+    names = {f for f in os.listdir(d) if f not in side_files} - {".ckptfs"}
     shards = sorted(f for f in names if f.endswith(".safetensors"))
     matches = [SHARD_RE.match(f) for f in shards]
     if SINGLE in names:

@@ -49,6 +49,16 @@ def body(tap, ckptfs, fixtures, served, server):
         tap.ok(("hf://%s@%s/sharded" % (REPO, SHA)).encode() in blob,
                "hf://REPO (main) is pinned to its commit in summary and sidecars")
         tap.ok(TOKEN.encode() not in blob, "the token appears in no file of the mount")
+        # Read with the token: a user without it gets 401 from the Hub, so nothing of the mount
+        # may be readable by group or others (with -o allow_other the kernel checks these).
+        wide = []
+        for root, dirs, files in os.walk(mnt):
+            for n in dirs + files:
+                m = os.stat(os.path.join(root, n)).st_mode
+                if m & 0o077:
+                    wide.append("%s %04o" % (os.path.relpath(os.path.join(root, n), mnt), m & 0o7777))
+        tap.ok(not wide, "a repo read with a token: every file 0400, every directory 0500",
+               wide[:5])
 
     mounted(tap, ckptfs, src, "hf:// by branch", checks)
     env = dict(os.environ)

@@ -1,6 +1,7 @@
 #include "http.h"
 
 #include <curl/curl.h>
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -214,12 +215,55 @@ static bool retryable_status(long s) {
     return s == 408 || s == 429 || (s >= 500 && s <= 599);
 }
 
-static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct curl_slist *hdrs) {
+/* scheme://host:port of a URL, lowercased, with the scheme's port when none is given: what
+ * decides whether a redirect leaves the origin its credentials were meant for. */
+static void origin_of(const char *url, char *out, size_t cap) {
+    const char *sep = strstr(url, "://");
+    if (!sep || !cap) {
+        if (cap) out[0] = 0;
+        return;
+    }
+    const char *host = sep + 3;
+    size_t hl = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', hl);
+    if (at) hl -= (size_t)(at + 1 - host), host = at + 1;
+    const char *colon = host[0] == '[' ? memchr(host, ']', hl) : host;
+    colon = colon ? memchr(colon, ':', hl - (size_t)(colon - host)) : NULL;
+    size_t name_len = colon ? (size_t)(colon - host) : hl;
+    bool tls = (size_t)(sep - url) == 5 && strncasecmp(url, "https", 5) == 0;
+    const char *port = colon ? colon + 1 : tls ? "443" : "80";
+    size_t port_len = colon ? hl - name_len - 1 : strlen(port);
+    size_t o = 0;
+    for (const char *p = url; p < sep && o + 1 < cap; p++) out[o++] = (char)tolower(*p);
+    if (o + 1 < cap) out[o++] = '/';
+    for (size_t i = 0; i < name_len && o + 1 < cap; i++) out[o++] = (char)tolower(host[i]);
+    if (o + 1 < cap) out[o++] = ':';
+    for (size_t i = 0; i < port_len && o + 1 < cap; i++) out[o++] = port[i];
+    out[o] = 0;
+}
+
+static bool same_origin(const char *a, const char *b) {
+    char oa[512], ob[512];
+    origin_of(a, oa, sizeof oa);
+    origin_of(b, ob, sizeof ob);
+    return oa[0] && strcmp(oa, ob) == 0;
+}
+
+static bool redirect_status(long s) {
+    return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
+}
+
+/* One request to url. follow: let libcurl follow redirects (anonymous requests only: it strips
+ * Authorization on a cross-host redirect but not custom headers such as
+ * x-amz-security-token, so authenticated requests follow them in http_perform). */
+static CURLcode perform_once(CURL *h, const http_req *rq, const char *url, const http_auth *auth,
+                             bool follow, http_resp *rs, struct curl_slist *hdrs) {
     xfer x = {rq, rs};
     char range[64];
-    curl_easy_setopt(h, CURLOPT_URL, rq->url);
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, rq->no_follow ? 0L : 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
     curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -249,9 +293,9 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
         if (rq->len >= (1u << 20)) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 64L << 10);
     }
     if (hdrs) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    if (rq->auth && rq->auth->sigv4) {
-        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, rq->auth->sigv4);
-        curl_easy_setopt(h, CURLOPT_USERPWD, rq->auth->userpwd);
+    if (auth && auth->sigv4) {
+        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, auth->sigv4);
+        curl_easy_setopt(h, CURLOPT_USERPWD, auth->userpwd);
     }
     CURLcode c = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &rs->status);
@@ -266,8 +310,48 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
     char *to = NULL;
     free(rs->redirect_url);
     rs->redirect_url = NULL;
-    if (rq->no_follow && curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
+    if (!follow && curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
         rs->redirect_url = strdup(to);
+    return c;
+}
+
+bool http_auth_has_secret(const http_auth *a) {
+    return a && (a->sigv4 || a->userpwd || a->header1 || a->header2);
+}
+
+/* An authenticated request, its redirects followed here: within the origin with the
+ * credentials, and from the first hop that leaves it on without any (as libcurl does for
+ * Authorization and a user:password, and for every header that carries a secret). */
+static CURLcode perform_followed(CURL *h, const http_req *rq, http_resp *rs,
+                                 struct curl_slist *auth_hdrs, struct curl_slist *plain_hdrs) {
+    enum { MAX_HOPS = 8 };
+    char *url = strdup(rq->url);
+    if (!url) return CURLE_OUT_OF_MEMORY;
+    const http_auth *auth = rq->auth;
+    CURLcode c = CURLE_OK;
+    for (int hop = 0;; hop++) {
+        c = perform_once(h, rq, url, auth, false, rs, auth ? auth_hdrs : plain_hdrs);
+        /* A redirect's own body may be longer than the block asked for. */
+        if (c == CURLE_WRITE_ERROR && rs->overflow && redirect_status(rs->status)) c = CURLE_OK;
+        if (c != CURLE_OK || rq->no_follow || !redirect_status(rs->status) || !rs->redirect_url)
+            break;
+        if (hop == MAX_HOPS) {
+            c = CURLE_TOO_MANY_REDIRECTS;
+            break;
+        }
+        char *next = rs->redirect_url;
+        rs->redirect_url = NULL;
+        if (!same_origin(next, rq->url)) auth = NULL; /* and stays off for later hops */
+        free(url);
+        url = next;
+        rs->got = 0;
+        rs->overflow = false;
+    }
+    if (!rq->no_follow) {
+        free(rs->effective_url);
+        rs->effective_url = strcmp(url, rq->url) != 0 ? strdup(url) : NULL;
+    }
+    free(url);
     return c;
 }
 
@@ -278,9 +362,9 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
         snprintf(msg, msg_cap, "%s: cannot start a request (libcurl)", rq->shown);
         return -ENOMEM;
     }
-    struct curl_slist *hdrs = NULL;
     /* Bytes as stored: a compressed transfer would shift every offset. */
-    hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
+    struct curl_slist *plain = curl_slist_append(NULL, "Accept-Encoding: identity");
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
     if (rq->auth && rq->auth->header1) hdrs = curl_slist_append(hdrs, rq->auth->header1);
     if (rq->auth && rq->auth->header2) hdrs = curl_slist_append(hdrs, rq->auth->header2);
     int rc = 0;
@@ -294,7 +378,9 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
         free(eff);
         free(to);
         rs->retries = (int)attempt;
-        CURLcode c = perform_once(h, rq, rs, hdrs);
+        CURLcode c = http_auth_has_secret(rq->auth)
+                         ? perform_followed(h, rq, rs, hdrs, plain)
+                         : perform_once(h, rq, rq->url, NULL, !rq->no_follow, rs, plain);
         atomic_fetch_add(&n_bytes, rs->got);
         if (c == CURLE_WRITE_ERROR && rs->overflow) c = CURLE_OK; /* judged by the caller */
         bool again = c == CURLE_OK ? retryable_status(rs->status) : retryable_code(c);
@@ -315,6 +401,7 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
         delay = delay * 2 > 2000 ? 2000 : delay * 2;
     }
     curl_slist_free_all(hdrs);
+    curl_slist_free_all(plain);
     handle_put(h);
     return rc;
 }

@@ -20,6 +20,9 @@ typedef struct http_auth {
     const char *header2;
 } http_auth;
 
+/* Whether a carries any credential (the Hub's is empty without a token). */
+bool http_auth_has_secret(const http_auth *a);
+
 typedef struct http_req {
     const char *url;       /* the URL to fetch (may hold secrets: never shown) */
     const char *shown;     /* the URL as messages show it */

@@ -16,6 +16,14 @@ typedef struct secret {
 static pthread_mutex_t secrets_lock = PTHREAD_MUTEX_INITIALIZER;
 static secret *secrets;
 
+/* Drops the trailing slashes of a URL with a path (not the one after scheme://host). */
+static void trim_dir_slash(char *url) {
+    const char *host = strstr(url, "://");
+    size_t root = host ? (size_t)(host + 3 - url) + strcspn(host + 3, "/") : 0;
+    size_t n = strlen(url);
+    while (n > root + 1 && url[n - 1] == '/') url[--n] = 0;
+}
+
 void http_shown(const char *path, char *out, size_t cap) {
     http_redact(path, out, cap);
     if (strcmp(out, path) == 0) return;
@@ -32,6 +40,10 @@ void http_shown(const char *path, char *out, size_t cap) {
         free(s);
         return;
     }
+    /* http://u:p@host/dir/ is the prefix of http://host/dir/NAME as "http://host/dir", the
+     * form names under it are matched against (real_http_url). */
+    trim_dir_slash(s->shown);
+    trim_dir_slash(s->real);
     pthread_mutex_lock(&secrets_lock);
     s->next = secrets;
     secrets = s;

@@ -47,11 +47,26 @@ int remote_normalize(const char *path, char *out, size_t cap) {
     return 0;
 }
 
+/* Lists dir/ of a name given with its trailing slash, where the scheme says that names a
+ * directory (remote_scheme.slash_names_dir): remote_kind then knows it is one. A failure is
+ * cached too, and remote_kind asks the usual way. */
+static void list_named_dir(const remote_scheme *sc, const char *path, const char *norm) {
+    size_t n = strcspn(path, "?#");
+    if (!sc || !sc->slash_names_dir || n == 0 || path[n - 1] != '/' ||
+        strlen(norm) == root_len(norm))
+        return;
+    const remote_entry *e;
+    size_t count;
+    ckpt_err err;
+    remote_list(norm, &e, &count, &err);
+}
+
 int remote_pin(const char *path, char *out, size_t cap, ckpt_err *err) {
     const remote_scheme *sc = remote_scheme_of(path);
     if (sc && sc->pin) return sc->pin(path, out, cap, err);
     if (remote_normalize(path, out, cap) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", path);
+    list_named_dir(sc, path, out);
     return 0;
 }
 
@@ -169,6 +184,8 @@ int remote_kind(const char *path) {
     ckpt_err err;
     /* a bucket, a Hub repo (ORG/NAME@REV) */
     if (sc->top_dirs >= 0 && depth(norm, r) <= (size_t)sc->top_dirs) return REMOTE_DIR;
+    /* Listed already (a name with its trailing slash, see list_named_dir). */
+    if (listed(norm)) return REMOTE_DIR;
     if (strlen(norm) == r) { /* a server's top: a file or an index page */
         int k = sc->kind ? sc->kind(norm) : REMOTE_MISSING;
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);

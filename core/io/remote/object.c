@@ -137,6 +137,24 @@ static void note_changed_drop_cache(remote_object *o) {
     if (!atomic_exchange(&o->changed, true)) bc_forget(o->bc.id);
 }
 
+/* Whether an answer is of another version than the one pinned, and why: the pin is what the
+ * server gave at open, the ETag, else the Last-Modified time, and the size always. An answer
+ * that stops giving what was pinned (a server that dropped its ETag, a file server that never
+ * sent one) cannot show it is the same version: it counts as another. NULL when the same. */
+static const char *version_differs(const remote_object *o, const http_resp *rs) {
+    if (rs->status == 412) return "precondition failed";
+    if (rs->status == 206 && rs->has_range && rs->range_total != o->size) return "other size";
+    if (rs->status == 200 && rs->has_length && rs->length != o->size) return "other size";
+    if (o->etag[0]) {
+        if (!rs->etag[0]) return "the server no longer sends its ETag";
+        if (strcmp(rs->etag, o->etag) != 0) return "other ETag";
+    } else if (o->mtime) {
+        if (!rs->mtime) return "the server no longer sends its Last-Modified time";
+        if (rs->mtime != o->mtime) return "other Last-Modified time";
+    }
+    return NULL;
+}
+
 /* A block of a pinned object: exactly the bytes asked for, of the version pinned. */
 static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, size_t cap) {
     remote_object *o = ctx;
@@ -154,15 +172,14 @@ static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, 
                    .buf = buf};
     http_resp rs;
     int rc = http_perform(&rq, &rs, msg, cap);
+    const char *why_changed = NULL;
+    if (rc == 0 && (rs.status == 200 || rs.status == 206 || rs.status == 412))
+        why_changed = version_differs(o, &rs);
     if (rc == 0) {
-        bool etag_differs = rs.etag[0] && o->etag[0] && strcmp(rs.etag, o->etag) != 0;
-        if (rs.status == 206 && rs.has_range && rs.range_total != o->size) etag_differs = true;
-        if (rs.status == 412 || etag_differs) {
+        if (why_changed) {
             note_changed_drop_cache(o);
             snprintf(msg, cap, "%s: the object changed since it was mounted (%s)", o->shown,
-                     rs.status == 412                            ? "precondition failed"
-                     : rs.has_range && rs.range_total != o->size ? "other size"
-                                                                 : "other ETag");
+                     why_changed);
             rc = -EIO;
         } else if (rs.status == 206) {
             if (!rs.has_range || rs.range_start != start || rs.range_end != start + len - 1)
@@ -403,6 +420,14 @@ void remote_warm(const char *const *paths, size_t n) {
 
 uint64_t remote_size(const remote_object *o) {
     return o->size;
+}
+
+bool remote_private(const remote_object *o) {
+    /* A scheme that hides secrets in its names (http's user:password@ and ?query): the
+     * request URL is then not the shown one. */
+    const remote_scheme *sc = remote_scheme_of(o->shown);
+    return http_auth_has_secret(o->target.auth) ||
+           (sc && sc->shown && strcmp(o->target.url.data, o->shown) != 0);
 }
 
 time_t remote_mtime(const remote_object *o) {

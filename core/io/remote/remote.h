@@ -39,6 +39,10 @@ typedef struct remote_scheme {
     /* A listing may leave names out (index pages hide dot files) and one that failed says
      * nothing: such names are asked for with kind. */
     bool partial_listings;
+    /* A name given with its trailing slash (http://host/dir/) names a directory: its listing
+     * (GET dir/) is asked for when it is pinned, before its kind, so a server where dir
+     * without the slash is 404 (nginx's `location /dir/ { alias ...; }`) still mounts. */
+    bool slash_names_dir;
 } remote_scheme;
 
 /* The scheme of a name (by its prefix), or NULL when it is no URL. */
@@ -56,6 +60,9 @@ void remote_close(remote_object *o);
 /* One more owner of o (a tar member reads its archive's object): remote_close once per hold. */
 remote_object *remote_hold(remote_object *o);
 uint64_t remote_size(const remote_object *o);
+/* Whether reading o takes a secret (a token, keys, a URL's password or signed query): what a
+ * user without it could not read from the server, so what a mount must not show others. */
+bool remote_private(const remote_object *o);
 time_t remote_mtime(const remote_object *o);
 /* Up to len bytes at off: the count, 0 at the end, or a negative errno (EIO once the object is
  * seen changed). remote_last_error() says why, for this thread's last failure. */

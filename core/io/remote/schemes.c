@@ -13,14 +13,16 @@ static const remote_scheme schemes[] = {
      .shown = http_shown,
      .kind = httpdir_kind,
      .top_dirs = -1,
-     .partial_listings = true},
+     .partial_listings = true,
+     .slash_names_dir = true},
     {.prefix = "http://",
      .target = http_target,
      .list = httpdir_list,
      .shown = http_shown,
      .kind = httpdir_kind,
      .top_dirs = -1,
-     .partial_listings = true},
+     .partial_listings = true,
+     .slash_names_dir = true},
 };
 
 const remote_scheme *remote_scheme_of(const char *path) {

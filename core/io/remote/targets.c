@@ -14,6 +14,10 @@ void remote_shown(const char *path, char *out, size_t cap) {
         snprintf(out, cap, "%s", path);
 }
 
+void ckpt_shown_name(const char *path, char *out, size_t cap) {
+    if (cap) remote_shown(path, out, cap); /* a scheme's row says how; other names as they are */
+}
+
 int remote_target_of(const char *path, remote_target *t, ckpt_err *err) {
     sb_init(&t->url);
     t->auth = NULL;

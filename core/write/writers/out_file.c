@@ -100,8 +100,22 @@ mode_t ckpt_umask(void) {
     return mask;
 }
 
+mode_t ckpt_limit_mode(mode_t base, mode_t sources) {
+    mode_t others = sources & 0066;
+    if (base & 0111) others |= (sources & 0044) >> 2; /* a directory: search where readable */
+    return base & (0700 | others);
+}
+
+mode_t ckpt_output_mode(const ckpt_catalog *cat) {
+    return ckpt_limit_mode(0666 & ~ckpt_umask(), ckpt_data_sources_mode(cat));
+}
+
 void out_limit_mode(out_file *f, mode_t sources) {
-    if (f->fd >= 0) fchmod(f->fd, (0666 & ~ckpt_umask()) & (0600 | (sources & 0066)));
+    if (f->fd >= 0) fchmod(f->fd, ckpt_limit_mode(0666 & ~ckpt_umask(), sources));
+}
+
+mode_t ckpt_data_sources_mode(const ckpt_catalog *cat) {
+    return out_data_sources_mode(cat);
 }
 
 mode_t out_data_sources_mode(const ckpt_catalog *cat) {
@@ -284,7 +298,8 @@ static size_t out_fragments(out_file *f, const ckpt_catalog *cat, const ckpt_seg
     return k;
 }
 
-/* A strided piece's bytes, a buffer's room at a time (core/read/strided.c copies them in blocks). */
+/* A strided piece's bytes, a buffer's room at a time (core/read/strided.c copies them in blocks).
+ */
 static void out_strided(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
                         const char *what) {
     if (!f->gather && !(f->gather = malloc(SEGREAD_SCRATCH))) {
