@@ -169,6 +169,8 @@ def serve_layouts(tap, ckptfs, work, origs, refs):
     hf:// mount of the served repo."""
     from huggingface_hub import snapshot_download
     from serve_util import Server
+    for p in origs.values():
+        ce.share_with_others(p)  # saved 0600: see share_with_others
     with Server(ckptfs, ["%s=%s" % (n, p) for n, p in origs.items()]) as srv:
         env = {"HF_ENDPOINT": srv.url}
         cache = os.path.join(work, "hf-cache")

@@ -224,6 +224,7 @@ def main():
         cfg = ce.tiny_configs()["llama"]
         llama = os.path.join(work, "llama")
         ce.make_model("llama", cfg).save_pretrained(llama)
+        ce.share_with_others(llama)  # saved 0600: see share_with_others
         dcp = os.path.join(HERE, "..", "fixtures", "dcp", "v2x_layout")
         commits = {}
         for shard in (None, "16KB"):
