@@ -8,6 +8,7 @@
 #include "common/mount_log.h"
 #include "mount/ckptfs.h"
 #include "core/views/stats.h"
+#include "core/write/gguf_view.h"
 #include "cli/cli.h"
 #include "common/daemon.h"
 #include "common/loop.h"
@@ -149,6 +150,7 @@ static void usage(FILE *out) {
         "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
         "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
         "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
+        "  view=gguf    NAME.gguf at the root: the GGUF `ckptfs convert` writes, built on read\n"
         "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
         "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
         "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
@@ -394,15 +396,18 @@ int main(int argc, char **argv) {
         goto out;
     }
     fs.as_f32 = o.as_dtype != NULL;
-    bool hf_root = false;
-    if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
-        fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
+    bool hf_root = false, gguf_root = o.view && strcmp(o.view, "gguf") == 0;
+    if (o.view && !gguf_root && !(hf_root = strcmp(o.view, "hf") == 0) &&
+        strcmp(o.view, "tree") != 0) {
+        fprintf(stderr, "ckptfs: view=%s: expected view=tree, view=hf or view=gguf\n", o.view);
         status = EXIT_USAGE;
         goto out;
     }
-    if (hf_root && fs.as_f32) {
-        fprintf(stderr, "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=hf "
-                        "shows none (its safetensors keep the stored bytes)\n");
+    if ((hf_root || gguf_root) && fs.as_f32) {
+        fprintf(stderr,
+                "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=%s shows "
+                "none (its file keeps the stored bytes)\n",
+                o.view);
         status = EXIT_USAGE;
         goto out;
     }
@@ -425,12 +430,25 @@ int main(int argc, char **argv) {
      * resident, so the heap is trimmed again after each big scratch table: at a million
      * tensors these trims lower a mount's peak by about 70 MB. */
     heap_for_serving();
+    if (gguf_root) { /* the catalog becomes the one laid out for llama.cpp, as convert's */
+        char *note = NULL;
+        if (ckpt_gguf_view_build(&fs.cat, &view, &note, &err) != 0) {
+            fprintf(stderr, "ckptfs: view=gguf: %s\n", err.msg);
+            goto out;
+        }
+        if (note) fprintf(stderr, "ckptfs: view=gguf: note: %s\n", note);
+        free(note);
+        hf_root = true; /* its file at the root, as view=hf's */
+    }
     fs.view_at_root = hf_root;
     if ((fs.alias = calloc(fs.cat->ntensors ? fs.cat->ntensors : 1, sizeof *fs.alias)))
         ckpt_mark_aliases(fs.cat, fs.alias);
     heap_for_serving(); /* the alias table's scratch (32 bytes a tensor) */
     view_job job;
-    view_job_start(&job, fs.cat, max_shard, &view);
+    if (gguf_root)
+        view_job_ready(&job, &view);
+    else
+        view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
         fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
