@@ -385,9 +385,14 @@ int ckpt_profile_llamacpp(const ckpt_catalog *in, ckpt_catalog **result, char **
                                       in->root)
                           : catalog_add_source(out, s->path, s->relpath, &idx, err);
     }
+    /* A catalog that shows its model to the HF view as other tensors (a Meta checkpoint as
+     * the Llama checkpoint transformers' script writes) is laid out from those: the HF names
+     * and rows are what the mapping below knows. */
+    bool renamed = false;
+    for (size_t i = 0; i < in->ntensors && !renamed; i++) renamed = in->tensors[i].hf_view;
     for (size_t i = 0; !rc && i < in->ntensors; i++) {
         const ckpt_tensor *t = &in->tensors[i];
-        if (t->aside) continue;
+        if (renamed ? !t->hf_view : t->aside) continue;
         mapped m;
         bool known = h.family == FAMILY_LLAMA ? map_llama(t->name, t->name_len, &h, &m)
                                               : map_gpt2(t->name, t->name_len, &m);
