@@ -24,7 +24,8 @@ static const char usage[] =
     "  DIR/           Hugging Face shards + model.safetensors.index.json + config files\n"
     "  .safetensors   {\"format\":\"pt\"} metadata; tensors only\n"
     "  .gguf          with general.architecture, hyper-parameters, llama.cpp names and the\n"
-    "                 tokenizer for llama and gpt2 HF folders; other models: a tensor\n"
+    "                 tokenizer for llama, mistral, qwen2 and gpt2 HF folders and Meta\n"
+    "                 MP checkpoints; other models: a tensor\n"
     "                 container llama.cpp will not run\n"
     "Tensors a format cannot hold are refused by name; nothing is dropped silently.\n"
     "\n"
@@ -141,7 +142,7 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
     if (is_gguf(out) && !o->for_llamacpp && !strstr(cat->format ? cat->format : "", "gguf"))
         fprintf(stderr,
                 "ckptfs convert: note: %s is a tensor container: llama.cpp runs GGUF "
-                "files made from Hugging Face llama and gpt2 folders (config.json)\n",
+                "files made from Hugging Face llama, mistral, qwen2 and gpt2 folders (config.json)\n",
                 out);
     uint64_t total = 0;
     for (size_t i = 0; i < cat->ntensors; i++)

@@ -14,6 +14,9 @@ fixture). For each, mounted with -o view=gguf:
   in-repo reader on every KV (key, type, value) and every tensor (type, shape, bytes);
 - llama.cpp (node-llama-cpp, as tests/t/78) maps the view from the mount and its next-token
   log-probabilities match the float64 numpy forward within 1e-2, greedy tokens equal.
+The same tiny model as a Mistral folder (llama.cpp's converter maps it to arch llama) and as a
+Qwen2 folder (arch qwen2: q/k/v biases, q/k rows kept in HF's order, which llama.cpp ropes
+NEOX-style): KVs under the arch's name, and llama.cpp's log-probabilities as above.
 """
 import hashlib
 import json
@@ -105,7 +108,7 @@ def logprobs(mods, gguf, tokens):
     return d, np.log(np.maximum(probs, 1e-30))
 
 
-def layout_case(tap, work, label, src, want, ref, mods, llama=True):
+def layout_case(tap, work, label, src, want, ref, mods, llama=True, arch="llama"):
     out = os.path.join(work, label + ".gguf")
     rc, _, err = run_capture([CKPTFS, "convert", src, out], 120)
     if not tap.ok(rc == 0, "%s: convert -> .gguf" % label, [err]):
@@ -166,12 +169,49 @@ def layout_case(tap, work, label, src, want, ref, mods, llama=True):
             return
         ok_shape = lp.shape == ref.shape
         diff = np.abs(lp - ref).max() if ok_shape else np.inf
-        tap.ok(d["arch"] == "llama" and ok_shape and diff < 1e-2 and
+        tap.ok(d["arch"] == arch and ok_shape and diff < 1e-2 and
                (lp.argmax(1) == ref.argmax(1)).all(),
                "%s: llama.cpp maps the view from the mount: log-probabilities within %.1e of "
                "the numpy forward, greedy tokens equal" % (label, diff), [d["arch"], lp.shape])
     finally:
         unmount(mnt)
+
+
+def family_cases(tap, work, w, ref, mods):
+    mistral = os.path.join(work, "tiny-mistral")
+    L.make_folder(mistral, dict(L.CONFIG, model_type="mistral",
+                                architectures=["MistralForCausalLM"]))
+    layout_case(tap, work, "mistral", mistral, Y.llama_cpp_tensors(w), ref, mods)
+
+    cfg = dict(L.CONFIG, model_type="qwen2", architectures=["Qwen2ForCausalLM"])
+    qwen = os.path.join(work, "tiny-qwen2")
+    qw = L.make_folder(qwen, cfg)
+    rng = np.random.default_rng(7)
+    for i in range(cfg["num_hidden_layers"]):
+        for n in ("q", "k", "v"):
+            rows = qw["model.layers.%d.self_attn.%s_proj.weight" % (i, n)].shape[0]
+            qw["model.layers.%d.self_attn.%s_proj.bias" % (i, n)] = (
+                0.1 * rng.standard_normal(rows)).astype(np.float32)
+    L.write_safetensors(os.path.join(qwen, "model.safetensors"), qw)
+    want = {"token_embd.weight": qw["model.embed_tokens.weight"],
+            "output_norm.weight": qw["model.norm.weight"], "output.weight": qw["lm_head.weight"]}
+    for name, a in qw.items():
+        if name.startswith("model.layers."):
+            layer, rest = name[len("model.layers."):].split(".", 1)
+            gg = Y.GG.get(rest) or {"self_attn.q_proj.bias": "attn_q.bias",
+                                     "self_attn.k_proj.bias": "attn_k.bias",
+                                     "self_attn.v_proj.bias": "attn_v.bias"}[rest]
+            want["blk.%s.%s" % (layer, gg)] = a  # rows as HF stores them
+    layout_case(tap, work, "qwen2", qwen, want, L.log_softmax(L.forward(qw, TOKENS, cfg)), mods,
+                arch="qwen2")
+    g = gguf_reader.read(os.path.join(work, "qwen2.gguf"))
+    kv = {k.key: k.value for k in g.kvs}
+    tap.ok(kv.get("general.architecture") == "qwen2" and
+           kv.get("qwen2.attention.head_count_kv") == cfg["num_key_value_heads"] and
+           kv.get("qwen2.block_count") == cfg["num_hidden_layers"] and
+           kv.get("tokenizer.ggml.pre") == "qwen2",
+           "qwen2: KVs under qwen2., its pre-tokenizer named",
+           [{k: v for k, v in kv.items() if not k.startswith("tokenizer.ggml.t")}])
 
 
 def main():
@@ -195,6 +235,7 @@ def main():
         meta, why = Y.meta_mp(os.path.join(work, "meta"), w)
         if tap.ok(meta is not None, "torch 1.13 wrote Meta MP shards of 2 ranks", [why]):
             layout_case(tap, work, "meta-mp-2ranks", meta, want, ref, mods)
+        family_cases(tap, work, w, ref, mods)
         container = os.path.join(FIXTURES, "sharded")
         if os.path.isdir(container):
             layout_case(tap, work, "container", container, None, None, mods, llama=False)
