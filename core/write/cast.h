@@ -21,4 +21,11 @@ bool ckpt_cast_applies(ckpt_dtype from, ckpt_dtype to, bool quantized);
 int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
                       size_t *count, ckpt_err *err);
 
+/* Quantizes a catalog laid out for llama.cpp (ckpt_profile_llamacpp) to `to` (Q8_0 or Q4_0)
+ * as llama.cpp's converter chooses: vectors and position embeddings stay, a matrix whose rows
+ * are not whole blocks of 32 becomes F16, every other float matrix is quantized with ggml's
+ * reference quantizer (bit-exact with gguf-py's), block by block as it is read. Quantized and
+ * integer tensors are left as they are. */
+int ckpt_quantize_tensors(ckpt_catalog *cat, ckpt_dtype to, size_t *count, ckpt_err *err);
+
 #endif

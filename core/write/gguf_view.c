@@ -4,6 +4,7 @@
  * view) over as pieces of the laid-out tensor, and the layout's parts plan those pieces. */
 #include "gguf_view.h"
 
+#include "cast.h"
 #include "gguf_layout.h"
 #include "profile.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum { NAME_CAP = sizeof(((ckpt_hfview_file *)0)->name) };
 
@@ -31,9 +33,31 @@ static void view_name(const char *root, char out[NAME_CAP]) {
     snprintf(out, NAME_CAP, "%.*s%s", (int)n, base, ext);
 }
 
-int ckpt_gguf_view_build(ckpt_catalog **cat, ckpt_hfview *v, char **note, ckpt_err *err) {
+/* convert's --dtype names. */
+static int parse_type(const char *type, ckpt_dtype *dt) {
+    static const struct {
+        const char *name;
+        ckpt_dtype dt;
+    } types[] = {{"f32", CKPT_F32},
+                 {"f16", CKPT_F16},
+                 {"bf16", CKPT_BF16},
+                 {"q8_0", CKPT_Q8_0},
+                 {"q4_0", CKPT_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (strcasecmp(type, types[i].name) == 0) {
+            *dt = types[i].dt;
+            return 0;
+        }
+    return -1;
+}
+
+int ckpt_gguf_view_build(ckpt_catalog **cat, const char *type, ckpt_hfview *v, char **note,
+                         ckpt_err *err) {
     memset(v, 0, sizeof *v);
     *note = NULL;
+    ckpt_dtype to = CKPT_F32;
+    if (type && parse_type(type, &to))
+        return ckpt_fail(err, -EINVAL, "gguf_type=%s: expected f32, f16, bf16, q8_0 or q4_0", type);
     ckpt_catalog *mapped = NULL;
     int rc = ckpt_profile_llamacpp(*cat, &mapped, note, err);
     if (rc) return rc;
@@ -41,6 +65,12 @@ int ckpt_gguf_view_build(ckpt_catalog **cat, ckpt_hfview *v, char **note, ckpt_e
         ckpt_close(*cat);
         *cat = mapped;
     }
+    size_t cast;
+    if (type && (to == CKPT_Q8_0 || to == CKPT_Q4_0))
+        rc = ckpt_quantize_tensors(*cat, to, &cast, err);
+    else if (type) /* as convert --dtype: a llama.cpp layout keeps its vectors F32 */
+        rc = ckpt_cast_tensors(*cat, to, false, mapped != NULL, &cast, err);
+    if (rc) return rc;
     if (!(v->files = calloc(1, sizeof *v->files))) return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_hfview_file *f = &v->files[0];
     view_name((*cat)->root, f->name);

@@ -13,6 +13,10 @@
  * source was laid out, *cat is replaced by the laid-out catalog (the old one is closed): the
  * view's parts point into it, so it must outlive v. *note (malloc'd or NULL) is the profile's
  * note. 0, or a negative errno with err filled. */
-int ckpt_gguf_view_build(ckpt_catalog **cat, ckpt_hfview *v, char **note, ckpt_err *err);
+/* type (NULL: the stored dtypes) is convert's --dtype: f32, f16, bf16 (float tensors cast, a
+ * llama.cpp layout's vectors kept), q8_0 or q4_0 (ckpt_quantize_tensors), done as the file is
+ * read. */
+int ckpt_gguf_view_build(ckpt_catalog **cat, const char *type, ckpt_hfview *v, char **note,
+                         ckpt_err *err);
 
 #endif

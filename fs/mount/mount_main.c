@@ -44,7 +44,8 @@ typedef struct options {
     int splice;
     int npy;
     char *timeout;
-    char *view;           /* "tree" (default) or "hf" */
+    char *view;           /* "tree" (default), "hf" or "gguf" */
+    char *gguf_type;      /* view=gguf's tensor type (convert's --dtype), or NULL */
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
     char *revision;       /* HF cache repo folder: the ref or commit to mount */
@@ -86,6 +87,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("nosplice", splice, 0),
     OPT("timeout=%s", timeout, 0),
     OPT("view=%s", view, 0),
+    OPT("gguf_type=%s", gguf_type, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
     OPT("revision=%s", revision, 0),
@@ -111,6 +113,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("nonpy", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("timeout=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("view=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("gguf_type=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("tp_split=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("revision=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
@@ -151,6 +154,7 @@ static void usage(FILE *out) {
         "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
         "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
         "  view=gguf    NAME.gguf at the root: the GGUF `ckptfs convert` writes, built on read\n"
+        "  gguf_type=T  its tensors as convert --dtype T: f32, f16, bf16, q8_0, q4_0\n"
         "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
         "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
         "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
@@ -403,6 +407,11 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
     }
+    if (o.gguf_type && !gguf_root) {
+        fprintf(stderr, "ckptfs: gguf_type=%s goes with view=gguf\n", o.gguf_type);
+        status = EXIT_USAGE;
+        goto out;
+    }
     if ((hf_root || gguf_root) && fs.as_f32) {
         fprintf(stderr,
                 "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=%s shows "
@@ -432,7 +441,7 @@ int main(int argc, char **argv) {
     heap_for_serving();
     if (gguf_root) { /* the catalog becomes the one laid out for llama.cpp, as convert's */
         char *note = NULL;
-        if (ckpt_gguf_view_build(&fs.cat, &view, &note, &err) != 0) {
+        if (ckpt_gguf_view_build(&fs.cat, o.gguf_type, &view, &note, &err) != 0) {
             fprintf(stderr, "ckptfs: view=gguf: %s\n", err.msg);
             goto out;
         }
@@ -512,6 +521,7 @@ out:
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);
     free(o.view);
+    free(o.gguf_type);
     free(o.readahead_kb);
     free(o.spin_us);
     free(o.timeout);
