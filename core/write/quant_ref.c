@@ -30,6 +30,20 @@ static void put_f16(unsigned char *p, float d) {
     p[1] = (unsigned char)(h >> 8);
 }
 
+/* A scaled value as the integer the reference stores. Finite ones are in range (|x * id| <=
+ * 127 and x * id + 8.5 in [0, 16.5] up to rounding); a scale whose inverse overflows (|d| below
+ * 2^-128) makes them infinite or NaN, which C leaves undefined and numpy (gguf-py) turns into 0
+ * on x86: so do we, on every machine. */
+static int8_t to_int8(float v) {
+    if (!isfinite(v)) return 0;
+    return (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+}
+
+static unsigned to_nibble(float v) {
+    if (!isfinite(v) || v < 0) return 0;
+    return v > 15 ? 15 : (unsigned)v;
+}
+
 static void block_q8_0(const float *x, unsigned char *out) {
     float amax = 0;
     for (int i = 0; i < QK; i++) {
@@ -38,7 +52,7 @@ static void block_q8_0(const float *x, unsigned char *out) {
     }
     float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     put_f16(out, d);
-    for (int i = 0; i < QK; i++) out[2 + i] = (unsigned char)(int8_t)roundf(x[i] * id);
+    for (int i = 0; i < QK; i++) out[2 + i] = (unsigned char)to_int8(roundf(x[i] * id));
 }
 
 static void block_q4_0(const float *x, unsigned char *out) {
@@ -53,8 +67,8 @@ static void block_q4_0(const float *x, unsigned char *out) {
     float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
     put_f16(out, d);
     for (int j = 0; j < QK / 2; j++) {
-        float lo = truncf(x[j] * id + 8.5f), hi = truncf(x[j + QK / 2] * id + 8.5f);
-        unsigned q0 = lo > 15 ? 15 : (unsigned)lo, q1 = hi > 15 ? 15 : (unsigned)hi;
+        unsigned q0 = to_nibble(truncf(x[j] * id + 8.5f));
+        unsigned q1 = to_nibble(truncf(x[j + QK / 2] * id + 8.5f));
         out[2 + j] = (unsigned char)(q0 | q1 << 4);
     }
 }
