@@ -17,7 +17,6 @@
 
 /* %s: the writer table's suffixes */
 static const char usage[] =
-    "Usage: ckptfs convert SOURCE OUT [OPTIONS]\n"
     "Write the tensors of SOURCE into a new archive whose format follows OUT's name:\n"
     "  %s\n"
     "                 (each also as NAME.EXT.zst: the seekable zstd form)\n"

@@ -4,21 +4,22 @@
  *
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
-#include "mount/ckptfs.h"
+#include "ckptfs.h"
 #include "core/views/stats.h"
-#include "cli/cli.h"
 #include "common/daemon.h"
 #include "common/loop.h"
 #include "common/heap.h"
 #include "common/mountpoint.h"
-#include "stage/stage.h"
-#include "mount/readahead.h"
+#include "common/command.h"
+#include "common/message.h"
+#include "common/stage_request.h"
+#include "mount_main.h"
+#include "readahead.h"
 #include "common/optval.h"
 #include "common/mount_opts.h"
 #include "common/remote_opts.h"
 #include "common/size.h"
 #include "common/view_job.h"
-#include "serve/serve.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -113,39 +114,37 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_END,
 };
 
+/* One screen (24 lines of 80 columns): the Usage line and the list of commands come from
+ * fs/main.c's table. ckptfs(1) says more about each option. */
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
-        "Mount a checkpoint (file, directory, or http(s)://, s3://, hf:// URL) read-only: each\n"
-        "tensor is a raw file + .json sidecar; .ckptfs/ holds summary, metadata, tensors.tsv.\n"
-        "\n"
-        "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
-        "  -h, --help         this help;  -V, --version  the version\n"
-        "\n"
-        "Options (-o):\n"
-        "  readahead_kb=N     kernel readahead of the mount in KiB (default 1024, 0 = leave\n"
-        "                     the kernel default; needs root)\n"
-        "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
-        "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
-        "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
-        "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
-        "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
-        "                     shards + index) at the root instead of .ckptfs/hf/\n"
-        "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
-        "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
-        "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
-        "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
-        "  allow_other        let other users in (with default_permissions)\n"
-        "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
-        "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
-        "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
-        "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
-        "\n"
-        "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
-        "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-        "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
-        "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
+    char names[256];
+    command_names(" ", names, sizeof names);
+    command_print_usage(out, "");
+    fprintf(out,
+            "Mount a checkpoint read-only: a file, a directory, an HF cache folder or an\n"
+            "http(s)://, s3://, hf:// URL. -f foreground, -d debug, -s one thread, -V version\n"
+            "Options (-o):\n"
+            "  view=hf            the Hugging Face layout at the root (not in .ckptfs/hf/)\n"
+            "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
+            "  npy, nonpy         NAME.npy next to tensors numpy can hold (default: npy)\n"
+            "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
+            "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
+            "  revision=REV       HF cache repo folder: this ref or commit id (default main)\n"
+            "  readahead_kb=N     kernel readahead in KiB (default 1024, 0 leaves it; root)\n"
+            "  splice, nosplice   answer reads by splicing from the source (default: a copy)\n"
+            "  max_threads=N, spin_us=N  threads (default 8); us to await requests (100)\n"
+            "  timeout=SECONDS    how long the kernel caches names and attributes (86400)\n"
+            "  allow_other        let other users in; FUSE options (fsname=, ...) pass on\n"
+            "  stage=OUT          a writable staging mount instead (ckptfs stage --help);\n"
+            "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
+            "  s3_endpoint=URL, s3_region=R, s3_addressing=MODE  remote: the S3 service\n"
+            "  cache_dir=DIR, cache_size=S, cache_ram=S, block_size=S  remote: block cache\n"
+            "  prefetch=N, remote_timeout=SECONDS, retries=N  remote: fetching\n"
+            "\n"
+            "Commands: %s\n"
+            "Unmount: ckptfs umount MOUNTPOINT (waits for a commit). More: ckptfs help.\n"
+            "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n",
+            names);
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -260,15 +259,7 @@ static void set_readahead(void *ctx, dev_t dev) {
     if (kb) set_mount_readahead(dev, kb);
 }
 
-int main(int argc, char **argv) {
-    /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
-    if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
-    /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
-    if (argc > 1 && strcmp(argv[1], "stage") == 0) return stage_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "commit") == 0) return commit_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "umount") == 0) return umount_main(argc - 1, argv + 1);
-    /* `ckptfs serve SOURCE...`: the HF view over HTTP (fs/serve/). */
-    if (argc > 1 && strcmp(argv[1], "serve") == 0) return serve_main(argc - 1, argv + 1);
+int mount_main(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.npy = 1};
     numbers num = {.readahead_kb = 1024, .max_threads = 8, .spin_us = 100, .timeout = 86400};

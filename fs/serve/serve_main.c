@@ -2,6 +2,7 @@
  * safety rule (loopback, or a token, or an explicit --insecure-no-auth), then the server until
  * SIGINT/SIGTERM. */
 #include "serve.h"
+#include "common/command.h"
 
 #include "common/heap.h"
 #include "common/size.h"
@@ -23,7 +24,6 @@ enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_LISTEN = 3 };
 extern uint64_t serve_max_shard_size;
 
 static const char help_text[] =
-    "Usage: ckptfs serve [OPTIONS] [NAME=]SOURCE...\n"
     "Serve checkpoints as Hugging Face Hub repositories ckptfs/NAME over HTTP: the HF view\n"
     "(config, model.safetensors or shards + index, tokenizer files) assembled on read, the\n"
     "tensor tree under tensors/, and an HTML page per repo at /ckptfs/NAME.\n"
@@ -178,6 +178,7 @@ int serve_main(int argc, char **argv) {
                      strcmp(a, "--threads") == 0 || strcmp(a, "--max-connections") == 0 ||
                      strcmp(a, "--timeout") == 0 || strcmp(a, "--max-shard-size") == 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            command_print_usage(stdout, "serve");
             fputs(help_text, stdout);
             free(sources);
             return EXIT_OK;

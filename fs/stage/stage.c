@@ -5,6 +5,7 @@
  * Like the read-only mount, the command checks everything it can in the foreground (OUT's
  * name, the spool, the source) and returns only once the mount answers. */
 #include "stage.h"
+#include "common/command.h"
 
 #include "common/daemon.h"
 #include "common/mount_opts.h"
@@ -45,8 +46,8 @@ static const struct fuse_opt stage_spec[] = {
 };
 
 static void usage(FILE *out) {
+    command_print_usage(out, "stage");
     fprintf(out,
-            "Usage: ckptfs stage OUT MOUNTPOINT [--from SOURCE] [-f] [-d] [-s] [-o OPTION,...]\n"
             "Mount a writable staging tree; on commit its tensors become the archive OUT.\n"
             "A tensor is NAME (raw little-endian bytes) + NAME.json ({\"dtype\", \"shape\"}), or\n"
             "NAME.npy. Paths give names ('/' -> '.'); a sidecar's \"name\" is kept where the\n"

@@ -7,6 +7,7 @@
  * While the write waits, MOUNTPOINT/.ckptfs/status shows the progress, which is drawn on
  * stderr when it is a terminal. */
 #include "common/progress.h"
+#include "common/command.h"
 #include "stage.h"
 #include "stage_fs.h"
 
@@ -79,8 +80,8 @@ static void *watch_progress(void *arg) {
 }
 
 static void commit_usage(FILE *out) {
+    command_print_usage(out, "commit");
     fprintf(out,
-            "Usage: ckptfs commit MOUNTPOINT\n"
             "Validate the tree staged at MOUNTPOINT (by `ckptfs stage`) and write its archive.\n"
             "Every problem is listed with the path of the file concerned; nothing is written\n"
             "then, and the staged files stay as they are.\n"

@@ -10,6 +10,7 @@
  * ends and writes its outcome into it just before (stage_spool.c), so waiting for the lock is
  * waiting for the commit. */
 #include "stage.h"
+#include "common/command.h"
 #include "stage_fs.h"
 
 #include "core/util/json.h"
@@ -183,8 +184,8 @@ static bool is_stage_mount(const char *mnt) {
 }
 
 static void umount_usage(FILE *to) {
+    command_print_usage(to, "umount");
     fprintf(to,
-            "Usage: ckptfs umount MOUNTPOINT\n"
             "Unmount a ckptfs mount. For a staging mount, wait for the commit its daemon makes\n"
             "after the unmount and exit with its status: 0 committed (or nothing to commit,\n"
             "or nocommit), 2 the staged tree has problems, 3 writing OUT failed or the daemon\n"
