@@ -45,6 +45,26 @@ void msg_verror(const char *cmd, const char *fmt, va_list ap) {
     fwrite(line, 1, o, stderr);
 }
 
+void msg_print_lines(FILE *to, const char *text) {
+    char line[MSG_MAX * 3 + 2];
+    while (text && *text) {
+        size_t n = strcspn(text, "\n");
+        size_t o = 0;
+        for (size_t done = 0; done < n || o == 0;) { /* long lines in pieces of MSG_MAX */
+            size_t take = n - done > MSG_MAX ? MSG_MAX : n - done;
+            o = msg_sanitize(line, sizeof line - 1, text + done, take);
+            done += take;
+            if (done < n)
+                fwrite(line, 1, o, to);
+            else
+                break;
+        }
+        line[o++] = '\n';
+        fwrite(line, 1, o, to);
+        text += n + (text[n] == '\n');
+    }
+}
+
 void msg_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -188,26 +188,25 @@ enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20, SPIN_US_LIMIT = 1
 
 static bool parse_numbers(const options *o, numbers *n) {
     if (!parse_uint_option(o->m.max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
-        fprintf(stderr, "ckptfs: max_threads=%s: expected a whole number from 1 to %d\n",
-                o->m.max_threads, MAX_THREADS_LIMIT);
+        msg_error(NULL, "max_threads=%s: expected a whole number from 1 to %d", o->m.max_threads,
+                  MAX_THREADS_LIMIT);
         return false;
     }
     if (!parse_uint_option(o->readahead_kb, 0, READAHEAD_KB_LIMIT, &n->readahead_kb)) {
-        fprintf(stderr, "ckptfs: readahead_kb=%s: expected a whole number of KiB from 0 to %d\n",
-                o->readahead_kb, READAHEAD_KB_LIMIT);
+        msg_error(NULL, "readahead_kb=%s: expected a whole number of KiB from 0 to %d",
+                  o->readahead_kb, READAHEAD_KB_LIMIT);
         return false;
     }
     if (!parse_uint_option(o->spin_us, 0, SPIN_US_LIMIT, &n->spin_us)) {
-        fprintf(stderr,
-                "ckptfs: spin_us=%s: expected a whole number of microseconds from 0 to %d\n",
-                o->spin_us, SPIN_US_LIMIT);
+        msg_error(NULL, "spin_us=%s: expected a whole number of microseconds from 0 to %d",
+                  o->spin_us, SPIN_US_LIMIT);
         return false;
     }
     if (!parse_seconds_option(o->timeout, &n->timeout)) {
-        fprintf(stderr,
-                "ckptfs: timeout=%s: expected a number of seconds, 0 or more (such as "
-                "86400 or 0.5)\n",
-                o->timeout);
+        msg_error(NULL,
+                  "timeout=%s: expected a number of seconds, 0 or more (such as "
+                  "86400 or 0.5)",
+                  o->timeout);
         return false;
     }
     return true;
@@ -217,7 +216,7 @@ static bool parse_numbers(const options *o, numbers *n) {
  * use. SOURCE `none` (or "", or left out) stages an empty tree. */
 static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
     if (!o->stage[0]) {
-        fprintf(stderr, "ckptfs: -o stage= needs OUT, the archive to write\n");
+        msg_error(NULL, "-o stage= needs OUT, the archive to write");
         return EXIT_USAGE;
     }
     if (o->m.first && !o->m.mountpoint) { /* `ckptfs MOUNTPOINT -o stage=OUT` */
@@ -225,19 +224,19 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
         o->m.first = NULL;
     }
     if (!o->m.mountpoint || o->m.extra_args) {
-        fprintf(stderr, "ckptfs: -o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
-                        "empty stage; try: ckptfs --help)\n");
+        msg_error(NULL, "-o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
+                        "empty stage; try: ckptfs --help)");
         return EXIT_USAGE;
     }
     if (o->read_only_opt) {
-        fprintf(stderr,
-                "ckptfs: -o %s is an option of read-only mounts; a staging mount "
-                "(-o stage=OUT) does not take it\n",
-                o->read_only_opt);
+        msg_error(NULL,
+                  "-o %s is an option of read-only mounts; a staging mount "
+                  "(-o stage=OUT) does not take it",
+                  o->read_only_opt);
         return EXIT_USAGE;
     }
     if (o->ro) {
-        fprintf(stderr, "ckptfs: -o ro: a staging mount (-o stage=OUT) is writable\n");
+        msg_error(NULL, "-o ro: a staging mount (-o stage=OUT) is writable");
         return EXIT_USAGE;
     }
     bool empty = !o->m.first || !o->m.first[0] || strcmp(o->m.first, "none") == 0;
@@ -288,20 +287,19 @@ int mount_main(int argc, char **argv) {
         goto out;
     }
     if (o.staging_opt) {
-        fprintf(stderr, "ckptfs: -o %s is an option of staging mounts (add -o stage=OUT)\n",
-                o.staging_opt);
+        msg_error(NULL, "-o %s is an option of staging mounts (add -o stage=OUT)", o.staging_opt);
         goto out;
     }
     if (o.remote_bad) {
-        fprintf(stderr, "ckptfs: %s\n", o.remote_bad);
+        msg_error(NULL, "%s", o.remote_bad);
         goto out;
     }
     if (!o.m.first || !o.m.mountpoint || o.m.extra_args) {
-        fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
+        msg_error(NULL, "expected SOURCE and MOUNTPOINT (try: ckptfs --help)");
         goto out;
     }
     if (!realpath(o.m.mountpoint, mnt)) {
-        fprintf(stderr, "ckptfs: mount point %s: %s\n", o.m.mountpoint, strerror(errno));
+        msg_error(NULL, "mount point %s: %s", o.m.mountpoint, strerror(errno));
         goto out;
     }
     if (!mountpoint_usable("ckptfs", mnt)) {
@@ -310,26 +308,26 @@ int mount_main(int argc, char **argv) {
     }
     if (!mountpoint_apart("ckptfs", mnt, o.m.first, NULL)) goto out;
     if (parse_size_option(o.max_shard_size, &max_shard) != 0) {
-        fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
-                o.max_shard_size);
+        msg_error(NULL, "max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB",
+                  o.max_shard_size);
         status = EXIT_USAGE;
         goto out;
     }
     if (o.as_dtype && strcmp(o.as_dtype, "f32") != 0) {
-        fprintf(stderr, "ckptfs: as_dtype=%s: only as_dtype=f32 is supported\n", o.as_dtype);
+        msg_error(NULL, "as_dtype=%s: only as_dtype=f32 is supported", o.as_dtype);
         status = EXIT_USAGE;
         goto out;
     }
     fs.as_f32 = o.as_dtype != NULL;
     bool hf_root = false;
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
-        fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
+        msg_error(NULL, "view=%s: expected view=tree or view=hf", o.view);
         status = EXIT_USAGE;
         goto out;
     }
     if (hf_root && fs.as_f32) {
-        fprintf(stderr, "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=hf "
-                        "shows none (its safetensors keep the stored bytes)\n");
+        msg_error(NULL, "as_dtype=f32 converts the files of the tensor tree; view=hf "
+                        "shows none (its safetensors keep the stored bytes)");
         status = EXIT_USAGE;
         goto out;
     }
@@ -340,7 +338,7 @@ int mount_main(int argc, char **argv) {
     ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision, .remote = o.remote.o};
     heap_for_loading();
     if (ckpt_open(o.m.first, &copts, &fs.cat, &err) != 0) {
-        fprintf(stderr, "ckptfs: %s\n", err.msg);
+        msg_error(NULL, "%s", err.msg);
         goto out;
     }
     if (!mountpoint_apart("ckptfs", mnt, o.m.first, fs.cat)) {
@@ -360,7 +358,7 @@ int mount_main(int argc, char **argv) {
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
-        fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
+        msg_error(NULL, "%s: %s", o.m.first, err.msg);
         goto out;
     }
     heap_for_serving(); /* the tree's */
@@ -387,7 +385,7 @@ int mount_main(int argc, char **argv) {
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
     if (!o.m.foreground && daemon_detach(EXIT_MOUNT) != 0) {
-        fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
+        msg_error(NULL, "cannot detach: %s", strerror(errno));
         goto out_unmount;
     }
     serve_opts so = {.single = o.m.single != 0,

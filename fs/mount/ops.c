@@ -1,6 +1,7 @@
 /* FUSE low-level operations over an immutable tree. Everything is cached for a long time
  * (the content cannot change), READ is answered from the planner's file segments. */
 #include "ckptfs.h"
+#include "common/message.h"
 
 #include "core/read/dequant.h"
 #include "core/read/segread.h"
@@ -642,10 +643,10 @@ static void check_after_splice(ckptfs *fs, fuse_ino_t ino, const ckpt_segment *s
         const ckpt_source *s = &fs->cat->sources[seg[i].source];
         if (ckpt_source_unchanged(s)) continue;
         if (ckpt_source_mark_changed(s))
-            fprintf(stderr,
-                    "ckptfs: %s changed while a spliced reply was read from it (-o splice): "
-                    "that reply may hold new bytes; every later read of it gives EIO\n",
-                    s->path);
+            msg_error(NULL,
+                      "%s changed while a spliced reply was read from it (-o splice): "
+                      "that reply may hold new bytes; every later read of it gives EIO",
+                      s->path);
         if (!dropped && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
         dropped = true;
     }

@@ -2,6 +2,7 @@
  * safety rule (loopback, or a token, or an explicit --insecure-no-auth), then the server until
  * SIGINT/SIGTERM. */
 #include "serve.h"
+#include "common/message.h"
 #include "common/command.h"
 
 #include "common/heap.h"
@@ -82,7 +83,7 @@ static bool valid_name(const char *s, size_t n) {
 static int read_token(const char *path, char **out) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "ckptfs serve: --token-file %s: %s\n", path, strerror(errno));
+        msg_error("serve", "--token-file %s: %s", path, strerror(errno));
         return -1;
     }
     char buf[4097];
@@ -95,10 +96,10 @@ static int read_token(const char *path, char **out) {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)buf[i] <= 0x20 || (unsigned char)buf[i] >= 0x7f) n = 0;
     if (n < 8) {
-        fprintf(stderr,
-                "ckptfs serve: --token-file %s: the first line must be a token of at "
-                "least 8 printable characters without spaces\n",
-                path);
+        msg_error("serve",
+                  "--token-file %s: the first line must be a token of at "
+                  "least 8 printable characters without spaces",
+                  path);
         return -1;
     }
     *out = strdup(buf);
@@ -153,9 +154,9 @@ static bool parse_count(const char *text, unsigned lo, unsigned hi, unsigned *ou
 }
 
 static int usage_error(const char *fmt, const char *arg) {
-    fputs("ckptfs serve: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (try: ckptfs serve --help)\n", stderr);
+    char text[1024];
+    snprintf(text, sizeof text, fmt, arg);
+    msg_error("serve", "%s (try: ckptfs serve --help)", text);
     return EXIT_USAGE;
 }
 
@@ -209,8 +210,12 @@ int serve_main(int argc, char **argv) {
             sources[nsources++] = argv[i];
         if (bad_count) {
             free(sources);
-            fprintf(stderr, "ckptfs serve: %s %s: expected a positive count ", a, val);
-            return usage_error("%s", "(threads <= 256, connections <= 65536, timeout <= 86400)");
+            char what[400];
+            snprintf(what, sizeof what,
+                     "%s %.300s: expected a positive count (threads <= 256, "
+                     "connections <= 65536, timeout <= 86400)",
+                     a, val);
+            return usage_error("%s", what);
         }
         if (takes) i++;
     }
@@ -271,7 +276,7 @@ int serve_main(int argc, char **argv) {
         cfg.nrepos++;
         ckpt_err err = {{0}};
         if (!r->source || serve_snapshot_open(path, &r->cur, &err) != 0) {
-            fprintf(stderr, "ckptfs serve: %s\n", r->source ? err.msg : "out of memory");
+            msg_error("serve", "%s", r->source ? err.msg : "out of memory");
             goto out;
         }
     }
@@ -289,7 +294,7 @@ int serve_main(int argc, char **argv) {
     char msg[300];
     d = serve_http_start(&cfg, &ss, (unsigned)sslen, msg, sizeof msg);
     if (!d) {
-        fprintf(stderr, "ckptfs serve: --listen %s: %s\n", listen, msg);
+        msg_error("serve", "--listen %s: %s", listen, msg);
         goto out;
     }
     char host[NI_MAXHOST] = "?";

@@ -17,8 +17,8 @@
  *
  * Each shard gets its header in front and is fsynced; a directory .OUT.partial-XXXXXX beside
  * OUT gets a hard link to each shard, the index and the config/tokenizer files, and then
- * replaces OUT (rename, or the exchange of core/write/writers/safetensors_dir.c). A kill before that
- * leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
+ * replaces OUT (rename, or the exchange of core/write/writers/safetensors_dir.c). A kill before
+ * that leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
  * the commit, and the journal still says where every staged byte is. */
 #include "stage_pack_whole.h"
 
