@@ -67,6 +67,7 @@ static void real_http_url(const char *path, strbuf *url) {
 int remote_target_of(const char *path, remote_target *t, ckpt_err *err) {
     sb_init(&t->url);
     t->auth = NULL;
+    t->hint = NULL;
     int rc = 0;
     if (strncmp(path, "s3://", 5) == 0)
         rc = s3_target(path, t, err);
