@@ -5,6 +5,11 @@
   message names that host and how to name another service (-o s3_endpoint=, AWS_ENDPOINT_URL_S3).
 - s3:// against a server that answers as S3 does (tests/lib/s3_sigv4_server.py): a missing
   bucket and a missing key are told apart (NoSuchBucket / NoSuchKey), for a file and a prefix.
+- An HF cache root (~/.cache/huggingface/hub) given as SOURCE lists its models--* repo folders
+  instead of "no checkpoint in this directory".
+- -o revision= takes an unambiguous start of a commit hash (4+ hex digits, as git does): the
+  mount shows that snapshot and .ckptfs/ says its full commit; an ambiguous one names two
+  candidates; an unknown one is refused as before.
 """
 import os
 import shutil
@@ -35,11 +40,11 @@ def run(argv, env):
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
-def write_safetensors(path):
+def write_safetensors(path, v=1.0):
     header = b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'
     header += b" " * (-len(header) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1, 2))
+        f.write(struct.pack("<Q", len(header)) + header + struct.pack("<2f", v, 2.0))
 
 
 def main():
@@ -55,6 +60,42 @@ def main():
                and len(err.splitlines()) == 1,
                "s3 without an endpoint: one line naming the host %s and how to set the "
                "endpoint" % host, [err])
+
+    hub = tempfile.mkdtemp(prefix="ckptfs-t18hub.")
+    try:
+        commits = {"abcdef0123456789abcdef0123456789abcdef01": 1.0,
+                   "abcd990000000000000000000000000000000000": 2.0,
+                   "1234560000000000000000000000000000000000": 3.0}
+        for name in ("models--org--one", "models--org--two"):
+            os.makedirs(os.path.join(hub, name, "refs"))
+            for c, v in commits.items():
+                snap = os.path.join(hub, name, "snapshots", c)
+                os.makedirs(snap)
+                write_safetensors(os.path.join(snap, "model.safetensors"), v)
+            with open(os.path.join(hub, name, "refs", "main"), "w") as f:
+                f.write("1234560000000000000000000000000000000000")
+        os.makedirs(os.path.join(hub, ".locks"))
+        rc, _, err = run([CKPTFS, "ls", hub], clean_env())
+        tap.ok(rc == 2 and "models--org--one, models--org--two" in err
+               and "no checkpoint" not in err, "an HF cache root names its repo folders", [err])
+        repo = os.path.join(hub, "models--org--one")
+        p = subprocess.run([CKPTFS, "cat", repo, "w", "-o", "revision=abcdef01"],
+                           env=clean_env(), capture_output=True, timeout=60)
+        tap.ok(p.returncode == 0 and p.stdout == struct.pack("<2f", 1.0, 2.0),
+               "revision=abcdef01 (a short commit id) reads that snapshot", [p.stderr])
+        rc, out, err = run([CKPTFS, "info", repo, "--json", "-o", "revision=1234"], clean_env())
+        tap.ok(rc == 0 and "1234560000000000000000000000000000000000" in out,
+               "revision=1234: the full commit is reported", [err])
+        rc, _, err = run([CKPTFS, "ls", repo, "-o", "revision=abcd"], clean_env())
+        tap.ok(rc == 2 and "ambiguous" in err and "abcd99" in err and "abcdef" in err,
+               "revision=abcd (two snapshots start so): ambiguous, naming both", [err])
+        rc, _, err = run([CKPTFS, "ls", repo, "-o", "revision=ffff"], clean_env())
+        tap.ok(rc == 2 and "neither a ref" in err, "revision=ffff: no such revision", [err])
+        rc, _, err = run([CKPTFS, "ls", repo, "-o", "revision=abc"], clean_env())
+        tap.ok(rc == 2 and "neither a ref" in err,
+               "revision=abc (under 4 digits) is no short id, as in git", [err])
+    finally:
+        shutil.rmtree(hub, ignore_errors=True)
 
     work = tempfile.mkdtemp(prefix="ckptfs-t18.")
     try:
