@@ -400,6 +400,23 @@ def main():
         cycles, n = call_cycles(objdir, registries, os.path.join(ROOT, sub))
         tap.ok(n >= 2 and not cycles, "no two of the %d objects of %s/ call each other, directly "
                "or round a loop" % (n, sub), [" <-> ".join(c) for c in cycles])
+    # tests/t: a number names one file (prove's output, notes and "see 46" mean one test)
+    numbers = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "tests", "t"))):
+        m = re.match(r"(\d+)-.*\.t$", name)
+        if m:
+            numbers.setdefault(m.group(1), []).append(name)
+    doubled = {k: v for k, v in numbers.items() if len(v) > 1}
+    tap.ok(len(numbers) > 50 and not doubled, "the %d tests of tests/t have %d numbers, one each"
+           % (sum(map(len, numbers.values())), len(numbers)), sorted(doubled.values()))
+    # the repository's own docs describe the repository, not one machine
+    machine = []
+    for doc in ("README.md", "tests/README.md", "docs/ARCHITECTURE.md"):
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            machine += ["%s:%d: %s" % (doc, i + 1, line.strip())
+                        for i, line in enumerate(f) if re.search(r"(^|[\s(`])/(work|home|root)/", line)]
+    tap.ok(not machine, "README.md, tests/README.md and docs/ARCHITECTURE.md name no machine "
+           "path", machine)
     print("1..%d" % tap.n)
     return 1 if tap.failed else 0
 
