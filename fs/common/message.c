@@ -48,19 +48,14 @@ void msg_verror(const char *cmd, const char *fmt, va_list ap) {
 void msg_print_lines(FILE *to, const char *text) {
     char line[MSG_MAX * 3 + 2];
     while (text && *text) {
-        size_t n = strcspn(text, "\n");
-        size_t o = 0;
-        for (size_t done = 0; done < n || o == 0;) { /* long lines in pieces of MSG_MAX */
+        size_t n = strcspn(text, "\n"), done = 0;
+        do { /* a long line in pieces of MSG_MAX bytes, the newline after the last */
             size_t take = n - done > MSG_MAX ? MSG_MAX : n - done;
-            o = msg_sanitize(line, sizeof line - 1, text + done, take);
+            size_t o = msg_sanitize(line, sizeof line - 1, text + done, take);
             done += take;
-            if (done < n)
-                fwrite(line, 1, o, to);
-            else
-                break;
-        }
-        line[o++] = '\n';
-        fwrite(line, 1, o, to);
+            if (done == n) line[o++] = '\n';
+            fwrite(line, 1, o, to);
+        } while (done < n);
         text += n + (text[n] == '\n');
     }
 }
