@@ -56,14 +56,15 @@ static void overview(FILE *out) {
           out);
 }
 
-static void did_you_mean(const char *cmd, const char *word) {
+static void no_such_command(const char *word) {
     const command *s = command_suggest(word);
+    if (s) {
+        msg_error("help", "no command named %.100s; did you mean %s?", word, s->name);
+        return;
+    }
     char names[256];
     command_names(", ", names, sizeof names);
-    if (s)
-        msg_error(cmd, "no command named %.100s; did you mean %s?", word, s->name);
-    else
-        msg_error(cmd, "no command named %.100s (commands: %s)", word, names);
+    msg_error("help", "no command named %.100s (commands: %s)", word, names);
 }
 
 static int help_main(int argc, char **argv) {
@@ -81,14 +82,11 @@ static int help_main(int argc, char **argv) {
         return fflush(stdout) == 0 ? 0 : 4;
     }
     const command *c = argv[1][0] ? command_named(argv[1]) : NULL;
-    if (!c || c == &commands[NCOMMANDS - 1]) {
-        if (c) {
-            overview(stdout);
-            return 0;
-        }
-        did_you_mean("help", argv[1]);
+    if (!c) {
+        no_such_command(argv[1]);
         return 1;
     }
+    if (c->main == help_main) return help_main(1, argv);
     char *args[] = {argv[1], "--help", NULL};
     return c->main(2, args);
 }
@@ -100,9 +98,10 @@ int main(int argc, char **argv) {
         if (c) return c->main(argc - 1, argv + 1);
         /* `ckptfs stat X`: a typo, unless a file of that name exists (or it is a URL). */
         struct stat st;
-        if (!strstr(argv[1], "://") && lstat(argv[1], &st) != 0 && command_suggest(argv[1])) {
+        const command *s = NULL;
+        if (!strstr(argv[1], "://") && lstat(argv[1], &st) != 0 && (s = command_suggest(argv[1]))) {
             msg_error(NULL, "%.100s is neither a command nor a file; did you mean %s?", argv[1],
-                      command_suggest(argv[1])->name);
+                      s->name);
             return 2;
         }
     }
