@@ -10,6 +10,7 @@
 #include "serve/serve.h"
 #include "stage/stage.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,10 +69,11 @@ static void no_such_command(const char *word) {
 }
 
 static int help_main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN); /* `ckptfs help | head`: a closed pipe ends it quietly, status 4 */
     if (argc == 2 && strcmp(argv[1], "--commands") == 0) { /* for the bash completion */
         for (size_t i = 0; i < NCOMMANDS; i++)
             if (commands[i].name[0]) printf("%s\n", commands[i].name);
-        return 0;
+        return fflush(stdout) == 0 ? 0 : 4;
     }
     if (argc > 2) {
         msg_error("help", "expected at most one COMMAND");
@@ -86,7 +88,7 @@ static int help_main(int argc, char **argv) {
         no_such_command(argv[1]);
         return 1;
     }
-    if (c->main == help_main) return help_main(1, argv);
+    if (c->main == help_main) return help_main(1, argv); /* help help: the overview */
     char *args[] = {argv[1], "--help", NULL};
     return c->main(2, args);
 }
