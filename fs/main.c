@@ -34,7 +34,7 @@ static const command commands[] = {
      "min, max, mean, std, norm, NaN/Inf counts per tensor; --plot SVG"},
     {"diff", cli_diff, "A B [--map MAP] [--atol X] [--rtol X] [--json] [--plot SVG]",
      "compare two checkpoints tensor by tensor (exit 0 same, 1 different)"},
-    {"serve", serve_main, "[OPTIONS] [NAME=]SOURCE...",
+    {"serve", serve_main, "[OPTIONS] [[ORG/]NAME=]SOURCE...",
      "serve checkpoints over HTTP as Hugging Face Hub repositories"},
     {"stage", stage_main, "OUT MOUNTPOINT [--from SOURCE] [-f] [-d] [-s] [-o OPTION,...]",
      "mount a writable tree that a commit packs into the archive OUT"},

@@ -25,7 +25,7 @@ static bool config_ties(const ckpt_catalog *cat) {
         uint64_t size = cat->sources[a->source].size;
         ckpt_err err;
         if (size == 0 || size > CONFIG_MAX || !(owned = malloc(size))) break;
-        if (source_read(cat, a->source, 0, owned, size, "config.json", &err) != 0) break;
+        if (ckpt_source_read(cat, a->source, 0, owned, size, "config.json", &err) != 0) break;
         text = owned;
         len = size;
     }

@@ -220,7 +220,7 @@ static bool same_layout(const meta *x, const meta *y) {
 
 static bool meta_nbytes(const meta *m, uint64_t *nbytes) {
     uint64_t numel;
-    return shape_nbytes(m->shape, m->ndim, m->dtype, &numel, nbytes);
+    return catalog_shape_nbytes(m->shape, m->ndim, m->dtype, &numel, nbytes);
 }
 
 static void meta_of_lower(const ckpt_tensor *t, meta *m) {
@@ -432,7 +432,7 @@ static bool hidden(const char *path) {
 /* The path ends in suffix after a name of at least one byte. */
 static bool ends_with(const char *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
-    return n > m && mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
+    return n > m && text_mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
 }
 
 static bool exists_with_suffix(builder *b, const char *path, size_t len, const char *suffix) {
@@ -458,7 +458,8 @@ static group *group_of(builder *b, const char *base, size_t len) {
 static bool is_aux(builder *b, const char *path, size_t n) {
     if (strchr(path, '/')) return false;
     bool known = false;
-    for (size_t i = 0; !known && i < hf_aux_count; i++) known = strcmp(path, hf_aux_names[i]) == 0;
+    for (size_t i = 0; !known && i < ckpt_hf_aux_count; i++)
+        known = strcmp(path, ckpt_hf_aux_names[i]) == 0;
     if (!known) return false;
     if (b->files[hm_get(&b->by_path, path, n)->value].origin != STAGED_SPOOL) return false;
     if (!ends_with(path, n, ".json")) return true;
@@ -756,10 +757,11 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
                                                          s->size, &lower_src[ls], b->err)))
                 return rc;
             const ckpt_source *now = &cat->sources[lower_src[ls]];
-            if (now->size != s->size || now->mtime.tv_sec != s->mtime.tv_sec ||
-                now->mtime.tv_nsec != s->mtime.tv_nsec || now->ctime.tv_sec != s->ctime.tv_sec ||
-                now->ctime.tv_nsec != s->ctime.tv_nsec || now->ino != s->ino ||
-                !ckpt_source_unchanged(s))
+            /* unchanged() first: it takes a link made since (ctime and count) as s's own */
+            if (!ckpt_source_unchanged(s) || now->size != s->size ||
+                now->mtime.tv_sec != s->mtime.tv_sec || now->mtime.tv_nsec != s->mtime.tv_nsec ||
+                now->ctime.tv_sec != s->ctime.tv_sec || now->ctime.tv_nsec != s->ctime.tv_nsec ||
+                now->ino != s->ino)
                 problem(b, s->path,
                         "the source file changed since the stage was mounted (the "
                         "staged tree refers to its old bytes)");

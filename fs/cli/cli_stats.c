@@ -62,14 +62,8 @@ static int select_tensors(const opts *o, const ckpt_catalog *cat, const char *cm
         if (cli_hidden(t) && !o->all) continue;
         bool keep = o->nglobs == 0;
         if (!keep) {
-            sb_clear(&name);
-            if (t->prefix) pct_escape(&name, t->prefix, strlen(t->prefix), false);
-            size_t bare = name.len;
-            pct_escape(&name, t->name, t->name_len, false);
-            for (int g = 0; g < o->nglobs && name.data && !name.failed; g++)
-                if (fnmatch(o->globs[g], name.data, 0) == 0 ||
-                    (bare && fnmatch(o->globs[g], name.data + bare, 0) == 0))
-                    keep = matched[g] = true;
+            for (int g = 0; g < o->nglobs; g++)
+                if (cli_glob_match(o->globs[g], t, &name)) keep = matched[g] = true;
         }
         if (keep) sel[k++] = t;
     }

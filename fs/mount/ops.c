@@ -1,5 +1,7 @@
 /* FUSE low-level operations over an immutable tree. Everything is cached for a long time
  * (the content cannot change), READ is answered from the planner's file segments. */
+#include "changed.h"
+#include "common/mount_log.h"
 #include "ckptfs.h"
 #include "common/message.h"
 
@@ -37,9 +39,9 @@ static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
  * kept with the per-tensor results user.ckpt.stats also answers from; the document's text is
  * not kept but rendered from them a page at a time when read (ckpt_stats_pages), so it costs
- * no more than the results. The file is sized 0 until then (a stat must not read the
- * checkpoint) and opened with direct_io, so reads reach the daemon whatever size the kernel
- * holds; once built, the kernel is told to ask again. */
+ * no more than the results. Its entries have a fixed width (ckpt_stats_pages_size_of), so a
+ * stat gives its size without reading the checkpoint; it is still opened with direct_io and
+ * the kernel told to ask again once built, as when sizes could change. */
 static const ckpt_stats_pages *get_stats_pages(ckptfs *fs, fuse_ino_t ino) {
     pthread_mutex_lock(&fs->stats_lock);
     pthread_mutex_lock(&fs->doc_lock);
@@ -119,59 +121,33 @@ static const ckpt_tsv_pages *get_tsv_pages(ckptfs *fs) {
 
 /* -o as_dtype=f32 shows this tensor as F32, converted on read. */
 static bool converted(const ckptfs *fs, const ckpt_tensor *t) {
-    return fs->as_f32 && ckpt_to_f32_supported(t->dtype);
+    return tree_converted(&fs->tr, t);
 }
 
-/* Size of a node's content; generated files are sized by generating them once. */
+/* Size of a node's content; the mount's documents are sized by generating them once (but
+ * stats.json, never computed to be sized, and cache.json, live). */
 static uint64_t node_size(ckptfs *fs, node *n) {
-    const ckpt_catalog *cat = fs->cat;
-    switch (n->kind) {
-    case NODE_DIR:
-        return 0;
-    case NODE_TENSOR:
-        return converted(fs, &cat->tensors[n->ref]) ? cat->tensors[n->ref].numel * 4
-                                                    : cat->tensors[n->ref].nbytes;
-    case NODE_AUX:
-        return cat->sources[n->ref].size;
-    case NODE_VIEW:
-        return fs->tr.view->files[n->ref].vf.size;
-    case NODE_DOC: {
-        size_t len;
-        if (n->ref == DOC_CACHE) { /* live: the size of the counters now (read with direct
-                                      I/O up to its end whatever size the kernel holds) */
-            char *now = ckpt_remote_stats_json(&len);
-            free(now);
-            return now ? len : 0;
-        }
-        if (n->ref == DOC_TSV) {
-            const ckpt_tsv_pages *p = get_tsv_pages(fs);
-            return p ? ckpt_tsv_pages_size(p) : 0;
-        }
-        if (n->ref == DOC_STATS) { /* never computed to be sized */
-            pthread_mutex_lock(&fs->doc_lock);
-            len = fs->doc_len[DOC_STATS];
-            pthread_mutex_unlock(&fs->doc_lock);
-            return len;
-        }
-        return get_doc(fs, n->ref, &len) ? len : 0;
+    if (n->kind != NODE_DOC) return tree_node_size(&fs->tr, n);
+    size_t len;
+    if (n->ref == DOC_CACHE) { /* live: the size of the counters now (read with direct I/O up
+                                  to its end whatever size the kernel holds) */
+        char *now = ckpt_remote_stats_json(&len);
+        free(now);
+        return now ? len : 0;
     }
-    case NODE_SIDECAR:
-    case NODE_NPY: {
-        uint32_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
-        if (s) return s - 1;
-        const ckpt_tensor *t = &cat->tensors[n->ref];
-        size_t len;
-        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len)
-                                        : ckpt_sidecar_json_as(cat, t, converted(fs, t), &len);
-        if (!doc) return 0;
-        free(doc);
-        if (n->kind == NODE_NPY) len += t->nbytes;
-        if (len < UINT32_MAX)
-            atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
+    if (n->ref == DOC_TSV) {
+        const ckpt_tsv_pages *p = get_tsv_pages(fs);
+        return p ? ckpt_tsv_pages_size(p) : 0;
+    }
+    if (n->ref == DOC_STATS) { /* never computed to be sized: its layout gives the size */
+        pthread_mutex_lock(&fs->doc_lock);
+        if (!fs->doc_len[DOC_STATS])
+            fs->doc_len[DOC_STATS] = (size_t)ckpt_stats_pages_size_of(fs->cat);
+        len = fs->doc_len[DOC_STATS];
+        pthread_mutex_unlock(&fs->doc_lock);
         return len;
     }
-    }
-    return 0;
+    return get_doc(fs, n->ref, &len) ? len : 0;
 }
 
 /* The source whose mtime a file shows: a tensor's first piece, or the file itself. */
@@ -208,10 +184,10 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
-    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444;
+    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444 & ~fs->umask;
     const ckpt_source *src = node_source(fs, n);
     if (n->kind == NODE_DIR) {
-        st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
+        st->st_mode = S_IFDIR | ((read_bits | (read_bits >> 2)) & ~fs->umask);
         st->st_nlink = 2;
         /* glibc sizes its getdents buffer from st_blksize, and the kernel allocates and vmaps a
          * buffer of that size for every READDIRPLUS: 1 MiB made a first find 5x slower. */
@@ -406,38 +382,23 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     readdir_common(req, ino, size, off, true);
 }
 
-/* A source modified or truncated under the mount must give EIO, never other bytes. */
-static bool source_unchanged(const ckpt_source *s) {
-    return ckpt_source_unchanged(s);
-}
-
-/* On open, also notice a source replaced by another file under the same name: the open
- * descriptor would still serve the old bytes, which no longer match what the path holds. */
-static bool source_current(const ckpt_source *s) {
-    struct stat st;
-    if (s->remote || s->virt) return source_unchanged(s); /* no file to stat */
-    return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
-           st.st_ino == s->ino;
-}
-
-static bool pieces_current(const ckptfs *fs, const ckpt_tensor *t) {
-    for (uint32_t k = 0; k < t->npieces; k++)
-        if (!source_current(&fs->cat->sources[t->pieces[k].source])) return false;
-    return true;
-}
-
-/* A view file spans many sources: one replaced under its name refuses the open, like a tensor
- * of it would; one changed in place gives EIO on reads of its ranges only (read_segments), so
- * the tensors of the other shards stay readable. */
-static bool view_current(const ckptfs *fs, uint32_t file) {
+/* Why an open fails with EIO, once per source, to the mount's log: the sources of n that are
+ * no longer what the catalog read. */
+static void note_stale(const ckptfs *fs, const node *n) {
+    const ckpt_catalog *cat = fs->cat;
     const tree *tr = &fs->tr;
-    for (uint32_t i = tr->view_src_first[file]; i < tr->view_src_first[file + 1]; i++) {
-        const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
-        if (s->remote || s->virt) continue; /* pinned, or no file: checked on read */
-        struct stat st;
-        if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
+    if (n->kind == NODE_AUX) {
+        if (!ckpt_source_current(&cat->sources[n->ref])) changed_note(&cat->sources[n->ref]);
+    } else if (n->kind == NODE_VIEW) {
+        for (uint32_t i = tr->view_src_first[n->ref]; i < tr->view_src_first[n->ref + 1]; i++)
+            if (!ckpt_source_current(&cat->sources[tr->view_srcs[i]]))
+                changed_note(&cat->sources[tr->view_srcs[i]]);
+    } else if (n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR || n->kind == NODE_NPY) {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        for (uint32_t k = 0; k < t->npieces; k++)
+            if (!ckpt_source_current(&cat->sources[t->pieces[k].source]))
+                changed_note(&cat->sources[t->pieces[k].source]);
     }
-    return true;
 }
 
 /* Sidecars are generated per open; the list lets shutdown free those whose RELEASE never
@@ -475,35 +436,30 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     node *n = tree_node(&fs->tr, node_of(ino), &b);
     const ckpt_catalog *cat = fs->cat;
     fi->fh = 0;
+    /* A source changed or replaced since the mount gives EIO from here on, never other bytes:
+     * reads check in place changes, but a descriptor of a replaced file still reads the old.
+     * A view file fails only the reads of a changed source's ranges (by_range). */
+    if (!tree_node_current(&fs->tr, n, true)) {
+        note_stale(fs, n);
+        fuse_reply_err(req, EIO);
+        return;
+    }
     switch (n->kind) {
     case NODE_DIR:
         fuse_reply_err(req, EISDIR);
         return;
-    case NODE_TENSOR: {
-        const ckpt_tensor *t = &cat->tensors[n->ref];
-        if (!pieces_current(fs, t)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
-        break;
-    }
+    case NODE_TENSOR:
     case NODE_AUX:
-        if (!source_current(&cat->sources[n->ref])) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
+    case NODE_VIEW:
         break;
     case NODE_SIDECAR:
     case NODE_NPY: {
         const ckpt_tensor *t = &cat->tensors[n->ref];
-        if (n->kind == NODE_NPY && !pieces_current(fs, t)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
         open_doc *d = calloc(1, sizeof *d);
-        if (d && n->kind == NODE_SIDECAR)
-            d->text = ckpt_sidecar_json_as(cat, t, converted(fs, t), &d->len);
-        if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
+        if (d && n->kind == NODE_SIDECAR) d->text = tree_sidecar_text(&fs->tr, n, &d->len);
+        /* a converted tensor's data is read by read_converted_npy, not planned */
+        if (d && n->kind == NODE_NPY && (d->text = tree_npy_header(&fs->tr, t, &d->len)) &&
+            !converted(fs, t) &&
             (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
              ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
             ckpt_vfile_free(&d->vf);
@@ -540,12 +496,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             return;
         }
         break;
-    case NODE_VIEW:
-        if (!view_current(fs, n->ref)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
-        break;
     }
     fi->keep_cache = 1;
     fuse_reply_open(req, fi);
@@ -566,67 +516,51 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
-static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
+/* What a READ of n reads: the text the open handle or the mount holds for generated files,
+ * else the catalog's bytes (tree_plan). */
+static size_t plan_read(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
                         uint64_t len, ckpt_segment *seg, size_t cap, uint64_t *done) {
-    const ckpt_catalog *cat = fs->cat;
-    *done = 0;
-    const char *mem = NULL;
+    const open_doc *d = fi ? (const open_doc *)(uintptr_t)fi->fh : NULL;
     size_t mem_len = 0;
+    const char *mem;
     switch (n->kind) {
-    case NODE_TENSOR:
-        return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
-    case NODE_VIEW:
-        return ckpt_vfile_plan(&fs->tr.view->files[n->ref].vf, off, len, seg, cap, done);
-    case NODE_AUX: {
-        uint64_t size = cat->sources[n->ref].size;
-        if (off >= size) return 0;
-        *done = len < size - off ? len : size - off;
-        seg[0] = (ckpt_segment){
-            .kind = CKPT_SEG_FILE, .source = (uint32_t)n->ref, .offset = off, .length = *done};
-        return 1;
-    }
-    case NODE_SIDECAR: {
-        const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
-        mem = d->text;
-        mem_len = d->len;
-        break;
-    }
+    case NODE_SIDECAR:
+        return tree_plan_text(d->text, d->len, off, len, seg, cap, done);
     case NODE_NPY:
-        return ckpt_vfile_plan(&((const open_doc *)(uintptr_t)fi->fh)->vf, off, len, seg, cap,
-                               done);
+        return ckpt_vfile_plan(&d->vf, off, len, seg, cap, done);
     case NODE_DOC:
-        if (n->ref == DOC_CACHE && fi && fi->fh) {
-            const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
-            mem = d->text;
-            mem_len = d->len;
-            break;
-        }
+        if (n->ref == DOC_CACHE && d)
+            return tree_plan_text(d->text, d->len, off, len, seg, cap, done);
+        *done = 0;
         if (n->ref == DOC_STATS || n->ref == DOC_TSV) return 0; /* read_pages */
         mem = get_doc(fs, n->ref, &mem_len);
-        break;
-    case NODE_DIR:
-        return 0;
+        return tree_plan_text(mem, mem_len, off, len, seg, cap, done);
+    default:
+        return tree_plan(&fs->tr, n, off, len, seg, cap, done);
     }
-    if (!mem || off >= mem_len) return 0;
-    *done = len < mem_len - off ? len : mem_len - off;
-    seg[0] = (ckpt_segment){.kind = CKPT_SEG_MEM, .mem = mem + off, .length = *done};
-    return 1;
 }
 
 /* Planned segments into dst; fragments of one source read together through a per-thread
  * scratch window (core/read/segread.c). 0 or a positive errno. */
 static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
     char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
-    return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    int e = -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    for (size_t i = 0; e == EIO && i < n; i++)                  /* which source, for the log */
+        if (seg[i].kind == CKPT_SEG_FILE &&
+            !ckpt_source_unchanged(&fs->cat->sources[seg[i].source]))
+            changed_note(&fs->cat->sources[seg[i].source]);
+    return e;
 }
 
-/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst
- * or a remote source, nor the elements of a strided piece. */
+/* The kernel can splice only bytes that lie in a local file as they are (ckpt_source_file_extent):
+ * not those of a .zst or a remote source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
+    uint64_t at;
     for (size_t i = 0; i < n; i++)
         if (seg[i].kind == CKPT_SEG_STRIDED ||
             (seg[i].kind == CKPT_SEG_FILE &&
-             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote)))
+             !ckpt_source_file_extent(&fs->cat->sources[seg[i].source], seg[i].offset,
+                                      seg[i].length, &at)))
             return false;
     return true;
 }
@@ -643,9 +577,8 @@ static void check_after_splice(ckptfs *fs, fuse_ino_t ino, const ckpt_segment *s
         const ckpt_source *s = &fs->cat->sources[seg[i].source];
         if (ckpt_source_unchanged(s)) continue;
         if (ckpt_source_mark_changed(s))
-            msg_error(NULL,
-                      "%s changed while a spliced reply was read from it (-o splice): "
-                      "that reply may hold new bytes; every later read of it gives EIO",
+            mount_log("%s changed while a spliced reply was read from it (-o splice): that "
+                      "reply may hold new bytes; every later read of it gives EIO",
                       s->path);
         if (!dropped && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
         dropped = true;
@@ -673,20 +606,27 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_
             continue;
         }
         /* A spliced short read would reach the reader as zeros: check the source first. */
-        if (!source_unchanged(&fs->cat->sources[seg[i].source])) {
+        if (!ckpt_source_unchanged(&fs->cat->sources[seg[i].source])) {
             fuse_reply_err(req, EIO);
             return;
         }
+        const ckpt_source *s = &fs->cat->sources[seg[i].source];
+        uint64_t at = 0;
+        ckpt_source_file_extent(s, seg[i].offset, seg[i].length, &at); /* spliceable said so */
         fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
-        fb->fd = fs->cat->sources[seg[i].source].fd;
-        fb->pos = (off_t)(fs->cat->sources[seg[i].source].base + seg[i].offset); /* tar member */
+        fb->fd = s->fd;
+        fb->pos = (off_t)at;
     }
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
     check_after_splice(fs, ino, seg, n);
 }
 
-/* F32 bytes [off, off+size) of a narrower or block-quantized tensor: the whole blocks that hold
- * them are read and converted, then the requested slice is sent. */
+/* F32 bytes [off, off+size) of a narrower or block-quantized tensor (off inside it, size cut to
+ * its end): the whole blocks that hold them are read and converted; *out points at the slice
+ * in the thread's scratch. 0 or a positive errno. */
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice);
+
 static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uint64_t off,
                            size_t size) {
     uint64_t total = t->numel * 4;
@@ -695,6 +635,45 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         return;
     }
     if (size > total - off) size = (size_t)(total - off);
+    const char *slice;
+    int e = convert_range(fs, t, off, size, &slice);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_buf(req, slice, size);
+}
+
+/* The .npy of a tensor read as F32: its header (kept with the open file), then the converted
+ * bytes; a read that spans both is put together in the read buffer. */
+static void read_converted_npy(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, const open_doc *d,
+                               uint64_t off, size_t size) {
+    if (off >= d->len) {
+        read_converted(req, fs, t, off - d->len, size);
+        return;
+    }
+    uint64_t total = d->len + t->numel * 4;
+    if (size > total - off) size = (size_t)(total - off);
+    char *buf = thread_buffer(read_buf_key, MAX_READ);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t head = d->len - (size_t)off < size ? d->len - (size_t)off : size;
+    memcpy(buf, d->text + off, head);
+    if (size > head) {
+        const char *slice;
+        int e = convert_range(fs, t, 0, size - head, &slice);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
+        }
+        memcpy(buf + head, slice, size - head);
+    }
+    fuse_reply_buf(req, buf, size);
+}
+
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice) {
     const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
     uint64_t first = off / 4 / info->block;
     uint64_t last = ((off + size + 3) / 4 + info->block - 1) / info->block;
@@ -703,10 +682,7 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
     /* At most 1 MiB of output plus a partial block at each end. */
     enum { SCRATCH = 2 * MAX_READ + 64 * 1024 };
     char *scratch = thread_buffer(convert_key, SCRATCH);
-    if (!scratch || src_len + out_len > SCRATCH) {
-        fuse_reply_err(req, scratch ? EIO : ENOMEM);
-        return;
-    }
+    if (!scratch || src_len + out_len > SCRATCH) return scratch ? EIO : ENOMEM;
     float *out = (float *)(void *)scratch;
     unsigned char *src = (unsigned char *)scratch + out_len;
     uint64_t at = first * info->block_bytes, got = 0;
@@ -714,19 +690,14 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         ckpt_segment seg[SEG_BATCH];
         uint64_t done;
         size_t nseg = ckpt_plan(t, at + got, src_len - got, seg, SEG_BATCH, &done);
-        if (nseg == 0) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
+        if (nseg == 0) return EIO;
         int e = read_segments(fs, seg, nseg, (char *)src + got);
-        if (e) {
-            fuse_reply_err(req, e);
-            return;
-        }
+        if (e) return e;
         got += done; /* what the planner says the segments cover */
     }
     ckpt_to_f32(t->dtype, src, nblocks, out);
-    fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
+    *out_slice = (const char *)out + (off - first * info->block * 4);
+    return 0;
 }
 
 /* Bytes of remote sources go to the kernel straight from the block cache: one copy of them
@@ -783,9 +754,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         read_converted(req, fs, &fs->cat->tensors[n->ref], (uint64_t)off, size);
         return;
     }
+    if (n->kind == NODE_NPY && converted(fs, &fs->cat->tensors[n->ref]) && fi && fi->fh) {
+        read_converted_npy(req, fs, &fs->cat->tensors[n->ref], (const open_doc *)(uintptr_t)fi->fh,
+                           (uint64_t)off, size);
+        return;
+    }
     ckpt_segment seg[SEG_BATCH];
     uint64_t done;
-    size_t nseg = plan_node(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);
+    size_t nseg = plan_read(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);
     if (nseg == 0) {
         fuse_reply_buf(req, NULL, 0);
         return;
@@ -796,9 +772,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EIO);
         return;
     }
-    if (done == size && seg[0].kind == CKPT_SEG_FILE && fs->cat->sources[seg[0].source].remote &&
-        reply_view(req, fs, seg, nseg))
-        return;
+    if (done == size && seg[0].kind == CKPT_SEG_FILE && reply_view(req, fs, seg, nseg)) return;
     /* Splice pays off only for whole requests served by file segments of a page or more. */
     if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096 &&
         spliceable(fs, seg, nseg)) {
@@ -819,7 +793,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         }
         filled += done;
         if (filled >= size || done == 0) break;
-        nseg = plan_node(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
+        nseg = plan_read(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
         if (nseg == 0) break;
         for (size_t i = 0; i < nseg; i++)
             if (seg[i].kind == CKPT_SEG_HOLE) {
