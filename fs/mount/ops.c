@@ -3,6 +3,7 @@
 #include "changed.h"
 #include "common/mount_log.h"
 #include "ckptfs.h"
+#include "common/message.h"
 
 #include "core/read/dequant.h"
 #include "core/read/segread.h"
@@ -381,21 +382,22 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     readdir_common(req, ino, size, off, true);
 }
 
-/* Which source made an open fail with EIO, for the mount's log (changed_note). */
-static void note_changed(const ckptfs *fs, const node *n) {
+/* Why an open fails with EIO, once per source, to the mount's log: the sources of n that are
+ * no longer what the catalog read. */
+static void note_stale(const ckptfs *fs, const node *n) {
     const ckpt_catalog *cat = fs->cat;
     const tree *tr = &fs->tr;
-    if (n->kind == NODE_TENSOR || n->kind == NODE_NPY) {
+    if (n->kind == NODE_AUX) {
+        if (!ckpt_source_current(&cat->sources[n->ref])) changed_note(&cat->sources[n->ref]);
+    } else if (n->kind == NODE_VIEW) {
+        for (uint32_t i = tr->view_src_first[n->ref]; i < tr->view_src_first[n->ref + 1]; i++)
+            if (!ckpt_source_current(&cat->sources[tr->view_srcs[i]]))
+                changed_note(&cat->sources[tr->view_srcs[i]]);
+    } else if (n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR || n->kind == NODE_NPY) {
         const ckpt_tensor *t = &cat->tensors[n->ref];
         for (uint32_t k = 0; k < t->npieces; k++)
             if (!ckpt_source_current(&cat->sources[t->pieces[k].source]))
                 changed_note(&cat->sources[t->pieces[k].source]);
-    } else if (n->kind == NODE_AUX) {
-        changed_note(&cat->sources[n->ref]);
-    } else if (n->kind == NODE_VIEW) {
-        for (uint32_t i = tr->view_src_first[n->ref]; i < tr->view_src_first[n->ref + 1]; i++)
-            if (!ckpt_source_same_file(&cat->sources[tr->view_srcs[i]]))
-                changed_note(&cat->sources[tr->view_srcs[i]]);
     }
 }
 
@@ -438,7 +440,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
      * reads check in place changes, but a descriptor of a replaced file still reads the old.
      * A view file fails only the reads of a changed source's ranges (by_range). */
     if (!tree_node_current(&fs->tr, n, true)) {
-        note_changed(fs, n);
+        note_stale(fs, n);
         fuse_reply_err(req, EIO);
         return;
     }
@@ -551,7 +553,7 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
 }
 
 /* The kernel can splice only bytes that lie in a local file as they are (ckpt_source_file_extent):
- * not those of a .zst, a remote or a virtual source, nor the elements of a strided piece. */
+ * not those of a .zst or a remote source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
     uint64_t at;
     for (size_t i = 0; i < n; i++)
