@@ -237,15 +237,15 @@ static int cast_by(ckpt_catalog *cat, target_fn target, const void *ctx, size_t 
     cast_source *c = cast_source_new(cat, n);
     if (!c) return ckpt_fail(err, -ENOMEM, "out of memory");
     uint64_t at = 0;
-    ckpt_dtype *was = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *was);
-    if (!was) {
+    ckpt_dtype *target_of = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *target_of);
+    if (!target_of) {
         cast_source_free(c);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         ckpt_dtype to = target(t, ctx);
-        was[i] = to;
+        target_of[i] = to;
         if (to == t->dtype) continue;
         c->e[c->n++] =
             (cast_entry){.at = at, .bytes = target_bytes(to, t->numel), .orig = *t, .to = to};
@@ -256,17 +256,17 @@ static int cast_by(ckpt_catalog *cat, target_fn target, const void *ctx, size_t 
     if (rc) {
         for (size_t k = 0; k < c->n; k++) c->e[k].orig.index = NULL; /* still the tensors' */
         cast_source_free(c);
-        free(was);
+        free(target_of);
         return rc;
     }
     /* From here the source owns c, and each entry's piece index moves into it. */
     for (size_t i = 0; i < cat->ntensors; i++)
-        if (was[i] != cat->tensors[i].dtype) cat->tensors[i].index = NULL;
+        if (target_of[i] != cat->tensors[i].dtype) cat->tensors[i].index = NULL;
     arena *mem = &cat->priv->mem;
     size_t k = 0;
     for (size_t i = 0; i < cat->ntensors && !rc; i++) {
         ckpt_tensor *t = &cat->tensors[i];
-        if (was[i] == t->dtype) continue;
+        if (target_of[i] == t->dtype) continue;
         ckpt_piece *p = arena_alloc(mem, sizeof *p);
         uint64_t *origin = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *origin);
         uint64_t *sizes = arena_array(mem, t->ndim ? t->ndim : 1, sizeof *sizes);
@@ -279,11 +279,11 @@ static int cast_by(ckpt_catalog *cat, target_fn target, const void *ctx, size_t 
             .source = src, .file_offset = c->e[k++].at, .offsets = origin, .sizes = sizes};
         t->pieces = p;
         t->npieces = 1;
-        t->dtype = was[i];
-        t->nbytes = target_bytes(was[i], t->numel);
+        t->dtype = target_of[i];
+        t->nbytes = target_bytes(target_of[i], t->numel);
         ++*count;
     }
-    free(was);
+    free(target_of);
     return rc;
 }
 
