@@ -14,6 +14,8 @@ fixture). For each, mounted with -o view=gguf:
   in-repo reader on every KV (key, type, value) and every tensor (type, shape, bytes);
 - llama.cpp (node-llama-cpp, as tests/t/78) maps the view from the mount and its next-token
   log-probabilities match the float64 numpy forward within 1e-2, greedy tokens equal.
+The HF folder served over http:// by nginx (tests/lib/remote_servers.py): its view=gguf mount
+is the local convert's file byte for byte.
 The same tiny model as a Mistral folder (llama.cpp's converter maps it to arch llama) and as a
 Qwen2 folder (arch qwen2: q/k/v biases, q/k rows kept in HF's order, which llama.cpp ropes
 NEOX-style): KVs under the arch's name, and llama.cpp's log-probabilities as above.
@@ -36,6 +38,7 @@ from ckptfs_test import Tap, run_capture, skip_reason, unmount, is_mounted  # no
 import gguf_reader  # noqa: E402
 import llama_layouts as Y  # noqa: E402
 import llama_ref as L  # noqa: E402
+from remote_servers import Nginx, nginx_skip_reason  # noqa: E402
 
 CKPTFS = os.environ.get("CKPTFS")
 FIXTURES = os.environ.get("FIXTURES")
@@ -177,6 +180,26 @@ def layout_case(tap, work, label, src, want, ref, mods, llama=True, arch="llama"
         unmount(mnt)
 
 
+def remote_case(tap, work, hf):
+    why = nginx_skip_reason()
+    if why:
+        tap.skip("http://: the view of a served folder is convert's file", why)
+        return
+    local = os.path.join(work, "hf-folder.gguf")
+    mnt = os.path.join(work, "mnt-remote")
+    os.mkdir(mnt)
+    with Nginx(work) as n:
+        rc, _, err = run_capture([CKPTFS, n.url + "/tiny-llama/", mnt, "-o", "view=gguf"], 60)
+        try:
+            view = os.path.join(mnt, "tiny-llama.gguf")
+            same = rc == 0 and os.path.exists(view) and os.path.exists(local) and \
+                open(view, "rb").read() == open(local, "rb").read()
+            tap.ok(same, "http://: the view=gguf mount of a served HF folder is the local "
+                   "convert's file byte for byte", [err])
+        finally:
+            unmount(mnt)
+
+
 def family_cases(tap, work, w, ref, mods):
     mistral = os.path.join(work, "tiny-mistral")
     L.make_folder(mistral, dict(L.CONFIG, model_type="mistral",
@@ -230,6 +253,7 @@ def main():
         want = Y.llama_cpp_tensors(w)
         ref = L.log_softmax(L.forward(w, TOKENS))
         layout_case(tap, work, "hf-folder", hf, want, ref, mods)
+        remote_case(tap, work, hf)
         layout_case(tap, work, "nemo-dcphf-2ranks", Y.nemo_step(os.path.join(work, "nemo"), w),
                     want, ref, mods)
         meta, why = Y.meta_mp(os.path.join(work, "meta"), w)
