@@ -1,7 +1,8 @@
 /* The scheme table of remote names answers what the strncmp chains did, without a network:
  * which names are URLs (prefixes are case-sensitive, as before), which names are directories
  * by their shape alone (a bucket, a Hub repo), what an http(s) name shows (no user:password@,
- * no ?query) and which URL it requests (the real one again). */
+ * no ?query) and which URL it requests (the real one again, also under a directory named with
+ * its trailing slash). */
 #include "io/remote/remote.h"
 #include "tap.h"
 
@@ -38,6 +39,24 @@ int main(void) {
     ok(remote_target_of(shown, &t, &err) == 0 && strcmp(t.url.data, secret) == 0,
        "its shown name requests the real URL again");
     remote_target_free(&t);
+    /* A directory named with its slash and a secret: its files, named under the shown
+     * prefix without the slash, request the URL with the secret put back. */
+    const char *dir = "http://u:pw@example.invalid/d/";
+    remote_shown(dir, shown, sizeof shown);
+    ok(strcmp(shown, "http://example.invalid/d/") == 0, "a directory shows no password (%s)",
+       shown);
+    ok(remote_target_of("http://example.invalid/d/f.bin", &t, &err) == 0 &&
+           strcmp(t.url.data, "http://u:pw@example.invalid/d/f.bin") == 0,
+       "a file under a directory named with its slash requests it with the password (%s)",
+       t.url.data);
+    remote_target_free(&t);
+    ok(remote_scheme_of("http://h/d/")->slash_names_dir &&
+           remote_scheme_of("https://h/d/")->slash_names_dir &&
+           !remote_scheme_of("s3://b/d/")->slash_names_dir &&
+           !remote_scheme_of("hf://o/n/d/")->slash_names_dir,
+       "http(s) names with a trailing slash name directories; s3 and hf names do not say");
+    ckpt_shown_name("/local/a?b", shown, sizeof shown);
+    ok(strcmp(shown, "/local/a?b") == 0, "a local name shows as it is");
     remote_shown("s3://b/k", shown, sizeof shown);
     ok(strcmp(shown, "s3://b/k") == 0, "an s3 name shows as it is");
     ok(remote_target_of("/local", &t, &err) == -EINVAL, "a local name has no target (%s)", err.msg);
