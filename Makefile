@@ -45,9 +45,13 @@ FS_OBJ   := $(FS_SRC:%.c=$(B)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 
 PYTHON   := /usr/bin/python3
+
+# The version, in one place: VERSION. ckpt_version() (core/util/version.c) and `ckptfs
+# --version` say it.
+VERSION  := $(shell cat VERSION)
 FIXTURES := $(B)/fixtures
 
-.PHONY: all deps deps-clients check test demo bench mutate fuzz clean format install uninstall fixtures
+.PHONY: print-version all deps deps-clients check test demo bench mutate fuzz clean format install uninstall fixtures
 all: $(B)/ckptfs
 
 # Header dependencies come from the compiler (-MMD, included at the end). core/ is built
@@ -55,6 +59,11 @@ all: $(B)/ckptfs
 $(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(HDF5_CFLAGS) -MMD -MP -c $< -o $@
+
+# The one object that spells the version: a new VERSION rebuilds it alone.
+$(B)/core/util/version.o: core/util/version.c VERSION
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DCKPT_VERSION='"$(VERSION)"' -MMD -MP -c $< -o $@
 
 $(B)/fs/%.o: fs/%.c
 	@mkdir -p $(dir $@)
@@ -205,5 +214,9 @@ format:
 
 clean:
 	rm -rf build build-san
+
+# For scripts and tests: the one version, as the build uses it.
+print-version:
+	@echo $(VERSION)
 
 -include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)

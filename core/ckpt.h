@@ -9,7 +9,8 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define CKPT_VERSION "0.1.0"
+/* The library's version ("0.1.0"), from the source tree's VERSION file. */
+const char *ckpt_version(void);
 
 /* ---- errors: functions return 0 or a negative errno and fill a one-line message ---- */
 

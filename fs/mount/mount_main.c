@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
         if (o.m.help)
             usage(stdout);
         else
-            printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
+            printf("ckptfs %s (libfuse %s)\n", ckpt_version(), fuse_pkgversion());
         status = 0;
         goto out;
     }
