@@ -47,7 +47,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 
 # The version, in one place: VERSION. ckpt_version() (core/util/version.c), `ckptfs --version`,
-# the shared library's file name, and libckpt.pc say it (tests/t/16-libckpt.t).
+# the shared library's file name and libckpt.pc say it (tests/t/16-libckpt.t).
 VERSION  := $(shell cat VERSION)
 # libckpt.so's soname major: raised on any change that breaks a program linked against it
 # (docs/libckpt.md, "Soname policy"); core/libckpt.map's version node carries the same number.
@@ -211,6 +211,8 @@ DESTDIR      ?=
 BINDIR       := $(PREFIX)/bin
 MANDIR       := $(PREFIX)/share/man
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR   := $(PREFIX)/share/zsh/vendor-completions
+FISHCOMPDIR  := $(PREFIX)/share/fish/vendor_completions.d
 MOUNTHELPERDIR ?= $(PREFIX)/sbin
 # The library: LIBDIR is /usr/lib/<multiarch> in the Debian package (debian/rules).
 LIBDIR       ?= $(PREFIX)/lib
@@ -225,6 +227,8 @@ install: $(B)/ckptfs install-lib
 	install -D -m 644 man/ckptfs.5 $(DESTDIR)$(MANDIR)/man5/ckptfs.5
 	install -D -m 644 man/mount.fuse.ckptfs.8 $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8
 	install -D -m 644 mount-helpers/ckptfs.bash-completion $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+	install -D -m 644 mount-helpers/ckptfs.zsh-completion $(DESTDIR)$(ZSHCOMPDIR)/_ckptfs
+	install -D -m 644 mount-helpers/ckptfs.fish-completion $(DESTDIR)$(FISHCOMPDIR)/ckptfs.fish
 
 # The shared library, its headers (under include/ckpt/, keeping core/'s relative layout so their
 # own #include "../ckpt.h" resolve) and libckpt.pc.
@@ -241,7 +245,8 @@ install-lib: $(SOLIB)
 uninstall: uninstall-lib
 	rm -f $(DESTDIR)$(BINDIR)/ckptfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs \
 	  $(DESTDIR)$(MANDIR)/man1/ckptfs.1 $(DESTDIR)$(MANDIR)/man5/ckptfs.5 \
-	  $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8 $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+	  $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8 $(DESTDIR)$(COMPLETIONDIR)/ckptfs \
+	  $(DESTDIR)$(ZSHCOMPDIR)/_ckptfs $(DESTDIR)$(FISHCOMPDIR)/ckptfs.fish
 
 uninstall-lib:
 	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(SOLIB)) $(DESTDIR)$(LIBDIR)/$(SONAME) \

@@ -21,6 +21,7 @@ trap cleanup EXIT
 unset CKPTFS_ENV
 files="bin/ckptfs sbin/mount.fuse.ckptfs share/man/man1/ckptfs.1 share/man/man5/ckptfs.5
        share/man/man8/mount.fuse.ckptfs.8 share/bash-completion/completions/ckptfs
+       share/zsh/vendor-completions/_ckptfs share/fish/vendor_completions.d/ckptfs.fish
        lib/libckpt.so.0 lib/libckpt.so include/ckpt/ckpt.h include/ckpt/read/segread.h
        lib/pkgconfig/libckpt.pc"
 
