@@ -25,7 +25,7 @@ LDSAN   :=
 endif
 
 CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wformat=2 \
-              -Wno-format-nonliteral $(OPT) $(CFLAGS)
+              -Wno-format-nonliteral $(OPT) $(CPPFLAGS) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 MHD_LIBS    = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
@@ -47,7 +47,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 
 # The version, in one place: VERSION. ckpt_version() (core/util/version.c), `ckptfs --version`,
-# the shared library's file name and libckpt.pc say it (tests/t/16-libckpt.t).
+# the shared library's file name, libckpt.pc and debian/changelog say it (tests/t/16-libckpt.t).
 VERSION  := $(shell cat VERSION)
 # libckpt.so's soname major: raised on any change that breaks a program linked against it
 # (docs/libckpt.md, "Soname policy"); core/libckpt.map's version node carries the same number.

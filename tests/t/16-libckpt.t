@@ -7,7 +7,7 @@ internal helpers; the C example of docs/libckpt.md, compiled with pkg-config's f
 the installed library only, and the Python ctypes example there list a sharded checkpoint's
 tensors and read their bytes, checked against the safetensors files parsed here (json +
 struct, nothing of core/). The version: VERSION, the Makefile, ckpt_version(), `ckptfs
---version`, the library's file name, and libckpt.pc say the same."""
+--version`, the library's file name, libckpt.pc and debian/changelog say the same."""
 
 import json
 import os
@@ -64,6 +64,10 @@ mk = run(["make", "-s", "-C", ROOT, "print-version"])
 tap.ok(mk.stdout.strip() == version, "the Makefile's VERSION (%s)" % mk.stdout.strip())
 v = run([CKPTFS, "--version"])
 tap.ok(v.stdout.split()[:2] == ["ckptfs", version], "ckptfs --version (%s)" % v.stdout.strip())
+with open(os.path.join(ROOT, "debian", "changelog")) as f:
+    first = f.readline()
+m = re.match(r"ckptfs \(([^)-]+)(-[^)]*)?\)", first)
+tap.ok(m and m.group(1) == version, "debian/changelog's upstream version (%s)" % first.strip())
 
 tmp = tempfile.mkdtemp(prefix="libckpt.")
 try:
@@ -116,6 +120,10 @@ try:
             "declared, not exported: %s" % sorted(declared - exported)])
     tap.ok(mapped == declared, "core/libckpt.map == the headers' declarations",
            ["%s" % sorted(mapped ^ declared)])
+    with open(os.path.join(ROOT, "debian", "libckpt0.symbols")) as f:
+        deb_syms = set(re.findall(r"^ (ckpt_[a-z_0-9]+)@CKPT_0 ", f.read(), re.M))
+    tap.ok(deb_syms == mapped, "debian/libckpt0.symbols lists the map's functions",
+           ["%s" % sorted(deb_syms ^ mapped)])
     leaked = sorted(s for s in exported if not s.startswith("ckpt_"))
     tap.ok(not leaked, "no internal helper exported (%s)" % leaked[:5])
     st = run(["sh", "-c", "nm -D %s | grep -c ' [TD] sb_\\| [TD] json_' || true" % os.path.join(lib, real)])
