@@ -78,6 +78,12 @@ void cli_put_display_name(strbuf *sb, const ckpt_tensor *t);
 /* Under a directory whose name starts with '.' (per-rank copies in .ckptfs/ranks/): listed
  * only on request, as ls -a shows dot files. */
 bool cli_hidden(const ckpt_tensor *t);
+/* Whether the fnmatch(3) pattern glob names t in one of the spellings a user meets: the name
+ * (model.norm.weight), the form `ckptfs ls` prints (prefix + name: model/model.norm.weight,
+ * optim/...), or the tree path of the mount (model/model/norm/weight, with or without its
+ * ".raw"). CLI_GLOB_PREFIXED when only a spelling with the prefix matched. name is scratch. */
+enum { CLI_GLOB_NO = 0, CLI_GLOB_NAME = 1, CLI_GLOB_PREFIXED = 2 };
+int cli_glob_match(const char *glob, const ckpt_tensor *t, strbuf *name);
 /* The tensor a user named: its exact name (the unprefixed tensor first, then one in the
  * model), its prefix + name, its tree path, or the %XX form printed by `ckptfs ls`. NULL when
  * none matches. */

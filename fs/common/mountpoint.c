@@ -29,25 +29,30 @@ static void unescape_field(char *s) {
     *out = '\0';
 }
 
-/* The file system type of the topmost mount on mnt ("fuse.ckptfs"), or false. */
-static bool mount_type_at(const char *mnt, char *type, size_t cap) {
+bool mount_at(const char *mnt, char *type, size_t cap, char *source, size_t source_cap) {
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f) return false;
     char line[8192];
     bool found = false;
     while (fgets(line, sizeof line, f)) {
-        char point[PATH_MAX], fstype[128];
+        char point[PATH_MAX], fstype[128], src[PATH_MAX] = "";
         /* id parent major:minor root POINT options [optional...] - TYPE source super */
         if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1) continue;
         const char *dash = strstr(line, " - ");
-        if (!dash || sscanf(dash + 3, "%127s", fstype) != 1) continue;
+        if (!dash || sscanf(dash + 3, "%127s %4095s", fstype, src) < 1) continue;
         unescape_field(point);
         if (strcmp(point, mnt) != 0) continue;
+        unescape_field(src);
         snprintf(type, cap, "%s", fstype);
+        if (source) snprintf(source, source_cap, "%s", src);
         found = true; /* keep going: the last one listed is on top */
     }
     fclose(f);
     return found;
+}
+
+static bool mount_type_at(const char *mnt, char *type, size_t cap) {
+    return mount_at(mnt, type, cap, NULL, 0);
 }
 
 bool mountpoint_usable(const char *prog, const char *mnt) {
@@ -56,9 +61,22 @@ bool mountpoint_usable(const char *prog, const char *mnt) {
     struct stat st;
     struct statfs sf;
     if (stat(mnt, &st) == 0 && statfs(mnt, &sf) == 0) {
-        if (S_ISDIR(st.st_mode)) return true;
-        fprintf(stderr, "%s: mount point %s: not a directory\n", prog, mnt);
-        return false;
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "%s: mount point %s: not a directory\n", prog, mnt);
+            return false;
+        }
+        /* A live mount there: a second one on top would hide it until the next unmount, and
+         * an unmount would then take off the wrong one. */
+        char type[128], source[PATH_MAX];
+        if (mount_at(mnt, type, sizeof type, source, sizeof source)) {
+            fprintf(stderr,
+                    "%s: mount point %s: %s (%s) is mounted there; unmount it first "
+                    "(ckptfs umount %s, or fusermount3 -u / umount) or choose another "
+                    "directory\n",
+                    prog, mnt, source, type, mnt);
+            return false;
+        }
+        return true;
     }
     int e = errno;
     char type[128];

@@ -4,6 +4,8 @@
  *
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
+#include "changed.h"
+#include "common/mount_log.h"
 #include "mount/ckptfs.h"
 #include "core/views/stats.h"
 #include "cli/cli.h"
@@ -53,12 +55,18 @@ typedef struct options {
     char *read_only_opt;  /* the first option only a read-only mount takes, as given */
     char *staging_opt;    /* the first option only a staging mount takes, as given */
     int version;
-    remote_opts remote; /* s3_endpoint=, cache_dir=, block_size=, ... */
-    char *remote_bad;   /* why a remote option's value was refused */
+    remote_opts remote;  /* s3_endpoint=, cache_dir=, block_size=, ... */
+    char *remote_bad;    /* why a remote option's value was refused */
+    char *uid, *gid;     /* owner shown for every file (default: the mounting user) */
+    char *log;           /* -o log=FILE: where a detached mount says why reads fail */
+    char *umask;         /* octal bits taken off every mode (never added: see ckptfs(1)) */
+    int fsname, subtype; /* given by the user: passed on instead of ckptfs's own */
 } options;
 
 enum {
     KEY_VERSION,
+    KEY_FSNAME,
+    KEY_SUBTYPE,
     KEY_RO,
     KEY_READ_ONLY_OPT, /* also matched by its value template above: noted, then dropped */
     KEY_STAGING_OPT,
@@ -84,6 +92,16 @@ static const struct fuse_opt option_spec[] = {
     OPT("stage=%s", stage, 0),
     OPT("spool=%s", spool, 0),
     OPT("nocommit", nocommit, 1),
+    OPT("uid=%s", uid, 0),
+    OPT("log=%s", log, 0),
+    FUSE_OPT_KEY("log=", KEY_READ_ONLY_OPT),
+    OPT("gid=%s", gid, 0),
+    OPT("umask=%s", umask, 0),
+    FUSE_OPT_KEY("uid=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("gid=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("umask=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+    FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
     FUSE_OPT_KEY("readahead_kb=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("spin_us=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("splice", KEY_READ_ONLY_OPT),
@@ -130,17 +148,17 @@ static void usage(FILE *out) {
         "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
         "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
         "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
-        "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
-        "                     shards + index) at the root instead of .ckptfs/hf/\n"
-        "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
+        "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
         "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
         "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
         "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
         "  allow_other        let other users in (with default_permissions)\n"
+        "  uid=N, gid=N, umask=M  owner of every file; mode bits taken off (never added)\n"
+        "  log=FILE           why reads fail (default: stderr; syslog once detached)\n"
         "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
         "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
         "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
-        "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
+        "  and the usual FUSE mount options (fsname=, subtype= passed on as given, ...)\n"
         "\n"
         "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
         "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
@@ -159,6 +177,12 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
         return 0;
     case KEY_RO:
         o->ro = 1;
+        return 1;
+    case KEY_FSNAME: /* libfuse takes it: kept, and ckptfs adds none of its own */
+        o->fsname = 1;
+        return 1;
+    case KEY_SUBTYPE:
+        o->subtype = 1;
         return 1;
     case KEY_READ_ONLY_OPT:
         if (!o->read_only_opt) o->read_only_opt = strdup(arg);
@@ -210,6 +234,40 @@ static bool parse_numbers(const options *o, numbers *n) {
                 "86400 or 0.5)\n",
                 o->timeout);
         return false;
+    }
+    return true;
+}
+
+/* -o uid=, gid=, umask= (as sshfs, rclone and squashfuse take them) into fs. */
+static bool owner_options(const options *o, ckptfs *fs) {
+    char *end;
+    if (o->uid) {
+        errno = 0;
+        unsigned long v = strtoul(o->uid, &end, 10);
+        if (errno || *end || !o->uid[0] || v >= (uid_t)-1) {
+            fprintf(stderr, "ckptfs: uid=%s: expected a numeric user id\n", o->uid);
+            return false;
+        }
+        fs->uid = (uid_t)v;
+    }
+    if (o->gid) {
+        errno = 0;
+        unsigned long v = strtoul(o->gid, &end, 10);
+        if (errno || *end || !o->gid[0] || v >= (gid_t)-1) {
+            fprintf(stderr, "ckptfs: gid=%s: expected a numeric group id\n", o->gid);
+            return false;
+        }
+        fs->gid = (gid_t)v;
+    }
+    if (o->umask) {
+        errno = 0;
+        unsigned long v = strtoul(o->umask, &end, 8);
+        if (errno || *end || !o->umask[0] || v > 0777) {
+            fprintf(stderr, "ckptfs: umask=%s: expected octal mode bits such as 022 or 077\n",
+                    o->umask);
+            return false;
+        }
+        fs->umask = (mode_t)v;
     }
     return true;
 }
@@ -329,6 +387,12 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
     }
+    if (!owner_options(&o, &fs)) goto out;
+    if (o.log && mount_log_file(o.log) != 0) {
+        fprintf(stderr, "ckptfs: log=%s: %s\n", o.log, strerror(errno));
+        status = EXIT_USAGE;
+        goto out;
+    }
     fs.as_f32 = o.as_dtype != NULL;
     bool hf_root = false;
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
@@ -374,9 +438,9 @@ int main(int argc, char **argv) {
     }
     heap_for_serving(); /* the tree's */
 
-    fuse_opt_add_arg(&args, "-osubtype=ckptfs");
+    if (!o.subtype) fuse_opt_add_arg(&args, "-osubtype=ckptfs");
     char *fsname = NULL;
-    if (fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
+    if (!o.fsname && fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
         char *opt = malloc(strlen(fsname) + 10);
         if (opt) {
             sprintf(opt, "-ofsname=%s", fsname);
@@ -399,6 +463,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
         goto out_unmount;
     }
+    if (!o.m.foreground) mount_log_detached();
+    changed_init(fs.cat);
     serve_opts so = {.single = o.m.single != 0,
                      .max_threads = num.max_threads,
                      .spin_us = num.spin_us,
@@ -421,6 +487,7 @@ out:
     free(fs.stats);
     free(fs.stats_known);
     ckpt_stats_pages_free(fs.stats_pages);
+    changed_free();
     ckpt_tsv_pages_free(fs.tsv_pages);
     free(fs.alias);
     tree_free(&fs.tr);

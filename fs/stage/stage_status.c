@@ -11,6 +11,7 @@
  * waiting for the commit. */
 #include "stage.h"
 #include "stage_fs.h"
+#include "common/mountpoint.h"
 
 #include "core/util/json.h"
 
@@ -201,6 +202,22 @@ int umount_main(int argc, char **argv) {
         return STAGE_USAGE;
     }
     const char *mnt = argv[1];
+    /* Only a mount of ours: fusermount3 would say "Invalid argument" of a plain directory. */
+    char real[PATH_MAX], type[128], source[PATH_MAX];
+    if (!realpath(mnt, real)) {
+        fprintf(stderr, "ckptfs umount: %s: %s\n", mnt, strerror(errno));
+        return STAGE_USAGE;
+    }
+    if (!mount_at(real, type, sizeof type, source, sizeof source)) {
+        fprintf(stderr, "ckptfs umount: %s: not a ckptfs mount (nothing is mounted there)\n", mnt);
+        return STAGE_USAGE;
+    }
+    if (strcmp(type, "fuse") != 0 && strncmp(type, "fuse.", 5) != 0) {
+        fprintf(stderr,
+                "ckptfs umount: %s: not a ckptfs mount (%s, of type %s, is mounted there)\n", mnt,
+                source, type);
+        return STAGE_USAGE;
+    }
     char *spool = spool_of_mount(mnt);
     bool orphan = !spool && is_stage_mount(mnt);
     int spool_fd = spool ? open(spool, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
