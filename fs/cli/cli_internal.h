@@ -3,6 +3,7 @@
 #ifndef CKPTFS_CLI_INTERNAL_H
 #define CKPTFS_CLI_INTERNAL_H
 
+#include "cli.h"
 #include "core/ckpt.h"
 #include "core/util/strbuf.h"
 #include "core/util/text.h"
@@ -53,17 +54,19 @@ int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool mis
 typedef struct cli_args {
     const char *shortopts;
     const struct option *longopts;
-    const char *usage;
+    const char *usage; /* the --help text after the Usage line, which fs/main.c's table holds */
     int min_operands, max_operands;
     const char *operands; /* "SOURCE", "one SOURCE", "SOURCE and NAME" */
     /* Each of the subcommand's own options, by letter: 0, or CLI_USAGE after a message. */
     int (*on_option)(void *ctx, const char *cmd, int letter, const char *value);
     void *ctx;
 } cli_args;
-/* Parses argv: -o goes to cli_parse_o, --help prints the usage (*help_shown: the caller stops
- * and returns the result), any other option to on_option; then checks the operand count. Returns
- * 0 with optind at the first operand, CLI_USAGE after a one-line message, or CLI_OUTPUT when the
- * usage could not be written. */
+/* The process setup every command shares, then parses argv: -o goes to cli_parse_o, --help prints
+ * the usage (*help_shown: the caller stops and returns the result), any other option to on_option;
+ * then checks the operand count. Returns 0 with optind at the first operand, CLI_USAGE after a
+ * one-line message, or CLI_OUTPUT when the usage could not be written. */
+/* cli_start is its first step (exported for commands that take no arguments). */
+void cli_start(void);
 int cli_parse_args(cli_common *c, const cli_args *a, int argc, char **argv, bool *help_shown);
 /* --threads N: 1 to 256. 0, or CLI_USAGE after a message. */
 int cli_parse_threads(const char *cmd, const char *value, uint64_t *threads);
@@ -119,14 +122,5 @@ int cli_out_maybe_flush(cli_out *o);
 /* Writes what is left and frees the buffer; returns o->status (CLI_OUTPUT also when the
  * buffer could not grow). */
 int cli_out_finish(cli_out *o);
-
-/* The subcommands. argv[0] is the subcommand's name. */
-int cli_ls(int argc, char **argv);
-int cli_info(int argc, char **argv);
-int cli_cat(int argc, char **argv);
-int cli_verify(int argc, char **argv);
-int cli_convert(int argc, char **argv);
-int cli_stats(int argc, char **argv);
-int cli_diff(int argc, char **argv);
 
 #endif

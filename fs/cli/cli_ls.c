@@ -6,7 +6,6 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs ls SOURCE [-l] [--json] [-a] [-o OPTIONS] [GLOB...]\n"
     "List the tensors of a checkpoint, one name per line, sorted by name.\n"
     "\n"
     "  -l, --long    also dtype, shape and size:  F32  [4096,4096]  64.0 MiB  NAME\n"

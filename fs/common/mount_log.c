@@ -1,4 +1,5 @@
 #include "mount_log.h"
+#include "message.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,14 +26,20 @@ void mount_log_detached(void) {
 }
 
 void mount_log(const char *fmt, ...) {
-    char msg[1200];
+    char raw[1200], msg[sizeof raw * 3];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int len = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    /* A path may hold a newline or an escape sequence: shown as msg_error shows it, so it can
+     * neither forge a log line nor drive a terminal that reads the log. */
+    msg_sanitize(msg, sizeof msg, raw,
+                 len < 0                    ? 0
+                 : (size_t)len < sizeof raw ? (size_t)len
+                                            : sizeof raw - 1);
     if (log_fd >= 0) {
         /* one write(2) a line: lines of threads logging at once do not interleave */
-        char line[1300], when[40];
+        char line[sizeof msg + 100], when[40];
         time_t now = time(NULL);
         struct tm tm;
         localtime_r(&now, &tm);

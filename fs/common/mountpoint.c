@@ -1,4 +1,5 @@
 #include "mountpoint.h"
+#include "message.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -7,6 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+
+/* prog is "ckptfs" or "ckptfs stage": the command for msg_error. */
+static const char *cmd_of(const char *prog) {
+    return strncmp(prog, "ckptfs ", 7) == 0 ? prog + 7 : NULL;
+}
 
 bool path_is_under(const char *path, const char *dir) {
     size_t n = strlen(dir);
@@ -62,18 +68,18 @@ bool mountpoint_usable(const char *prog, const char *mnt) {
     struct statfs sf;
     if (stat(mnt, &st) == 0 && statfs(mnt, &sf) == 0) {
         if (!S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "%s: mount point %s: not a directory\n", prog, mnt);
+            msg_error(cmd_of(prog), "mount point %s: not a directory", mnt);
             return false;
         }
         /* A live mount there: a second one on top would hide it until the next unmount, and
          * an unmount would then take off the wrong one. */
         char type[128], source[PATH_MAX];
         if (mount_at(mnt, type, sizeof type, source, sizeof source)) {
-            fprintf(stderr,
-                    "%s: mount point %s: %s (%s) is mounted there; unmount it first "
-                    "(ckptfs umount %s, or fusermount3 -u / umount) or choose another "
-                    "directory\n",
-                    prog, mnt, source, type, mnt);
+            msg_error(cmd_of(prog),
+                      "mount point %s: %s (%s) is mounted there; unmount it first "
+                      "(ckptfs umount %s, or fusermount3 -u / umount) or choose another "
+                      "directory",
+                      mnt, source, type, mnt);
             return false;
         }
         return true;
@@ -82,15 +88,15 @@ bool mountpoint_usable(const char *prog, const char *mnt) {
     char type[128];
     if ((e == ENOTCONN || e == ECONNABORTED) && mount_type_at(mnt, type, sizeof type)) {
         bool ours = strcmp(type, "fuse.ckptfs") == 0;
-        fprintf(stderr,
-                "%s: mount point %s: %s mount whose daemon has ended (killed?) is still there, "
-                "and every access to it fails (\"%s\"); mounting on top would hide it until the "
-                "next unmount. Clear it with: fusermount3 -u %s  (if that says busy: "
-                "fusermount3 -u -z %s), then mount again\n",
-                prog, mnt, ours ? "a ckptfs" : type, strerror(e), mnt, mnt);
+        msg_error(cmd_of(prog),
+                  "mount point %s: %s mount whose daemon has ended (killed?) is still there, "
+                  "and every access to it fails (\"%s\"); mounting on top would hide it until the "
+                  "next unmount. Clear it with: fusermount3 -u %s  (if that says busy: "
+                  "fusermount3 -u -z %s), then mount again",
+                  mnt, ours ? "a ckptfs" : type, strerror(e), mnt, mnt);
         return false;
     }
-    fprintf(stderr, "%s: mount point %s: %s\n", prog, mnt, strerror(e));
+    msg_error(cmd_of(prog), "mount point %s: %s", mnt, strerror(e));
     return false;
 }
 
@@ -105,10 +111,10 @@ static bool apart(const char *prog, const char *mnt, const char *what, const cha
     else if (path_is_under(mnt, real))
         why = "contains the mount point";
     if (!why) return true;
-    fprintf(stderr,
-            "%s: %s %s %s %s: the mount would hide the files it reads from (reads would fail, "
-            "or with -s hang); choose a mount point outside the source\n",
-            prog, what, path, why, mnt);
+    msg_error(cmd_of(prog),
+              "%s %s %s %s: the mount would hide the files it reads from (reads would fail, "
+              "or with -s hang); choose a mount point outside the source",
+              what, path, why, mnt);
     return false;
 }
 

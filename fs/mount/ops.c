@@ -3,6 +3,7 @@
 #include "changed.h"
 #include "common/mount_log.h"
 #include "ckptfs.h"
+#include "common/message.h"
 
 #include "core/read/dequant.h"
 #include "core/read/segread.h"

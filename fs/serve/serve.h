@@ -42,6 +42,10 @@ typedef struct serve_snapshot {
     char *plot;
     size_t plot_len;
     struct serve_etags *etags; /* content digests of the files asked for (serve_etag.c) */
+    /* How etags is freed, set by serve_etag.c with the table: the snapshot's owner
+     * (serve_repo.c) frees it without calling into serve_etag.c, which calls serve_repo.c's
+     * node functions (no loop of calls between the two). */
+    void (*etags_free)(struct serve_etags *e);
 } serve_snapshot;
 
 typedef struct serve_repo {
@@ -82,7 +86,6 @@ const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, ch
 /* The sha256 of file node's size bytes as hex, computed on the first call for that node of
  * the snapshot (one read of the file) and kept: 0, or a negative errno. */
 int serve_content_sha(serve_snapshot *s, uint32_t node, uint64_t size, char *hex);
-void serve_etags_free(struct serve_etags *e);
 
 /* The per-layer SVG (statistics of every tensor, computed once): NULL when no tensor has a
  * layer number or on failure. */

@@ -27,16 +27,20 @@ struct serve_etags {
 
 static pthread_mutex_t make_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void etags_free(struct serve_etags *e);
+
 static struct serve_etags *etags_of(serve_snapshot *s) {
     pthread_mutex_lock(&make_lock);
-    if (!s->etags && (s->etags = calloc(1, sizeof *s->etags)))
+    if (!s->etags && (s->etags = calloc(1, sizeof *s->etags))) {
         pthread_mutex_init(&s->etags->lock, NULL);
+        s->etags_free = etags_free;
+    }
     struct serve_etags *e = s->etags;
     pthread_mutex_unlock(&make_lock);
     return e;
 }
 
-void serve_etags_free(struct serve_etags *e) {
+static void etags_free(struct serve_etags *e) {
     if (!e) return;
     pthread_mutex_destroy(&e->lock);
     free(e->k);

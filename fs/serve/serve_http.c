@@ -6,6 +6,7 @@
  * response's own buffer, so memory does not grow with file sizes, and each block is checked
  * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
+#include "common/message.h"
 
 #include "core/read/segread.h"
 #include "core/util/sha256.h"
@@ -683,10 +684,13 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
     return (size_t)(out - s);
 }
 
+/* libmicrohttpd's own messages end in a newline of their own; the rest is shown as ours. */
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    fputs("ckptfs serve: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    char text[1024];
+    vsnprintf(text, sizeof text, fmt, ap);
+    text[strcspn(text, "\n")] = '\0';
+    msg_error("serve", "%s", text);
 }
 
 struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigned addrlen,

@@ -2,6 +2,8 @@
  * safety rule (loopback, or a token, or an explicit --insecure-no-auth), then the server until
  * SIGINT/SIGTERM. */
 #include "serve.h"
+#include "common/message.h"
+#include "common/command.h"
 
 #include "common/heap.h"
 #include "common/size.h"
@@ -23,7 +25,6 @@ enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_LISTEN = 3 };
 extern uint64_t serve_max_shard_size;
 
 static const char help_text[] =
-    "Usage: ckptfs serve [OPTIONS] [[ORG/]NAME=]SOURCE...\n"
     "Serve checkpoints as Hugging Face Hub repositories ORG/NAME over HTTP: the HF view\n"
     "(config, model.safetensors or shards + index, tokenizer files) assembled on read, the\n"
     "tensor tree under tensors/, and an HTML page per repo at /ORG/NAME.\n"
@@ -119,7 +120,7 @@ static void default_id(const char *source, char *out) {
 static int read_token(const char *path, char **out) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "ckptfs serve: --token-file %s: %s\n", path, strerror(errno));
+        msg_error("serve", "--token-file %s: %s", path, strerror(errno));
         return -1;
     }
     char buf[4097];
@@ -132,10 +133,10 @@ static int read_token(const char *path, char **out) {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)buf[i] <= 0x20 || (unsigned char)buf[i] >= 0x7f) n = 0;
     if (n < 8) {
-        fprintf(stderr,
-                "ckptfs serve: --token-file %s: the first line must be a token of at "
-                "least 8 printable characters without spaces\n",
-                path);
+        msg_error("serve",
+                  "--token-file %s: the first line must be a token of at "
+                  "least 8 printable characters without spaces",
+                  path);
         return -1;
     }
     *out = strdup(buf);
@@ -190,9 +191,9 @@ static bool parse_count(const char *text, unsigned lo, unsigned hi, unsigned *ou
 }
 
 static int usage_error(const char *fmt, const char *arg) {
-    fputs("ckptfs serve: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (try: ckptfs serve --help)\n", stderr);
+    char text[1024];
+    snprintf(text, sizeof text, fmt, arg);
+    msg_error("serve", "%s (try: ckptfs serve --help)", text);
     return EXIT_USAGE;
 }
 
@@ -215,6 +216,7 @@ int serve_main(int argc, char **argv) {
                      strcmp(a, "--threads") == 0 || strcmp(a, "--max-connections") == 0 ||
                      strcmp(a, "--timeout") == 0 || strcmp(a, "--max-shard-size") == 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            command_print_usage(stdout, "serve");
             fputs(help_text, stdout);
             free(sources);
             return EXIT_OK;
@@ -245,8 +247,12 @@ int serve_main(int argc, char **argv) {
             sources[nsources++] = argv[i];
         if (bad_count) {
             free(sources);
-            fprintf(stderr, "ckptfs serve: %s %s: expected a positive count ", a, val);
-            return usage_error("%s", "(threads <= 256, connections <= 65536, timeout <= 86400)");
+            char what[400];
+            snprintf(what, sizeof what,
+                     "%s %.300s: expected a positive count (threads <= 256, "
+                     "connections <= 65536, timeout <= 86400)",
+                     a, val);
+            return usage_error("%s", what);
         }
         if (takes) i++;
     }
@@ -305,7 +311,7 @@ int serve_main(int argc, char **argv) {
         cfg.nrepos++;
         ckpt_err err = {{0}};
         if (!r->source || serve_snapshot_open(path, &r->cur, &err) != 0) {
-            fprintf(stderr, "ckptfs serve: %s\n", r->source ? err.msg : "out of memory");
+            msg_error("serve", "%s", r->source ? err.msg : "out of memory");
             goto out;
         }
     }
@@ -323,7 +329,7 @@ int serve_main(int argc, char **argv) {
     char msg[300];
     d = serve_http_start(&cfg, &ss, (unsigned)sslen, msg, sizeof msg);
     if (!d) {
-        fprintf(stderr, "ckptfs serve: --listen %s: %s\n", listen, msg);
+        msg_error("serve", "--listen %s: %s", listen, msg);
         goto out;
     }
     char host[NI_MAXHOST] = "?";
