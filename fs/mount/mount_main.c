@@ -521,6 +521,10 @@ out:
     free(o.spool);
     free(o.read_only_opt);
     free(o.staging_opt);
+    free(o.uid);
+    free(o.gid);
+    free(o.log);
+    free(o.umask);
     mount_opts_free(&o.m);
     return status;
 }
