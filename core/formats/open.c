@@ -117,6 +117,8 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
         if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) return (*t)->load_dir(cat, err);
+    int rc = place_list_failure(cat->root, err);
+    if (rc) return rc;
     char looked[1024];
     list_labels(looked, sizeof looked, true);
     return ckpt_fail(err, -ENOENT, "%s: no checkpoint in this directory (looked for %s)", cat->root,
