@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Remote listings and transfers against hostile servers (small http.servers run by this test on
 loopback): one set of listing limits for http index pages, S3 ListObjectsV2 pages and Hub tree
-pages.
+pages, and a minimum transfer rate.
 
 Environment: CKPTFS, TOOLS.
 
@@ -12,6 +12,8 @@ Environment: CKPTFS, TOOLS.
 - Endless pages are refused, not kept (#17): Hub tree pages chained by Link: rel="next" and S3
   pages that are always IsTruncated, each page new names, end with one line saying the listing
   was refused, the command's peak RSS stays under 200 MiB.
+- A server that drips 2 bytes a second (#15) is given up: with remote_timeout=2 and retries=0
+  `info` fails within 30 s naming the URL (before, a moving transfer was never given up).
 """
 
 import http.server
@@ -190,6 +192,14 @@ def main():
                    "%s: one line says the listing was refused" % label, [err[-600:]])
             tap.ok(0 < mib < 200, "%s: peak RSS %.0f MiB under 200 MiB" % (label, mib))
 
+        Handler.mode = "drip"
+        t0 = time.monotonic()
+        rc, out, err = run_capture([ckptfs, "info", "-o", "remote_timeout=2,retries=0",
+                                    base + "/d/model.safetensors"], 30)
+        took = time.monotonic() - t0
+        tap.ok(rc not in (0, None) and "model.safetensors" in err.decode(errors="replace"),
+               "a server dripping 2 bytes a second is given up (rc %s after %.1f s)" % (rc, took),
+               [err.decode(errors="replace")[-600:]])
     finally:
         srv.shutdown()
     tap.done()
