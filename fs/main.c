@@ -261,6 +261,11 @@ static void set_readahead(void *ctx, dev_t dev) {
 }
 
 int main(int argc, char **argv) {
+    /* Under `ulimit -f` a write past the limit kills the writer with SIGXFSZ: the staging
+     * daemon (a pack passing the limit), convert or a commit would die mid-write, and a mount
+     * with them. Ignored, the write fails with EFBIG, which every writer reports as it reports
+     * a full disk (and cp on a stage sees "File too large", as on a local file system). */
+    signal(SIGXFSZ, SIG_IGN);
     /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
     if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
     /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
