@@ -538,7 +538,10 @@ static enum MHD_Result repo_page(struct MHD_Connection *c, serve_repo *r, serve_
 
 static enum MHD_Result plot_page(struct MHD_Connection *c, serve_snapshot *s) {
     size_t len = 0;
-    const char *svg = serve_plot(s, &len);
+    const char *svg = NULL;
+    int state = serve_plot(s, c, &svg, &len);
+    if (state == SERVE_PLOT_DRAWING) return MHD_YES; /* suspended: asked again once drawn */
+    if (state < 0) return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "out of memory");
     if (!svg)
         return send_error(c, MHD_HTTP_NOT_FOUND, "EntryNotFound",
                           "no tensor has a layer number (or statistics failed)");
@@ -692,7 +695,9 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
 struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigned addrlen,
                                     char *msg, size_t msg_len) {
     const struct sockaddr *sa = addr;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /* Suspend/resume: a request for layers.svg waits for its drawing without a thread. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (sa->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
     (void)addrlen;
     /* Half the slots at most for connections still sending their headers: the other half stay
