@@ -2,7 +2,7 @@
  * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
  * holds what every subcommand shares: -o options, opening the source, messages, output. */
 #include "cli.h"
-#include "heap.h"
+#include "common/heap.h"
 #include "cli_internal.h"
 #include "serve/serve.h"
 #include "core/read/segread.h"
@@ -98,14 +98,10 @@ int cli_main(int argc, char **argv) {
 /* ---- messages ---- */
 
 void cli_error(const char *cmd, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg_verror(cmd, fmt, ap);
     va_end(ap);
-    for (char *p = msg; *p; p++) /* one line, whatever a name or path holds */
-        if ((unsigned char)*p < 0x20) *p = ' ';
-    fprintf(stderr, "ckptfs %s: %s\n", cmd, msg);
 }
 
 int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool missing_arg) {

@@ -1,7 +1,7 @@
 /* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/write/writer.c
  * (temporary file next to OUT, fsync, rename: OUT is complete or untouched). */
 #include "cli_convert.h"
-#include "size.h"
+#include "common/size.h"
 
 #include "core/write/cast.h"
 #include "core/write/profile.h"
@@ -41,9 +41,9 @@ static const char usage[] =
     "  -h, --help    this help\n";
 
 static void report(void *ctx, uint64_t done, uint64_t total) {
-    cli_progress *p = ctx;
+    progress_line *p = ctx;
     (void)total;
-    if (done > p->done) cli_progress_add(p, done - p->done);
+    if (done > p->done) progress_add(p, done - p->done);
 }
 
 enum { MAX_GLOBS = 64 };
@@ -146,11 +146,11 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
     uint64_t total = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
         if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;
-    cli_progress progress;
-    cli_progress_start(&progress, "convert", total);
+    progress_line progress;
+    progress_start(&progress, "convert", total);
     o->wo.progress = (ckpt_progress){report, &progress};
     int wrc = ckpt_write(cat, out, &o->wo, &err);
-    cli_progress_end(&progress);
+    progress_end(&progress);
     if (wrc) {
         cli_error(c->cmd, "%s", err.msg);
         /* a tensor the format cannot hold is the source's fault; a failed write is ours */

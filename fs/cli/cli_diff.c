@@ -2,7 +2,7 @@
  * by name (through --map renames), values compared after conversion to double (core/views/stats.c).
  * Exit status as diff(1): 0 equal within tolerance, 1 different, 2 trouble. */
 #include "cli_internal.h"
-#include "cli_plot.h"
+#include "common/plot.h"
 
 #include "core/views/stats.h"
 
@@ -386,7 +386,7 @@ static int draw(const differ *d, const char *a_path, const char *b_path, const p
 }
 
 static void progress_cb(void *ctx, uint64_t bytes) {
-    cli_progress_add(ctx, bytes);
+    progress_add(ctx, bytes);
 }
 
 static int run(differ *d, const char *a_path, const char *b_path) {
@@ -429,11 +429,11 @@ static int run(differ *d, const char *a_path, const char *b_path) {
         which[nc++] = i;
     }
     if (ok) {
-        cli_progress prog;
-        cli_progress_start(&prog, d->cmd, total);
+        progress_line prog;
+        progress_start(&prog, d->cmd, total);
         ok = ckpt_diff_run(d->ca, ta, d->cb, tb, nc, d->atol, d->rtol, (unsigned)d->threads, res,
                            status, msgs, progress_cb, &prog) == 0;
-        cli_progress_end(&prog);
+        progress_end(&prog);
     }
     for (size_t k = 0; ok && k < nc; k++) {
         pair *p = &pairs[which[k]];

@@ -63,13 +63,13 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
         nfiles++;
     }
     if (wpath > 60) wpath = 60;
-    cli_human_size(total_size, a, sizeof a);
+    human_size(total_size, a, sizeof a);
     label(sb, "files");
     sb_printf(sb, "%zu, %s\n", nfiles, a);
     for (const json_value *f = files ? files->head : NULL; f; f = f->next) {
         const json_value *p = json_member(f, "path");
         size_t plen = p && p->type == JSON_STRING ? p->len : 0;
-        cli_human_size(u64_member(f, "size"), a, sizeof a);
+        human_size(u64_member(f, "size"), a, sizeof a);
         sb_printf(sb, "%*s", LABEL + 2, "");
         if (plen) put_text(sb, p->str, plen);
         for (size_t k = plen; k < wpath; k++) sb_putc(sb, ' ');
@@ -79,8 +79,8 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
     label(sb, "tensors");
     sb_printf(sb, "%llu\n", (unsigned long long)u64_member(sum, "tensor_count"));
     uint64_t params = u64_member(sum, "parameter_count");
-    cli_human_count(params, a, sizeof a);
-    cli_grouped(params, b, sizeof b);
+    human_count(params, a, sizeof a);
+    human_grouped(params, b, sizeof b);
     label(sb, "parameters");
     if (params >= 1000)
         sb_printf(sb, "%s (%s)\n", a, b);
@@ -88,7 +88,7 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
         sb_printf(sb, "%s\n", b);
     uint64_t aliases = u64_member(sum, "alias_count");
     if (aliases) {
-        cli_grouped(u64_member(sum, "alias_parameters"), b, sizeof b);
+        human_grouped(u64_member(sum, "alias_parameters"), b, sizeof b);
         label(sb, "aliases");
         sb_printf(sb,
                   "%llu tensor%s sharing another's storage (tied; %s parameters not counted "
@@ -96,8 +96,8 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
                   (unsigned long long)aliases, aliases == 1 ? "" : "s", b);
     }
     uint64_t bytes = u64_member(sum, "total_bytes");
-    cli_human_size(bytes, a, sizeof a);
-    cli_grouped(bytes, b, sizeof b);
+    human_size(bytes, a, sizeof a);
+    human_grouped(bytes, b, sizeof b);
     label(sb, "tensor bytes");
     sb_printf(sb, "%s (%s bytes)\n", a, b);
 
@@ -114,7 +114,7 @@ static void render(strbuf *sb, const json_value *sum, const ckpt_catalog *cat) {
     bool first = true;
     for (const json_value *d = dtypes ? dtypes->head : NULL; d; d = d->next) {
         uint64_t n = u64_member(d, "tensors");
-        cli_human_size(u64_member(d, "bytes"), a, sizeof a);
+        human_size(u64_member(d, "bytes"), a, sizeof a);
         if (!first) sb_printf(sb, "%*s", LABEL, "");
         put_text(sb, d->key, d->key_len);
         sb_printf(sb, "%*s  %*llu tensor%s  %10s\n", (int)(wname - d->key_len), "", wcount,

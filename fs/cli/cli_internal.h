@@ -6,7 +6,10 @@
 #include "core/ckpt.h"
 #include "core/util/strbuf.h"
 #include "core/util/text.h"
-#include "remote_opts.h"
+#include "common/human.h"
+#include "common/message.h"
+#include "common/progress.h"
+#include "common/remote_opts.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -80,12 +83,6 @@ bool cli_hidden(const ckpt_tensor *t);
  * none matches. */
 const ckpt_tensor *cli_find_tensor(const ckpt_catalog *cat, const char *name);
 
-/* Humanized numbers: 1536 -> "1.5 KiB", 6738415616 -> "6.7B", 124439808 -> "124M". */
-void cli_human_size(uint64_t bytes, char *out, size_t cap);
-void cli_human_count(uint64_t n, char *out, size_t cap);
-/* 6738415616 -> "6,738,415,616" */
-void cli_grouped(uint64_t n, char *out, size_t cap);
-
 /* Streams bytes [off, off+len) of a tensor, in logical row-major order, to `sink` in pieces of
  * at most bufsize bytes (buf is the caller's). A hole (bytes no file holds) or a read error
  * stops it with CLI_SOURCE and a message in err; a non-zero sink result stops it and is
@@ -116,18 +113,6 @@ int cli_out_maybe_flush(cli_out *o);
 /* Writes what is left and frees the buffer; returns o->status (CLI_OUTPUT also when the
  * buffer could not grow). */
 int cli_out_finish(cli_out *o);
-
-/* Progress on stderr for long jobs: only when stderr is a terminal and the job has run for a
- * second, at most ten updates a second, erased at the end. */
-typedef struct cli_progress {
-    bool enabled, shown;
-    const char *label;
-    uint64_t total, done;
-    double start, last;
-} cli_progress;
-void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
-void cli_progress_add(cli_progress *p, uint64_t bytes);
-void cli_progress_end(cli_progress *p);
 
 /* The subcommands. argv[0] is the subcommand's name. */
 int cli_ls(int argc, char **argv);

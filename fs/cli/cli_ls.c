@@ -114,7 +114,7 @@ static int run(const listing *l, const ckpt_catalog *cat, const char *cmd) {
         } else {
             if (l->long_form) {
                 char size[32];
-                cli_human_size(t->nbytes, size, sizeof size);
+                human_size(t->nbytes, size, sizeof size);
                 sb_printf(&o.sb, "%-*s  ", (int)wdtype, ckpt_dtype_info_of(t->dtype)->name);
                 size_t shape_at = o.sb.len;
                 put_shape(&o.sb, t, ",");

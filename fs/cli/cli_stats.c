@@ -1,7 +1,7 @@
 /* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/views/stats.c), as a
  * table, JSON, or pictures (per-layer panels, a histogram). */
 #include "cli_internal.h"
-#include "cli_plot.h"
+#include "common/plot.h"
 
 #include "core/views/stats.h"
 
@@ -40,7 +40,7 @@ typedef struct opts {
 } opts;
 
 static void progress_cb(void *ctx, uint64_t bytes) {
-    cli_progress_add(ctx, bytes);
+    progress_add(ctx, bytes);
 }
 
 /* The tensors to look at, in catalog order. */
@@ -235,10 +235,10 @@ static int run(const opts *o, const ckpt_catalog *cat, const char *cmd, const ch
     }
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += sel[i]->nbytes;
-    cli_progress prog;
-    cli_progress_start(&prog, cmd, total);
+    progress_line prog;
+    progress_start(&prog, cmd, total);
     rc = ckpt_stats_run(cat, sel, n, (unsigned)o->threads, s, status, msgs, progress_cb, &prog);
-    cli_progress_end(&prog);
+    progress_end(&prog);
     if (rc) {
         cli_error(cmd, "out of memory");
         rc = CLI_SOURCE;

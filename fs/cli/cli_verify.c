@@ -60,7 +60,7 @@ typedef struct verify {
     size_t *by_tensor; /* per catalog tensor: its manifest entry, SIZE_MAX = none */
     size_t counts[ST_COUNT], missing;
     uint64_t hashed_bytes;
-    cli_progress progress;
+    progress_line progress;
     ckpt_crc_fault *crc_faults; /* zip records whose CRC-32 does not match */
     size_t ncrc_faults, cap_crc_faults, crc_faults_unowned;
     long long crc_checked; /* records whose CRC-32 was checked */
@@ -68,13 +68,13 @@ typedef struct verify {
 
 typedef struct hashing {
     sha256_ctx sha;
-    cli_progress *progress;
+    progress_line *progress;
 } hashing;
 
 static int hash_sink(void *ctx, const void *data, size_t len) {
     hashing *h = ctx;
     sha256_update(&h->sha, data, len);
-    cli_progress_add(h->progress, len);
+    progress_add(h->progress, len);
     return 0;
 }
 
@@ -168,7 +168,7 @@ static void text_line(verify *v, cli_out *o, const ckpt_tensor *t, const result 
 
 static void text_summary(verify *v, cli_out *o, size_t ntensors) {
     char size[32];
-    cli_human_size(v->hashed_bytes, size, sizeof size);
+    human_size(v->hashed_bytes, size, sizeof size);
     sb_printf(&o->sb, "%zu tensor%s, %s hashed", ntensors, ntensors == 1 ? "" : "s", size);
     if (!v->have_manifest) {
         sb_puts(&o->sb, " (no --manifest: nothing compared)");
@@ -439,7 +439,7 @@ static int run(verify *v) {
     cli_out o;
     cli_out_init(&o, v->cmd);
     bool live = !v->json && isatty(1); /* a person watching: show each line as it comes */
-    cli_progress_start(&v->progress, "verify", total);
+    progress_start(&v->progress, "verify", total);
     for (size_t i = 0; i < cat->ntensors && o.status == 0; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (!selected(v, t)) continue;
@@ -451,13 +451,13 @@ static int run(verify *v) {
         if (v->json) continue;
         text_line(v, &o, t, r);
         if (live && o.sb.len) {
-            cli_progress_end(&v->progress); /* redrawn by the next update */
+            progress_end(&v->progress); /* redrawn by the next update */
             cli_out_flush(&o);
         } else {
             cli_out_maybe_flush(&o);
         }
     }
-    cli_progress_end(&v->progress);
+    progress_end(&v->progress);
     free(buf);
     for (size_t i = 0; v->have_manifest && i < v->man.n; i++) {
         const manifest_entry *e = &v->man.entries[i];

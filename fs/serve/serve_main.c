@@ -3,8 +3,8 @@
  * SIGINT/SIGTERM. */
 #include "serve.h"
 
-#include "heap.h"
-#include "size.h"
+#include "common/heap.h"
+#include "common/size.h"
 #include "core/read/segread.h"
 
 #include <arpa/inet.h>

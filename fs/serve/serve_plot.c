@@ -5,7 +5,7 @@
  * so a slow source cannot make the server's other answers wait behind it. */
 #include "serve.h"
 
-#include "cli/cli_plot.h"
+#include "common/plot.h"
 #include "core/views/stats.h"
 
 #include <errno.h>

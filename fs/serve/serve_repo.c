@@ -5,7 +5,7 @@
 
 #include "core/util/sha256.h"
 #include "core/util/strbuf.h"
-#include "mount/view_job.h"
+#include "common/view_job.h"
 
 #include <errno.h>
 #include <stdio.h>

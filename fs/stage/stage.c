@@ -6,11 +6,11 @@
  * name, the spool, the source) and returns only once the mount answers. */
 #include "stage.h"
 
-#include "daemon.h"
-#include "mount_opts.h"
-#include "mountpoint.h"
-#include "optval.h"
-#include "size.h"
+#include "common/daemon.h"
+#include "common/mount_opts.h"
+#include "common/mountpoint.h"
+#include "common/optval.h"
+#include "common/size.h"
 #include "stage_ops.h"
 
 #include "core/write/writer.h"

@@ -6,7 +6,7 @@
  * descriptor then gives that commit's report: "exit N", a summary line, one line per problem.
  * While the write waits, MOUNTPOINT/.ckptfs/status shows the progress, which is drawn on
  * stderr when it is a terminal. */
-#include "cli/cli_internal.h"
+#include "common/progress.h"
 #include "stage.h"
 #include "stage_fs.h"
 
@@ -51,7 +51,7 @@ static bool progress_of(const strbuf *status, uint64_t *done, uint64_t *total) {
 
 static void *watch_progress(void *arg) {
     watcher *w = arg;
-    cli_progress p;
+    progress_line p;
     bool started = false;
     uint64_t shown = 0;
     strbuf sb;
@@ -64,16 +64,16 @@ static void *watch_progress(void *arg) {
             !progress_of(&sb, &done, &total) || total == 0)
             continue;
         if (!started) {
-            cli_progress_start(&p, "commit", total);
+            progress_start(&p, "commit", total);
             started = true;
         }
         p.total = total;
         if (done > shown) {
-            cli_progress_add(&p, done - shown);
+            progress_add(&p, done - shown);
             shown = done;
         }
     }
-    if (started) cli_progress_end(&p);
+    if (started) progress_end(&p);
     sb_free(&sb);
     return NULL;
 }

@@ -12,7 +12,7 @@ AWS_ENDPOINT_URL (path-style addressing by default for a custom endpoint), and i
 directory is a prefix listed with ListObjectsV2 (a prefix holding only deeper keys, which
 s3rver leaves out of its parent's listing, still opens). A missing key: exit 2 naming the URL.
 Not covered here: s3rver 3.7 accepts any signature and answers 500 to listings of more than
-1000 keys, so wrong credentials and multi-page listings are tested in 47-remote-s3-sigv4.t
+1000 keys, so wrong credentials and multi-page listings are tested in 14-remote-s3-sigv4.t
 against a server of our own that verifies SigV4.
 The layouts (tests/lib/remote_layouts.py: tar/.nemo, HF cache folders uploaded with their
 snapshot links followed, .bin repos, folders, split GGUF, Meta MP, DeepSpeed) mount from s3://

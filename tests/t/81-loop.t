@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The request loop (fs/loop.c): it spins for the next request only while requests keep coming,
+"""The request loop (fs/common/loop.c): it spins for the next request only while requests keep coming,
 so an idle mount's daemon sleeps; it answers walks and parallel reads; signals end it cleanly.
 
 For each loop: the default (several threads, spin_us=100), -s (one thread), spin_us=100000

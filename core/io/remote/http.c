@@ -249,7 +249,7 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
         /* A block is megabytes: fewer, larger reads from the socket and callbacks than the
          * default 16 KiB. libcurl allocates this buffer for every transfer and frees it after:
          * at 64 KiB it comes from the heap and its pages are reused; at 128 KiB or more (the
-         * daemon's mmap threshold, fs/heap.c) it would be a fresh mapping each time, a page
+         * daemon's mmap threshold, fs/common/heap.c) it would be a fresh mapping each time, a page
          * fault per 4 KiB received (a 512 KiB buffer cost 30,000 faults per GiB read). */
         if (rq->len >= (1u << 20)) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 64L << 10);
     }

@@ -1,7 +1,7 @@
 /* SVG pictures for `ckptfs stats --plot/--hist` and `ckptfs diff --plot`, written directly
  * (no plotting dependency): small multiples of per-layer figures, and histograms. */
-#ifndef CKPTFS_CLI_PLOT_H
-#define CKPTFS_CLI_PLOT_H
+#ifndef CKPTFS_PLOT_H
+#define CKPTFS_PLOT_H
 
 #include "core/util/strbuf.h"
 

@@ -1,7 +1,10 @@
 /* A one-line progress report on stderr ("verify: 1.2 GiB / 12.5 GiB (9%), 850.0 MiB/s") for
  * jobs long enough to wonder about. Silent when stderr is not a terminal, so logs and pipes get
  * no control characters; silent for the first second, so quick jobs print nothing. */
-#include "cli_internal.h"
+#include "progress.h"
+#include "human.h"
+
+#include <stdio.h>
 
 #include <time.h>
 #include <unistd.h>
@@ -14,21 +17,21 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void cli_progress_start(cli_progress *p, const char *label, uint64_t total) {
-    *p = (cli_progress){.enabled = isatty(2) == 1, .label = label, .total = total};
+void progress_start(progress_line *p, const char *label, uint64_t total) {
+    *p = (progress_line){.enabled = isatty(2) == 1, .label = label, .total = total};
     if (p->enabled) p->start = p->last = now();
 }
 
-void cli_progress_add(cli_progress *p, uint64_t bytes) {
+void progress_add(progress_line *p, uint64_t bytes) {
     p->done += bytes;
     if (!p->enabled) return;
     double t = now();
     if (t - p->start < DELAY_MS / 1000.0 || t - p->last < INTERVAL_MS / 1000.0) return;
     p->last = t;
     char done[32], total[32], rate[32];
-    cli_human_size(p->done, done, sizeof done);
-    cli_human_size(p->total, total, sizeof total);
-    cli_human_size((uint64_t)((double)p->done / (t - p->start)), rate, sizeof rate);
+    human_size(p->done, done, sizeof done);
+    human_size(p->total, total, sizeof total);
+    human_size((uint64_t)((double)p->done / (t - p->start)), rate, sizeof rate);
     unsigned pct = p->total ? (unsigned)(p->done * 100.0 / (double)p->total) : 100;
     /* \r back to the line start, \033[K erases what a longer previous line left. */
     fprintf(stderr, "\r%s: %s / %s (%u%%), %s/s\033[K", p->label, done, total, pct, rate);
@@ -36,7 +39,7 @@ void cli_progress_add(cli_progress *p, uint64_t bytes) {
     p->shown = true;
 }
 
-void cli_progress_end(cli_progress *p) {
+void progress_end(progress_line *p) {
     if (p->shown) {
         fputs("\r\033[K", stderr);
         fflush(stderr);

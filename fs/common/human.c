@@ -1,8 +1,10 @@
 /* Numbers for people: byte sizes in powers of 1024 ("1.5 GiB"), parameter counts in powers of
  * 1000 as model cards write them ("6.7B", "124M"), digit grouping. */
-#include "cli_internal.h"
+#include "human.h"
 
-void cli_human_size(uint64_t bytes, char *out, size_t cap) {
+#include <stdio.h>
+
+void human_size(uint64_t bytes, char *out, size_t cap) {
     static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     if (bytes < 1024) {
         snprintf(out, cap, "%llu B", (unsigned long long)bytes);
@@ -18,7 +20,7 @@ void cli_human_size(uint64_t bytes, char *out, size_t cap) {
     snprintf(out, cap, "%.1f %s", v, units[k]);
 }
 
-void cli_human_count(uint64_t n, char *out, size_t cap) {
+void human_count(uint64_t n, char *out, size_t cap) {
     static const char suffix[] = "KMBT";
     double v = (double)n;
     int k = 0;
@@ -32,7 +34,7 @@ void cli_human_count(uint64_t n, char *out, size_t cap) {
         snprintf(out, cap, v < 9.95 ? "%.1f%c" : "%.0f%c", v, suffix[k - 1]);
 }
 
-void cli_grouped(uint64_t n, char *out, size_t cap) {
+void human_grouped(uint64_t n, char *out, size_t cap) {
     char digits[24];
     int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)n);
     size_t k = 0;

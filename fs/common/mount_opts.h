@@ -9,9 +9,9 @@
 #include <stddef.h>
 
 typedef struct mount_opts {
-    char *first;      /* SOURCE of a mount, OUT of a stage */
-    char *mountpoint; /* the second positional argument */
-    int extra_args;   /* positional arguments beyond the two */
+    char *first;       /* SOURCE of a mount, OUT of a stage */
+    char *mountpoint;  /* the second positional argument */
+    int extra_args;    /* positional arguments beyond the two */
     char *max_threads; /* as given: each mount checks it (fs/optval.c) */
     int foreground, debug, single, help, allow_other;
 } mount_opts;

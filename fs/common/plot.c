@@ -1,12 +1,13 @@
 /* SVG written by hand: a fixed 1200 px wide page, text in a system sans-serif font, axes with
  * round-numbered ticks. Only what the pictures need (polylines, circles, rectangles, text), so
  * every browser and image viewer renders it the same. */
-#include "cli_plot.h"
-#include "cli_internal.h"
+#include "plot.h"
+#include "message.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -407,19 +408,25 @@ void plot_histogram_svg(strbuf *sb, const char *title, double lo, double hi, con
 
 int plot_write(const char *cmd, const char *path, const strbuf *sb) {
     if (sb->failed || !sb->data) {
-        cli_error(cmd, "out of memory");
+        msg_error(cmd, "out of memory");
         return ENOMEM;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        cli_error(cmd, "%.200s: %s", path, strerror(e));
+        msg_error(cmd, "%.200s: %s", path, strerror(e));
         return e;
     }
-    int rc = cli_write_all(cmd, fd, sb->data, sb->len);
-    if (close(fd) != 0 && !rc) {
-        cli_error(cmd, "%.200s: %s", path, strerror(errno));
-        rc = EIO;
+    int rc = 0;
+    for (size_t done = 0; done < sb->len && !rc;) {
+        ssize_t w = write(fd, sb->data + done, sb->len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0)
+            rc = errno;
+        else
+            done += (size_t)w;
     }
+    if (close(fd) != 0 && !rc) rc = errno;
+    if (rc) msg_error(cmd, "%.200s: %s", path, strerror(rc));
     return rc ? EIO : 0;
 }
