@@ -113,8 +113,17 @@ def handler_for(state):
                 state.etag = '"v2"'
             if mode == "other_total":  # the object's size is not the one pinned at open
                 cr = "bytes %d-%d/%d" % (a, b, len(data) + 1)
-            if mode == "longer":  # a body one byte longer than the range asked
-                body += b"\0"
+            if mode == "longer":  # the range asked, then one byte more, sent apart
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(body) + 1))
+                self.send_header("Content-Range", cr)
+                self.send_header("ETag", state.etag)
+                self.end_headers()
+                self.wfile.write(body)
+                self.wfile.flush()
+                time.sleep(0.2)  # the reader has the whole range before the extra byte
+                self.wfile.write(b"\0")
+                return
             if mode in ("short", "short1"):
                 self.send_response(206)
                 self.send_header("Content-Length", str(len(body)))
