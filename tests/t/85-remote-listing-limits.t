@@ -12,6 +12,7 @@ Environment: CKPTFS, TOOLS.
 - Endless pages are refused, not kept (#17): Hub tree pages chained by Link: rel="next" and S3
   pages that are always IsTruncated, each page new names, end with one line saying the listing
   was refused, the command's peak RSS stays under 200 MiB.
+- An S3 page that says IsTruncated with an empty NextContinuationToken is refused, naming it.
 - A server that drips 2 bytes a second (#15) is given up: with remote_timeout=2 and retries=0
   `info` fails within 30 s naming the URL (before, a moving transfer was never given up).
 """
@@ -128,7 +129,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(301, b"", extra=[("Location", "/wide/")])
         if path.rstrip("/") == "/bkt":  # S3 ListObjectsV2, path addressing
             prefix = q.get("prefix", [""])[0]
-            if q.get("max-keys", [""])[0] == "1" and prefix in ("dir", "dir/"):
+            if prefix == "tok/" and q.get("max-keys", [""])[0] != "1":
+                # Truncated, with an empty continuation token: asking again would loop.
+                body = ("<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>tok/a"
+                        "</Key><Size>1</Size></Contents><NextContinuationToken>"
+                        "</NextContinuationToken></ListBucketResult>")
+                return self.reply(200, body.encode(), "application/xml")
+            if q.get("max-keys", [""])[0] == "1" and prefix in ("dir", "dir/", "tok", "tok/"):
                 body = ("<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>%s"
                         "/k</Key><Size>1</Size></Contents></ListBucketResult>" % prefix.rstrip("/"))
                 return self.reply(200, body.encode(), "application/xml")
@@ -191,6 +198,11 @@ def main():
             tap.ok("listing" in err and "refused" in err and len(err.strip().splitlines()) <= 3,
                    "%s: one line says the listing was refused" % label, [err[-600:]])
             tap.ok(0 < mib < 200, "%s: peak RSS %.0f MiB under 200 MiB" % (label, mib))
+
+        rc, err, _ = peak_run([ckptfs, "ls", "s3://bkt/tok"], 60, env)
+        tap.ok(rc not in (0, None) and "without a continuation token" in err,
+               "S3: a truncated page with an empty continuation token is refused",
+               [rc, err[-400:]])
 
         Handler.mode = "drip"
         t0 = time.monotonic()
