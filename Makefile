@@ -29,7 +29,10 @@ CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wfo
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 MHD_LIBS    = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-CORE_LIBS   := -lcbor -lz -lzstd -lm -lcurl -lpthread
+# HDF5 (Keras weights) through Debian's serial libhdf5, whose headers live in a folder of their own.
+HDF5_CFLAGS = $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+HDF5_LIBS   = -L/usr/lib/$(shell gcc -print-multiarch)/hdf5/serial -lhdf5_hl -lhdf5
+CORE_LIBS   = -lcbor -lz -lzstd -lm -lcurl $(HDF5_LIBS) -lpthread
 
 # Sources are found, not listed: a new file in any folder of core/ or fs/ is built without edits.
 CORE_SRC := $(sort $(shell find core -name '*.c'))
@@ -51,7 +54,7 @@ all: $(B)/ckptfs
 # without FUSE's flags, so "no FUSE in core" is enforced by the build, not by review.
 $(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(HDF5_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/fs/%.o: fs/%.c
 	@mkdir -p $(dir $@)
@@ -81,7 +84,7 @@ $(B)/bench/delayproxy: tests/bench/delayproxy.c
 	$(CC) $(CFLAGS_ALL) -o $@ $< -lpthread
 
 # Debian packages the build, the tests and the demo need; installed only when missing.
-DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd \
+DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd libhdf5-dev \
             python3 python3-numpy python3-torch python3-venv perl attr mandoc procps bash-completion libcurl4-openssl-dev \
             nginx libmicrohttpd-dev curl xfsprogs
 deps:

@@ -6,7 +6,8 @@
 
 extern const ckpt_format format_hf_dir, format_meta_mp, format_deepspeed, format_nemo_step,
     format_dcp, format_dcp_hf, format_gguf, format_gptrs, format_burnpack, format_lwt,
-    format_mlfw_tp, format_folder;
+    format_mlfw_tp, format_folder, format_npz, format_onnx, format_keras,
+    format_keras_h5;
 
 /* Files are probed by content, directories by the names they hold; each kind in the order of
  * the rows that have a probe (resp. probe_dir) for it.
@@ -31,12 +32,16 @@ const ckpt_format *const ckpt_formats[] = {
     &format_dcp,         /* directory */
     &format_dcp_hf,      /* directory */
     &format_gguf,        /* file */
+    &format_keras_h5,    /* file: HDF5 (Keras .weights.h5) */
+    &format_keras,       /* file: a zip of Keras's members, before torch's zips */
+    &format_npz,         /* file: a zip of .npy members, before torch's zips */
     &format_torch_zip,   /* file */
     &format_gptrs,       /* file */
     &format_burnpack,    /* file */
     &format_lwt,         /* file */
     &format_tar,         /* file: a container whose members are checkpoints */
     &format_safetensors, /* file */
+    &format_onnx,        /* file, no magic: a ModelProto's first fields */
     &format_mlfw_tp,     /* file and directory, no magic */
     &format_folder,      /* directory of checkpoint files, the last resort */
     NULL,

@@ -5,6 +5,7 @@
  * it, to x. Each group is checked on its own and every problem is listed; the catalog is built
  * only when there are none. */
 #include "staged.h"
+#include "../parse/npy_header.h"
 #include "../util/grow.h"
 #include "../util/text.h"
 
@@ -339,8 +340,7 @@ static void read_npy(builder *b, const staged_file *f, meta *m) {
                 f->origin == STAGED_LOWER_RAW ? "bytes" : "sidecar");
         return;
     }
-    size_t want =
-        f->size < STAGED_NPY_MAX_HEADER + 12 ? (size_t)f->size : STAGED_NPY_MAX_HEADER + 12;
+    size_t want = f->size < NPY_MAX_HEADER + 12 ? (size_t)f->size : NPY_MAX_HEADER + 12;
     unsigned char *head = malloc(want ? want : 1);
     if (!head) {
         oom(b);
@@ -351,10 +351,16 @@ static void read_npy(builder *b, const staged_file *f, meta *m) {
     if (!rc && (rc = reader_read(b, &r, 0, head, want)))
         problem(b, f->path, "cannot read it: %s", strerror(-rc));
     reader_close(&r);
-    staged_npy npy;
+    npy_header npy;
     char why[256];
-    if (!rc && (rc = staged_npy_parse(head, want, &npy, why, sizeof why)) != 0)
+    if (!rc && (rc = npy_header_parse(head, want, &npy, why, sizeof why)) != 0)
         problem(b, f->path, "%s", why);
+    if (!rc && npy.fortran_order) {
+        problem(b, f->path,
+                "header field 'fortran_order' is True (stage C-ordered arrays: "
+                "numpy.ascontiguousarray)");
+        rc = -EINVAL;
+    }
     free(head);
     if (rc) return;
     m->bad = false;

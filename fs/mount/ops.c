@@ -414,7 +414,7 @@ static bool source_unchanged(const ckpt_source *s) {
  * descriptor would still serve the old bytes, which no longer match what the path holds. */
 static bool source_current(const ckpt_source *s) {
     struct stat st;
-    if (s->remote) return source_unchanged(s);
+    if (s->remote || s->virt) return source_unchanged(s); /* no file to stat */
     return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
            st.st_ino == s->ino;
 }
@@ -432,7 +432,7 @@ static bool view_current(const ckptfs *fs, uint32_t file) {
     const tree *tr = &fs->tr;
     for (uint32_t i = tr->view_src_first[file]; i < tr->view_src_first[file + 1]; i++) {
         const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
-        if (s->remote) continue; /* pinned: a changed object gives EIO on read */
+        if (s->remote || s->virt) continue; /* pinned, or no file: checked on read */
         struct stat st;
         if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
     }

@@ -30,7 +30,9 @@ fi
 
 harnesses=${FUZZ_ONLY:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
-CFLAGS_FUZZ="-std=c17 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer $SAN -Icore -Itests/fuzz ${FUZZ_EXTRA_CFLAGS:-}"
+HDF5_CFLAGS=$(pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+HDF5_LIBS="-L/usr/lib/$(gcc -print-multiarch)/hdf5/serial -lhdf5_hl -lhdf5"
+CFLAGS_FUZZ="-std=c17 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer $SAN -Icore -Itests/fuzz $HDF5_CFLAGS ${FUZZ_EXTRA_CFLAGS:-}"
 
 # ---- build: the core once (instrumented for coverage), then one binary per harness ----
 mkdir -p "$B/obj" "$B/run"
@@ -60,7 +62,7 @@ done
 rm -f "$B/libckpt-fuzz.a"
 ar rcs "$B/libckpt-fuzz.a" "${objs[@]}" || exit 2
 for h in $harnesses; do
-    $CC $CFLAGS_FUZZ -fsanitize=fuzzer "tests/fuzz/fuzz_$h.c" "$B/libckpt-fuzz.a" -lcbor -lz -lzstd -lm -lcurl -lpthread \
+    $CC $CFLAGS_FUZZ -fsanitize=fuzzer "tests/fuzz/fuzz_$h.c" "$B/libckpt-fuzz.a" -lcbor -lz -lzstd -lm -lcurl $HDF5_LIBS -lpthread \
         -o "$B/fuzz_$h" || { echo "run.sh: cannot build fuzz_$h" >&2; exit 2; }
 done
 echo "== built: $(echo $harnesses)"

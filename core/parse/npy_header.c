@@ -1,9 +1,10 @@
-/* .npy headers of staged files (numpy's format: "\x93NUMPY", major and minor version, the
+/* .npy headers (numpy's format: "\x93NUMPY", major and minor version, the
  * header length as little-endian u16 (version 1) or u32 (versions 2 and 3), then a Python dict
  * literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and
  * ended by '\n'; the data follows). Only what numpy.save writes for plain arrays is accepted:
- * a dtype ckptfs knows, little-endian, C order. */
-#include "staged.h"
+ * a dtype ckptfs knows, little-endian; C or Fortran order. Staged files and .npz members share
+ * this parser. */
+#include "npy_header.h"
 #include "../util/le.h"
 
 #include <errno.h>
@@ -61,7 +62,7 @@ static bool word(cursor *c, const char *w) {
 }
 
 /* A tuple of non-negative integers: (), (3,), (2, 3). Python 2 numpy wrote 3L. */
-static int shape_tuple(cursor *c, staged_npy *out) {
+static int shape_tuple(cursor *c, npy_header *out) {
     if (!eat(c, '(')) return fail(c, "header field 'shape' is not a tuple");
     out->ndim = 0;
     for (;;) {
@@ -96,7 +97,7 @@ static int descr_dtype(cursor *c, const char *s, size_t n, ckpt_dtype *out) {
         const char *np = info->numpy;
         if (!np || strlen(np) - 1 != n - 1 || memcmp(np + 1, s + 1, n - 1) != 0) continue;
         if (s[0] == '>' && info->block_bytes > 1)
-            return fail(c, "header field 'descr' is big-endian (ckptfs stages little-endian "
+            return fail(c, "header field 'descr' is big-endian (ckptfs reads little-endian "
                            "bytes: save with arr.astype(arr.dtype.newbyteorder('<')))");
         *out = (ckpt_dtype)dt;
         return 0;
@@ -104,12 +105,12 @@ static int descr_dtype(cursor *c, const char *s, size_t n, ckpt_dtype *out) {
     char msg[160];
     snprintf(msg, sizeof msg,
              "header field 'descr' '%.*s' is a numpy dtype ckptfs has no "
-             "dtype for (stage it as raw bytes + sidecar)",
+             "dtype for",
              (int)(n > 40 ? 40 : n), s);
     return fail(c, msg);
 }
 
-int staged_npy_parse(const unsigned char *head, size_t n, staged_npy *out, char *why,
+int npy_header_parse(const unsigned char *head, size_t n, npy_header *out, char *why,
                      size_t why_cap) {
     cursor c = {.why = why, .why_cap = why_cap};
     memset(out, 0, sizeof *out);
@@ -128,7 +129,7 @@ int staged_npy_parse(const unsigned char *head, size_t n, staged_npy *out, char 
         if (n < 12) return fail(&c, "header length at offset 8 is cut short");
         hlen = le32(head + 8);
     }
-    if (hlen > STAGED_NPY_MAX_HEADER) {
+    if (hlen > NPY_MAX_HEADER) {
         snprintf(why, why_cap, "header length %llu at offset 8 is larger than 1 MiB",
                  (unsigned long long)hlen);
         return -EINVAL;
@@ -158,9 +159,9 @@ int staged_npy_parse(const unsigned char *head, size_t n, staged_npy *out, char 
             have_descr = true;
         } else if (klen == 13 && memcmp(key, "fortran_order", 13) == 0) {
             if (word(&c, "True"))
-                return fail(&c, "header field 'fortran_order' is True (stage C-ordered "
-                                "arrays: numpy.ascontiguousarray)");
-            if (!word(&c, "False")) return fail(&c, "header field 'fortran_order' is not a bool");
+                out->fortran_order = true;
+            else if (!word(&c, "False"))
+                return fail(&c, "header field 'fortran_order' is not a bool");
             have_order = true;
         } else if (klen == 5 && memcmp(key, "shape", 5) == 0) {
             rc = shape_tuple(&c, out);

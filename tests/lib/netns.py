@@ -1,0 +1,105 @@
+"""Several hosts on one machine, for tests of what crosses a network: network namespaces joined
+by veth links to one bridge, each with an address of 10.RR.0.0/24 (RR picked per run, so that
+two runs never share a subnet). Nothing leaves the machine: the bridge has no uplink and no
+route out. Needs root, iproute2 and nsenter (util-linux).
+
+    with Hosts(["origin", "cache", "c1", "c2"]) as h:
+        h.popen("origin", [ckptfs, "serve", "--listen", h.addr("origin") + ":8080", src])
+        h.run("c1", ["curl", ...])
+        h.cut("c1"); h.mend("c1")        # the link of c1 down, then up again
+
+A process started in a host lives in that network namespace only: mounts and files are the
+machine's, so a FUSE daemon started in a client host serves a mount every process sees, and
+its network traffic is the client host's."""
+
+import os
+import random
+import shutil
+import subprocess
+
+
+def missing_tools():
+    """The tools Hosts needs that this machine lacks, and why it cannot run (not root)."""
+    why = [t for t in ("ip", "nsenter") if not shutil.which(t)]
+    if os.geteuid() != 0:
+        why.append("root (network namespaces)")
+    return why
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip"] + list(args), capture_output=True, text=True, check=check)
+
+
+class Hosts:
+    def __init__(self, names):
+        self.tag = "ck%05d" % (os.getpid() % 100000)
+        self.subnet = random.randrange(64, 250)
+        self.names = list(names)
+        self.ns = {n: "%s-%s" % (self.tag, n) for n in self.names}
+        self.bridge_ns = self.tag + "-br"
+        self.procs = []
+        self.made = []
+        try:
+            self._build()
+        except Exception:
+            self.close()
+            raise
+
+    def addr(self, name):
+        return "10.%d.0.%d" % (self.subnet, self.names.index(name) + 1)
+
+    def _build(self):
+        _ip("netns", "add", self.bridge_ns)
+        self.made.append(self.bridge_ns)
+        _ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.bridge_ns, "link", "set", "br0", "up")
+        for i, name in enumerate(self.names):
+            ns = self.ns[name]
+            _ip("netns", "add", ns)
+            self.made.append(ns)
+            # one end in the host's namespace as eth0, the other on the bridge
+            _ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "p%d" % i,
+                "netns", self.bridge_ns)
+            _ip("-n", self.bridge_ns, "link", "set", "p%d" % i, "master", "br0")
+            _ip("-n", self.bridge_ns, "link", "set", "p%d" % i, "up")
+            _ip("-n", ns, "addr", "add", self.addr(name) + "/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+
+    def argv(self, name, argv):
+        return ["nsenter", "--net=/run/netns/" + self.ns[name], "--"] + list(argv)
+
+    def popen(self, name, argv, **kw):
+        p = subprocess.Popen(self.argv(name, argv), **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, name, argv, **kw):
+        return subprocess.run(self.argv(name, argv), **kw)
+
+    def cut(self, name):
+        """The host's link goes down: its packets go nowhere (no error reaches its sockets)."""
+        _ip("-n", self.bridge_ns, "link", "set", "p%d" % self.names.index(name), "down")
+
+    def mend(self, name):
+        _ip("-n", self.bridge_ns, "link", "set", "p%d" % self.names.index(name), "up")
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for ns in reversed(self.made):
+            _ip("netns", "del", ns, check=False)
+        self.made = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
