@@ -81,6 +81,7 @@ FIRST = {
     "hf_cache": ["65-hf-cache.t"], "folder": ["67-folders.t"], "dirlist": ["67-folders.t"],
     "open": ["20-cli.t", "30-mount-fixtures.t"],
     "hfview": ["32-hfview.t"], "cli_diff": ["27-diff.t"],
+    "npz": ["96-npz.t"], "onnx": ["97-onnx.t"], "keras": ["98-keras.t"],
     # The remote client: the hostile servers first, then the real ones.
     "object": ["49-remote-faults.t", "13-remote-prefetch.t", "46-remote-http.t"],
     "http": ["49-remote-faults.t", "85-remote-listing-limits.t", "46-remote-http.t"],
