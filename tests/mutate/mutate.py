@@ -85,12 +85,12 @@ FIRST = {
     # The remote client: the hostile servers first, then the real ones.
     "object": ["49-remote-faults.t", "13-remote-prefetch.t", "46-remote-http.t"],
     "http": ["49-remote-faults.t", "85-remote-listing-limits.t", "46-remote-http.t"],
-    "names": ["46-remote-http.t", "85-remote-listing-limits.t"],
+    "names": ["unit/remote_listing.t", "46-remote-http.t", "85-remote-listing-limits.t"],
     "targets": ["46-remote-http.t", "48-remote-hub.t", "14-remote-s3-sigv4.t"],
     "s3": ["85-remote-listing-limits.t", "14-remote-s3-sigv4.t"],  # 47 needs build/node
     "hf": ["85-remote-listing-limits.t", "48-remote-hub.t"],
     "httpdir": ["85-remote-listing-limits.t", "46-remote-http.t"],
-    "listing": ["85-remote-listing-limits.t"],
+    "listing": ["unit/remote_listing.t", "85-remote-listing-limits.t"],
     "blockcache": ["unit/blockcache.t", "13-remote-prefetch.t", "49-remote-faults.t"],
     # serve's request checks and its connection guard.
     "serve_http": ["88-serve-request-checks.t", "28-serve.t", "87-serve-slow-clients.t"],
