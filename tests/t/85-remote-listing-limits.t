@@ -13,6 +13,7 @@ Environment: CKPTFS, TOOLS.
   pages that are always IsTruncated, each page new names, end with one line saying the listing
   was refused, the command's peak RSS stays under 200 MiB.
 - A small object from a server that ignores Range (200 with the whole object) reads.
+- An S3 key one byte longer than its prefix (one/a) is listed and read.
 - An S3 page that says IsTruncated with an empty NextContinuationToken is refused, naming it.
 - A server that drips 2 bytes a second (#15) is given up: with remote_timeout=2 and retries=0
   `info` fails within 30 s naming the URL (before, a moving transfer was never given up).
@@ -106,7 +107,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = u.path
         if path == "/whole/model.safetensors":  # a server that ignores Range (200, all of it)
             return self.reply(200, MODEL, "application/octet-stream", [("ETag", '"m1"')])
-        if path.endswith("/model.safetensors"):
+        if path.endswith("/model.safetensors") or path == "/bkt/one/a":
             return self.model()
         if path == "/api/models/org/wide/revision/main" or \
            path == "/api/models/org/endless/revision/main":
@@ -132,6 +133,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(301, b"", extra=[("Location", "/wide/")])
         if path.rstrip("/") == "/bkt":  # S3 ListObjectsV2, path addressing
             prefix = q.get("prefix", [""])[0]
+            if prefix in ("one", "one/"):  # one key whose name is one byte: one/a
+                body = ("<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>one/a"
+                        "</Key><Size>%d</Size></Contents></ListBucketResult>" % len(MODEL))
+                return self.reply(200, body.encode(), "application/xml")
             if prefix == "tok/" and q.get("max-keys", [""])[0] != "1":
                 # Truncated, with an empty continuation token: asking again would loop.
                 body = ("<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>tok/a"
@@ -153,6 +158,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "%d</NextContinuationToken></ListBucketResult>" % (keys, page + 1))
             return self.reply(200, body.encode(), "application/xml")
         self.reply(404, b"{}")
+
+
+def run_capture_env(argv, env, timeout=60):
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return run_capture(argv, timeout)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
 
 
 def peak_run(argv, timeout, env):
@@ -208,6 +223,10 @@ def main():
         rc, out, err = run_capture([ckptfs, "cat", base + "/whole/model.safetensors", "w"], 30)
         tap.ok(rc == 0 and out == MODEL[-16:], "a small object answered 200 whole to a Range "
                "reads (rc %s)" % rc, [err.decode(errors="replace")[-300:]])
+
+        rc, out, err = run_capture_env([ckptfs, "ls", "s3://bkt/one"], env)
+        tap.ok(rc == 0 and b"w" in out, "S3: a key one byte longer than its prefix (one/a) is "
+               "listed and read", [rc, err[-300:]])
 
         rc, err, _ = peak_run([ckptfs, "ls", "s3://bkt/tok"], 60, env)
         tap.ok(rc not in (0, None) and "without a continuation token" in err,
