@@ -91,7 +91,8 @@ FIRST = {
     "hf": ["85-remote-listing-limits.t", "48-remote-hub.t"],
     "httpdir": ["85-remote-listing-limits.t", "46-remote-http.t"],
     "listing": ["unit/remote_listing.t", "85-remote-listing-limits.t"],
-    "blockcache": ["unit/blockcache.t", "13-remote-prefetch.t", "49-remote-faults.t"],
+    "blockcache": ["unit/blockcache.t", "89-remote-disk-cache.t", "13-remote-prefetch.t",
+                   "49-remote-faults.t"],
     # serve's request checks and its connection guard.
     "serve_http": ["88-serve-request-checks.t", "28-serve.t", "87-serve-slow-clients.t"],
     "serve_guard": ["87-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
