@@ -6,8 +6,8 @@
 #   make bench      read path vs the source file, a bare FUSE daemon and the peers; shards,
 #                   mounts, staging, .zst vs zstd -dc and squashfuse, strided views, the
 #                   first walk of a 100k-tensor tree, stats/diff, ZeRO/Meta MP layouts, remote sources
-#                   behind a delaying proxy, serve vs nginx (tests/bench/, results in
-#                   $(B)/bench-out/)
+#                   behind a delaying proxy, serve vs nginx, torch 2.x's DCP consolidation
+#                   (tests/bench/, results in $(B)/bench-out/)
 
 CC      ?= cc
 SANITIZE ?=
@@ -142,12 +142,13 @@ $(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
 	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --require-hashes -r $(CLIENTS_LOCK) \
 	  || { echo "deps-clients: pip install -r $(CLIENTS_LOCK) failed"; exit 1; }
+	$(CLIENTS_VENV)/bin/python tests/clients/check_clients.py tests/clients/requirements.in
 	@touch $@
 
 demo: deps $(B)/ckptfs
 	@tests/demo.sh $(B)/ckptfs
 
-bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/delayproxy
+bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/delayproxy
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/mount_bench.py $(B)/ckptfs $(B)/bench-out
@@ -162,6 +163,8 @@ bench: deps $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/d
 	$(PYTHON) tests/bench/layouts_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
+	$(CLIENTS_VENV)/bin/python tests/bench/dcp_consolidate_bench.py $(B)/ckptfs $(B)/bench-out
+	$(CLIENTS_VENV)/bin/python tests/bench/clients_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
 #   make mutate MUTATE_FILES=core/model/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]

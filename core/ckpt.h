@@ -181,6 +181,16 @@ bool ckpt_source_unchanged(const ckpt_source *s);
 struct stat;
 /* Whether st (an fstat or stat of the source's file) shows the size and times recorded at open. */
 bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st);
+/* Whether the file at the source's path is still the one the catalog read: the same device,
+ * inode, size, modification and change time (ckpt_source_stat_matches on a stat of the path),
+ * and ckpt_source_unchanged. A descriptor keeps the old file readable after it was replaced or
+ * removed, which ckpt_source_unchanged alone cannot see: what an open of a file checks. Remote
+ * and virtual sources have no path to look at: ckpt_source_unchanged. */
+bool ckpt_source_current(const ckpt_source *s);
+/* Whether the source's path still names the file the catalog opened (device and inode), however
+ * it changed in place (reads see that): false for a file replaced under its name or removed.
+ * True for remote and virtual sources, which have no path (a changed object fails its reads). */
+bool ckpt_source_same_file(const ckpt_source *s);
 /* Records that bytes already sent may not be the source's (a check after a spliced reply
  * failed): every later ckpt_source_unchanged is false. True for the call that marked it first
  * (the one to tell the user). Safe from many threads. */
@@ -193,6 +203,17 @@ void ckpt_source_own_ctime_end(ckpt_source *s);
 /* Bytes the source takes on disk: its size, the compressed size of a .zst, or a tar member's
  * size in the archive. */
 uint64_t ckpt_source_stored_size(const ckpt_source *s);
+/* Where [off, off+len) of the source's content lie as they are in its file: true with *file_off
+ * set for a local file and a member of a local tar (the member's offset in its archive added),
+ * false for a .zst, a remote object and bytes made when read, and for a range past the end.
+ * Such bytes may go to the kernel by splice or copy_file_range from the source's descriptor
+ * (fd, or one from ckpt_source_open_again). */
+bool ckpt_source_file_extent(const ckpt_source *s, uint64_t off, uint64_t len, uint64_t *file_off);
+/* Whether the source is a whole local file as it is: its content offsets are the file's, and the
+ * file may be linked or cloned (not a .zst, a tar member, a remote object or made bytes). */
+bool ckpt_source_whole_file(const ckpt_source *s);
+/* ckpt_source_whole_file, and that file is the one of device dev and inode ino. */
+bool ckpt_source_is_file(const ckpt_source *s, dev_t dev, ino_t ino);
 
 /* A box of the full tensor whose bytes live in one file. Offsets, sizes and strides are in
  * elements; strides NULL means row-major contiguous over sizes. */
@@ -320,8 +341,8 @@ void ckpt_close(ckpt_catalog *cat);
 const char *ckpt_format_checks(const ckpt_catalog *cat);
 /* Exactly len bytes of source `source` at off, or an error naming the file, what was read
  * (`what`) and where. */
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err);
+int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                     const char *what, ckpt_err *err);
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 

@@ -834,7 +834,7 @@ static int add_tensor(loader *L, const char *name, size_t name_len, const descri
         shape[0] = span_bytes;
     } else {
         uint64_t numel = 0, nbytes = 0;
-        bool fits = shape_nbytes(d->shape, d->ndim, d->dtype, &numel, &nbytes);
+        bool fits = catalog_shape_nbytes(d->shape, d->ndim, d->dtype, &numel, &nbytes);
         if (!fits || nbytes != span_bytes) shape_text(text, sizeof text, d->shape, d->ndim);
         if (!fits)
             return bad(r, "shape %s at offset %llu overflows 64 bits (in bytes of %s)", text,
@@ -1021,7 +1021,8 @@ static bool detect_layout(loader *L, uint64_t unaligned, uint64_t aligned, uint6
     uint64_t have =
         size < aligned ? (size > unaligned ? size - unaligned : 0) : aligned - unaligned;
     ckpt_err ignored;
-    if (have && source_read(L->cat, L->source, unaligned, pad, (size_t)have, "padding", &ignored))
+    if (have &&
+        ckpt_source_read(L->cat, L->source, unaligned, pad, (size_t)have, "padding", &ignored))
         return true;
     for (uint64_t i = 0; i < have; i++)
         if (pad[i]) return false;
@@ -1134,7 +1135,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
                          "(magic, version, metadata_size) at offset 0",
                          src->path, (unsigned long long)src->size);
     unsigned char h[HEADER_BYTES];
-    int rc = source_read(cat, source, 0, h, sizeof h, "header", err);
+    int rc = ckpt_source_read(cat, source, 0, h, sizeof h, "header", err);
     if (rc) return rc;
     if (memcmp(h, MAGIC, sizeof MAGIC) != 0)
         return ckpt_fail(err, -EINVAL,
@@ -1163,7 +1164,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
                          src->path);
     unsigned char *buf = malloc(msize);
     if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(cat, source, HEADER_BYTES, buf, msize, "metadata", err);
+    rc = ckpt_source_read(cat, source, HEADER_BYTES, buf, msize, "metadata", err);
     if (rc) {
         free(buf);
         return rc;

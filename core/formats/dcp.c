@@ -628,7 +628,7 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
                          "%s: chunk %u of \"%.*s\" at offset %llu (offsets [%s]) has no "
                          "storage_data entry",
                          d->path, k, SHOWN_NAME(fqn, len), (unsigned long long)c->pos,
-                         dims_text(ob, sizeof ob, c->offsets, ndim));
+                         text_dims(ob, sizeof ob, c->offsets, ndim));
     it->used = true;
     put_chunk_json(d, chunks_json, it, c, ndim);
     if (it->transforms) {
@@ -667,8 +667,8 @@ static int add_chunk(dcp *d, size_t index, const char *fqn, size_t len, ckpt_dty
                        "%s: chunk %u of \"%.*s\": the archive's tensor at offset %llu has shape "
                        "[%s] but the chunk's sizes are [%s]",
                        label, k, SHOWN_NAME(fqn, len), (unsigned long long)t->pos,
-                       dims_text(got, sizeof got, t->shape, t->ndim),
-                       dims_text(want, sizeof want, c->sizes, ndim));
+                       text_dims(got, sizeof got, t->shape, t->ndim),
+                       text_dims(want, sizeof want, c->sizes, ndim));
     if (!rc) {
         rc = catalog_add_piece(d->cat, index, d->files[it->file].source, t->file_offset, c->offsets,
                                c->sizes, t->row_major ? NULL : t->stride, d->err);
@@ -720,9 +720,9 @@ static int read_chunks(dcp *d, const pk_value *list, const char *fqn, size_t len
                                "%s: chunk %u of \"%.*s\" at offset %llu: offsets [%s] + sizes "
                                "[%s] lie outside the tensor's size [%s] on dim %u",
                                d->path, k, SHOWN_NAME(fqn, len), POS(v),
-                               dims_text(ob, sizeof ob, c[k].offsets, ndim),
-                               dims_text(sb, sizeof sb, c[k].sizes, ndim),
-                               dims_text(zb, sizeof zb, size, ndim), i);
+                               text_dims(ob, sizeof ob, c[k].offsets, ndim),
+                               text_dims(sb, sizeof sb, c[k].sizes, ndim),
+                               text_dims(zb, sizeof zb, size, ndim), i);
         }
     }
     if (rc) {
@@ -745,8 +745,8 @@ static int check_overlaps(dcp *d, const chunk *c, uint32_t n, uint32_t ndim, con
                 return ckpt_fail(d->err, -EINVAL,
                                  "%s: chunks %u (offsets [%s]) and %u (offsets [%s]) of \"%.*s\" "
                                  "at offset %llu overlap without being replicas of one box",
-                                 d->path, i, dims_text(ab, sizeof ab, c[i].offsets, ndim), j,
-                                 dims_text(bb, sizeof bb, c[j].offsets, ndim), SHOWN_NAME(fqn, len),
+                                 d->path, i, text_dims(ab, sizeof ab, c[i].offsets, ndim), j,
+                                 text_dims(bb, sizeof bb, c[j].offsets, ndim), SHOWN_NAME(fqn, len),
                                  (unsigned long long)c[j].pos);
     return 0;
 }
@@ -1245,7 +1245,7 @@ static bool is_regular(const char *path) {
 static void warm_distcp(const char *dir) {
     char **names;
     size_t n;
-    if (!ckpt_is_url(dir) || list_files(dir, ".distcp", &names, &n) != 0) return;
+    if (!ckpt_is_url(dir) || dirlist_files(dir, ".distcp", &names, &n) != 0) return;
     char **paths = calloc(n ? n : 1, sizeof *paths);
     size_t k = 0;
     for (size_t i = 0; paths && i < n; i++) {
@@ -1256,7 +1256,7 @@ static void warm_distcp(const char *dir) {
     if (paths) place_warm((const char *const *)paths, k);
     for (size_t i = 0; i < k; i++) free(paths[i]);
     free(paths);
-    free_files(names, n);
+    dirlist_free(names, n);
 }
 
 bool dcp_probe(const char *dir) {
@@ -1292,7 +1292,7 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
                          (unsigned long long)size);
     char *data = malloc(size ? (size_t)size : 1);
     if (!data) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(cat, msrc, 0, data, (size_t)size, "the Metadata pickle", err);
+    rc = ckpt_source_read(cat, msrc, 0, data, (size_t)size, "the Metadata pickle", err);
     pk_doc pd = {0};
     if (!rc) {
         /* torch's own globals (Size, dtypes, _get_layout ...) plus the DCP classes. */
@@ -1320,7 +1320,6 @@ int dcp_load_dir(ckpt_catalog *cat, const char *dir, const char *rel_prefix, con
 }
 
 int dcp_load(ckpt_catalog *cat, ckpt_err *err) {
-    cat->format = "dcp";
     return dcp_load_dir(cat, cat->root, "", "dcp", NULL, err);
 }
 

@@ -26,7 +26,7 @@ static bool is_shard_name(const char *name) {
 
 /* The sorted *.safetensors names of dir; *any_shard when one is named like a DCP shard. */
 static int list_safetensors(const char *dir, char ***out, size_t *count, bool *any_shard) {
-    int rc = list_files(dir, ".safetensors", out, count);
+    int rc = dirlist_files(dir, ".safetensors", out, count);
     *any_shard = false;
     for (size_t i = 0; !rc && i < *count; i++) *any_shard |= is_shard_name((*out)[i]);
     return rc;
@@ -41,7 +41,7 @@ static bool shard_dir(const char *dir, char *out, size_t cap) {
         int w = snprintf(out, cap, sub ? "%s/sharded" : "%s", dir);
         if (w < 0 || (size_t)w >= cap) return false;
         if (list_safetensors(out, &names, &n, &any) != 0) continue;
-        free_files(names, n);
+        dirlist_free(names, n);
         if (any) return true;
     }
     return false;
@@ -285,7 +285,6 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     bool any;
     int rc = list_safetensors(where, &names, &n, &any);
     if (rc) return ckpt_fail(err, rc, "%s: %s", where, strerror(-rc));
-    cat->format = "dcp-hf";
     dcp_ctx c = {.cat = cat, .err = err};
     if (!hm_init(&c.tensors, 1024)) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     /* Every file is registered first: the sources must stay put while headers are read on
@@ -298,14 +297,14 @@ int dcp_hf_load(ckpt_catalog *cat, ckpt_err *err) {
     /* Shapes grew while chunks arrived: recompute sizes with overflow checks. */
     for (size_t i = 0; !rc && i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
-        if (!shape_nbytes(t->shape, t->ndim, t->dtype, &t->numel, &t->nbytes))
+        if (!catalog_shape_nbytes(t->shape, t->ndim, t->dtype, &t->numel, &t->nbytes))
             rc = ckpt_fail(err, -EOVERFLOW,
                            "%s: tensor \"%.*s\": the shape its chunks' saved_offsets add up to "
                            "overflows",
                            cat->root, SHOWN_NAME(t->name, t->name_len));
     }
     hm_free(&c.tensors);
-    free_files(names, n);
+    dirlist_free(names, n);
     return rc;
 }
 

@@ -114,8 +114,8 @@ static bool zero_name(const char *name, const char *kind, long *rank, long *mp, 
 static bool has_optim_files(const char *dir) {
     char **names;
     size_t n;
-    if (list_files(dir, "_optim_states.pt", &names, &n)) return false;
-    free_files(names, n);
+    if (dirlist_files(dir, "_optim_states.pt", &names, &n)) return false;
+    dirlist_free(names, n);
     return n > 0;
 }
 
@@ -124,7 +124,7 @@ static bool has_optim_files(const char *dir) {
 static bool is_step_dir(const char *dir) {
     char **names;
     size_t n;
-    if (list_files(dir, "_states.pt", &names, &n)) return false;
+    if (dirlist_files(dir, "_states.pt", &names, &n)) return false;
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         long r, mp;
@@ -133,7 +133,7 @@ static bool is_step_dir(const char *dir) {
                 zero_name(names[i], "optim", &r, &mp, &pl) ||
                 zero_name(names[i], "model", &r, &mp, &pl);
     }
-    free_files(names, n);
+    dirlist_free(names, n);
     return found;
 }
 
@@ -146,13 +146,13 @@ static bool keep_dir(const struct place_entry *e, void *ctx) {
 static bool has_step_dir(const char *dir) {
     char **names, path[PATH_MAX];
     size_t n;
-    if (list_dir(dir, keep_dir, NULL, &names, &n)) return false;
+    if (dirlist_names(dir, keep_dir, NULL, &names, &n)) return false;
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         found = w > 0 && (size_t)w < sizeof path && is_step_dir(path);
     }
-    free_files(names, n);
+    dirlist_free(names, n);
     return found;
 }
 
@@ -277,7 +277,7 @@ static int resolve_step(ds *d) {
 static int find_optim_files(ds *d) {
     char **names;
     size_t n;
-    int rc = list_files(d->step_dir, "_optim_states.pt", &names, &n);
+    int rc = dirlist_files(d->step_dir, "_optim_states.pt", &names, &n);
     if (rc) return ckpt_fail(d->err, rc, "%s: cannot list: %s", d->step_dir, strerror(-rc));
     const char **by_rank = calloc(n ? n : 1, sizeof *by_rank);
     size_t count = 0, prefix_len = 0;
@@ -325,7 +325,7 @@ static int find_optim_files(ds *d) {
     }
     if (!rc && prefix_len) d->optim_prefix = "bf16_";
     free(by_rank);
-    free_files(names, n);
+    dirlist_free(names, n);
     return rc;
 }
 
@@ -916,7 +916,6 @@ int deepspeed_load(ckpt_catalog *cat, ckpt_err *err) {
     memset(&d, 0, sizeof d);
     d.cat = cat;
     d.err = err;
-    cat->format = "deepspeed-zero";
     int rc = load_all(&d);
     for (size_t r = 0; r < d.world; r++) free_file(&d.optim[r]);
     for (size_t r = 0; d.model && r < d.nmodel; r++) free_file(&d.model[r]);

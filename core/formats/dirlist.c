@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const hf_aux_names[] = {
+const char *const ckpt_hf_aux_names[] = {
     "config.json",
     "generation_config.json",
     "tokenizer.json",
@@ -26,14 +26,14 @@ const char *const hf_aux_names[] = {
     "spiece.model",
     "adapter_config.json",
 };
-const size_t hf_aux_count = sizeof hf_aux_names / sizeof *hf_aux_names;
+const size_t ckpt_hf_aux_count = sizeof ckpt_hf_aux_names / sizeof *ckpt_hf_aux_names;
 
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
-             char ***out, size_t *count) {
+int dirlist_names(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
+                  char ***out, size_t *count) {
     *out = NULL;
     *count = 0;
     place_entry *e;
@@ -50,7 +50,7 @@ int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ct
     }
     place_list_free(e, ne);
     if (rc) {
-        free_files(names, n);
+        dirlist_free(names, n);
         return rc;
     }
     if (n > 1) qsort(names, n, sizeof *names, name_cmp);
@@ -61,14 +61,14 @@ int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ct
 
 /* A file (local or remote) whose name ends in the suffix ctx. */
 static bool is_file_with_suffix(const struct place_entry *e, void *ctx) {
-    return e->kind == PLACE_FILE && str_ends_with(e->name, ctx);
+    return e->kind == PLACE_FILE && text_ends_with(e->name, ctx);
 }
 
-int list_files(const char *dir, const char *suffix, char ***out, size_t *count) {
-    return list_dir(dir, is_file_with_suffix, (void *)suffix, out, count);
+int dirlist_files(const char *dir, const char *suffix, char ***out, size_t *count) {
+    return dirlist_names(dir, is_file_with_suffix, (void *)suffix, out, count);
 }
 
-void free_files(char **names, size_t n) {
+void dirlist_free(char **names, size_t n) {
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
 }

@@ -44,11 +44,11 @@ typedef struct candidate {
 static int find_checkpoints(ckpt_catalog *cat, candidate **out, size_t *count, ckpt_err *err) {
     char **names;
     size_t n;
-    int rc = list_files(cat->root, "", &names, &n);
+    int rc = dirlist_files(cat->root, "", &names, &n);
     if (rc) return ckpt_fail(err, rc, "%s: cannot list: %s", cat->root, strerror(-rc));
     candidate *c = calloc(n ? n : 1, sizeof *c);
     if (!c) {
-        free_files(names, n);
+        dirlist_free(names, n);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     /* Remote files are opened in parallel first: each probe then costs no round trip. */
@@ -61,21 +61,21 @@ static int find_checkpoints(ckpt_catalog *cat, candidate **out, size_t *count, c
         snprintf(paths[np++], len, "%s/%s", cat->root, names[i]);
     }
     if (paths) place_warm((const char *const *)paths, np);
-    free_files(paths, np);
+    dirlist_free(paths, np);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (names[i][0] == '.' || later_split_part(names[i])) continue;
         char path[PATH_MAX];
         int w = snprintf(path, sizeof path, "%s/%s", cat->root, names[i]);
         if (w < 0 || (size_t)w >= sizeof path) continue;
-        const ckpt_format *f = probe_path(path);
+        const ckpt_format *f = ckpt_format_probe_path(path);
         if (!f) continue;
         c[k].name = names[i];
         c[k].format = f;
         names[i] = NULL;
         k++;
     }
-    free_files(names, n);
+    dirlist_free(names, n);
     *out = c;
     *count = k;
     return 0;
@@ -84,14 +84,15 @@ static int find_checkpoints(ckpt_catalog *cat, candidate **out, size_t *count, c
 bool folder_probe(const char *dir) {
     char **names;
     size_t n;
-    if (list_files(dir, "", &names, &n)) return false;
+    if (dirlist_files(dir, "", &names, &n)) return false;
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         char path[PATH_MAX];
         int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        found = names[i][0] != '.' && w > 0 && (size_t)w < sizeof path && probe_path(path);
+        found =
+            names[i][0] != '.' && w > 0 && (size_t)w < sizeof path && ckpt_format_probe_path(path);
     }
-    free_files(names, n);
+    dirlist_free(names, n);
     return found;
 }
 
@@ -127,9 +128,8 @@ static int load_one(ckpt_catalog *cat, uint32_t src, const ckpt_format *f, bool 
     return 0;
 }
 
-int load_checkpoint_set(ckpt_catalog *cat, const uint32_t *sources,
-                        const ckpt_format *const *formats, size_t n, const char *set_format,
-                        ckpt_err *err) {
+int folder_load_set(ckpt_catalog *cat, const uint32_t *sources, const ckpt_format *const *formats,
+                    size_t n, const char *set_format, ckpt_err *err) {
     strbuf list;
     sb_init(&list);
     int rc = 0;
@@ -170,7 +170,7 @@ int folder_load(ckpt_catalog *cat, ckpt_err *err) {
             rc = catalog_add_source(cat, path, c[i].name, &srcs[i], err);
         fmts[i] = c[i].format;
     }
-    if (!rc) rc = load_checkpoint_set(cat, srcs, fmts, n, "folder", err);
+    if (!rc) rc = folder_load_set(cat, srcs, fmts, n, "folder", err);
     for (size_t i = 0; i < n; i++) free(c[i].name);
     free(c);
     free(srcs);

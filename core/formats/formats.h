@@ -29,7 +29,8 @@ typedef struct ckpt_format {
     /* What the checks at open cover (ckptfs verify reports it); NULL: structure only, the
      * format stores no checksums of tensor data. */
     const char *integrity;
-    bool no_magic; /* probe is a plausibility check, not a magic number (probe_bytes skips it) */
+    bool no_magic; /* probe is a plausibility check, not a magic number (ckpt_format_probe_bytes
+                      skips it) */
 } ckpt_format;
 
 /* Every format, in probe order, NULL-terminated (formats.c; the order is explained there).
@@ -99,21 +100,20 @@ int folder_load(ckpt_catalog *cat, ckpt_err *err);
 /* Loads the registered sources as checkpoints of the given formats: one is the model, several
  * are subtrees named after their relpaths, set aside, listed in summary.json; set_format names
  * the whole in that case. */
-int load_checkpoint_set(ckpt_catalog *cat, const uint32_t *sources,
-                        const ckpt_format *const *formats, size_t n, const char *set_format,
-                        ckpt_err *err);
+int folder_load_set(ckpt_catalog *cat, const uint32_t *sources, const ckpt_format *const *formats,
+                    size_t n, const char *set_format, ckpt_err *err);
 /* The decoder first bytes call for (by magic; open.c), or NULL. */
-const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size);
+const ckpt_format *ckpt_format_probe_bytes(const unsigned char *head, size_t n, uint64_t size);
 /* The decoder a file's first bytes call for (by magic; open.c), or NULL. */
-const ckpt_format *probe_path(const char *path);
+const ckpt_format *ckpt_format_probe_path(const char *path);
 
 /* The names in dir (local or remote, place.h) that keep accepts (NULL: all), sorted bytewise,
  * or a negative errno (dirlist.c). */
 struct place_entry;
-int list_dir(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
-             char ***names, size_t *count);
+int dirlist_names(const char *dir, bool (*keep)(const struct place_entry *e, void *ctx), void *ctx,
+                  char ***names, size_t *count);
 /* The regular files of dir whose names end in suffix, sorted. */
-int list_files(const char *dir, const char *suffix, char ***names, size_t *count);
-void free_files(char **names, size_t count);
+int dirlist_files(const char *dir, const char *suffix, char ***names, size_t *count);
+void dirlist_free(char **names, size_t count);
 
 #endif

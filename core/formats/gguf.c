@@ -191,7 +191,7 @@ static int need(part *p, uint64_t n, const char *what) {
         p->cap = len ? len : 1;
     }
     p->buf_len = 0;
-    int rc = source_read(p->ld->cat, p->source, p->pos, p->buf, len, what, p->ld->err);
+    int rc = ckpt_source_read(p->ld->cat, p->source, p->pos, p->buf, len, what, p->ld->err);
     if (rc) return rc;
     p->buf_off = p->pos;
     p->buf_len = len;

@@ -60,7 +60,7 @@ static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
 }
 
 /* Reads fields in order from a region of the file: the index held in memory (v2), or the file
- * itself through source_read (v1, whose entries are interleaved with their payloads). */
+ * itself through ckpt_source_read (v1, whose entries are interleaved with their payloads). */
 typedef struct cursor {
     const ckpt_catalog *cat;
     uint32_t source;
@@ -89,7 +89,8 @@ static int take(cursor *c, uint64_t n, const unsigned char **p, unsigned char *b
     int rc = need(c, n, what);
     if (rc) return rc;
     *p = c->mem ? c->mem + (c->pos - c->start) : buf;
-    if (!c->mem && n && (rc = source_read(c->cat, c->source, c->pos, buf, (size_t)n, what, c->err)))
+    if (!c->mem && n &&
+        (rc = ckpt_source_read(c->cat, c->source, c->pos, buf, (size_t)n, what, c->err)))
         return rc;
     c->pos += n;
     return 0;
@@ -198,7 +199,7 @@ static int check_entry(reader *r, entry *e) {
     ckpt_dtype dt = DTYPE_TAGS[e->dtype_tag].dtype;
     uint64_t numel, nbytes;
     char shape[160];
-    bool sized = shape_nbytes(e->dims, e->rank, dt, &numel, &nbytes);
+    bool sized = catalog_shape_nbytes(e->dims, e->rank, dt, &numel, &nbytes);
     if (!sized || e->byte_len != nbytes) put_shape(shape, sizeof shape, e->dims, e->rank);
     if (!sized)
         return ckpt_fail(r->err, -EINVAL,
@@ -428,7 +429,7 @@ static int read_config(reader *r, cursor *c, strbuf *doc) {
                          (unsigned long long)r->src->size);
     char *text = malloc(len ? len : 1);
     if (!text) return ckpt_fail(r->err, -ENOMEM, "out of memory");
-    rc = source_read(r->cat, r->source, at, text, len, "config_json", r->err);
+    rc = ckpt_source_read(r->cat, r->source, at, text, len, "config_json", r->err);
     c->pos += len;
     json_doc jd;
     json_error jerr;
@@ -515,7 +516,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     strbuf doc;
     sb_init(&doc);
     unsigned char magic[8];
-    int rc = source_read(cat, source, 0, magic, 8, "magic", err);
+    int rc = ckpt_source_read(cat, source, 0, magic, 8, "magic", err);
     if (rc) goto out;
     r.checkpoint = memcmp(magic, "GPTRSCHK", 8) == 0;
     const char *container = r.checkpoint ? "GPTRSCHK" : "GPTRSTEN";
@@ -547,7 +548,8 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             goto out;
         }
-        if ((rc = source_read(cat, source, file.pos, index, index_len, "index", err))) goto out;
+        if ((rc = ckpt_source_read(cat, source, file.pos, index, index_len, "index", err)))
+            goto out;
         c = (cursor){cat,     source, index, file.pos, file.pos, file.pos + index_len,
                      "index", err,    -1};
         r.index_end = c.end;

@@ -77,7 +77,7 @@ static int check_shard_file(const char *root, const json_value *v, const char *i
                          "%s: shard \"%.*s\" named in weight_map (byte offset %zu): %s is %s, "
                          "not a regular file",
                          index_path, SHOWN_NAME(v->str, v->len), v->pos, path,
-                         stat(path, &st) == 0 ? file_type_name(st.st_mode) : "a directory");
+                         stat(path, &st) == 0 ? source_file_type_name(st.st_mode) : "a directory");
     return 0;
 }
 
@@ -222,7 +222,7 @@ static int load_index(ckpt_catalog *cat, const char *index_rel, bool torch, ckpt
                          (unsigned long long)size);
     char *text = malloc(size ? size : 1);
     if (!text) return ckpt_fail(err, -ENOMEM, "out of memory");
-    if ((rc = source_read(cat, isrc, 0, text, size, "index", err))) {
+    if ((rc = ckpt_source_read(cat, isrc, 0, text, size, "index", err))) {
         free(text);
         return rc;
     }
@@ -379,12 +379,12 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     }
     if (!rc && npresent > 1) rc = note_choice(cat, chosen, present, err);
     if (rc) return rc;
-    for (size_t i = 0; i < hf_aux_count; i++) {
-        if ((rc = join(path, sizeof path, cat->root, hf_aux_names[i], err))) return rc;
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++) {
+        if ((rc = join(path, sizeof path, cat->root, ckpt_hf_aux_names[i], err))) return rc;
         if (!is_file(path)) continue;
         uint32_t src;
-        if ((rc = catalog_add_source(cat, path, hf_aux_names[i], &src, err))) return rc;
-        if ((rc = catalog_add_aux(cat, hf_aux_names[i], src, err))) return rc;
+        if ((rc = catalog_add_source(cat, path, ckpt_hf_aux_names[i], &src, err))) return rc;
+        if ((rc = catalog_add_aux(cat, ckpt_hf_aux_names[i], src, err))) return rc;
     }
     return 0;
 }

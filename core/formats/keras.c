@@ -140,7 +140,7 @@ static int dataset(loader *l, const char *name) {
         rc = bad(l, name, "its dataspace cannot be read");
     } else {
         for (int i = 0; i < ndim; i++) shape[i] = dims[i];
-        if (!shape_nbytes(shape, (uint32_t)ndim, dt, &numel, &nbytes))
+        if (!catalog_shape_nbytes(shape, (uint32_t)ndim, dt, &numel, &nbytes))
             rc = bad(l, name, "its dims overflow");
     }
     size_t index = 0;

@@ -167,7 +167,7 @@ static int decode_entry(const lwt *f, layout *l, uint64_t k, uint64_t prev_end, 
     e->size = le64(p + offset_rel(l->stride) + 8);
     uint64_t numel, nbytes;
     char shape[128];
-    bool sized = shape_nbytes(e->shape, e->ndim, CKPT_F32, &numel, &nbytes);
+    bool sized = catalog_shape_nbytes(e->shape, e->ndim, CKPT_F32, &numel, &nbytes);
     if (!sized || e->size != nbytes) put_shape(shape, sizeof shape, e->shape, e->ndim);
     if (!sized)
         return ckpt_fail(&l->err, -EINVAL,
@@ -266,7 +266,7 @@ static int data_crc(const lwt *f, const layout *l, uint32_t *crc) {
     int rc = 0;
     for (uint64_t at = 0; at < l->data_len && !rc; at += STEP) {
         size_t n = l->data_len - at < STEP ? (size_t)(l->data_len - at) : STEP;
-        rc = source_read(f->cat, f->source, l->data_at + at, buf, n, "data section", f->err);
+        rc = ckpt_source_read(f->cat, f->source, l->data_at + at, buf, n, "data section", f->err);
         if (!rc) c = crc32(c, buf, (uInt)n);
     }
     free(buf);
@@ -393,7 +393,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
             err, -EINVAL,
             "%s: header_len at offset 8 needs 4 bytes but the file ends at offset %llu", path,
             (unsigned long long)size);
-    int rc = source_read(cat, source, 0, head, size < 16 ? 12 : 16, "header_len", err);
+    int rc = ckpt_source_read(cat, source, 0, head, size < 16 ? 12 : 16, "header_len", err);
     if (rc) return rc;
     bool width64 = size >= 16 && le32(head + 12) == 0;
     uint64_t hlen = width64 ? le64(head + 8) : le32(head + 8);
@@ -415,7 +415,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     json_error jerr;
     bool have_doc = false;
     layout *cand = NULL;
-    if ((rc = source_read(cat, source, json_at, json, hlen, "header JSON", err))) goto out;
+    if ((rc = ckpt_source_read(cat, source, json_at, json, hlen, "header JSON", err))) goto out;
     if ((rc = json_parse(&doc, json, hlen, &jerr))) {
         rc = ckpt_fail(err, rc, "%s: header JSON: %s (byte offset %llu)", path, jerr.msg,
                        (unsigned long long)(json_at + jerr.pos));
@@ -443,7 +443,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = source_read(cat, source, f.win_at, win, f.win_len, "index", err))) goto out;
+    if ((rc = ckpt_source_read(cat, source, f.win_at, win, f.win_len, "index", err))) goto out;
     f.win = win;
     cand = malloc(MAX_CANDIDATES * sizeof *cand);
     if (!cand) {
@@ -484,7 +484,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     if (trailing == 4) {
         unsigned char t[4];
         uint64_t at = l->data_at + l->data_len;
-        if ((rc = source_read(cat, source, at, t, 4, "CRC-32 trailer", err))) goto out;
+        if ((rc = ckpt_source_read(cat, source, at, t, 4, "CRC-32 trailer", err))) goto out;
         if (le32(t) != got) {
             rc = ckpt_fail(err, -EINVAL,
                            "%s: crc32 mismatch: the CRC-32 trailer at offset %llu says 0x%08x but "

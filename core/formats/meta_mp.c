@@ -111,7 +111,7 @@ static int read_params(meta *m) {
         return ckpt_fail(m->err, -EFBIG, "%s: %llu bytes, over the 1 MiB a params.json may have",
                          m->params_path, (unsigned long long)size);
     if (!(m->p.text = malloc(size ? size : 1))) return ckpt_fail(m->err, -ENOMEM, "out of memory");
-    if ((rc = source_read(cat, src, 0, m->p.text, size, "params", m->err))) return rc;
+    if ((rc = ckpt_source_read(cat, src, 0, m->p.text, size, "params", m->err))) return rc;
     json_error jerr;
     if ((rc = json_parse(&m->p.doc, m->p.text, size, &jerr)))
         return ckpt_fail(m->err, rc, "%s: %s (byte offset %zu)", m->params_path, jerr.msg,
@@ -153,7 +153,7 @@ static int read_params(meta *m) {
 static int find_ranks(meta *m) {
     char **names;
     size_t n;
-    int rc = list_files(m->cat->root, ".pth", &names, &n);
+    int rc = dirlist_files(m->cat->root, ".pth", &names, &n);
     if (rc) return ckpt_fail(m->err, rc, "%s: cannot list: %s", m->cat->root, strerror(-rc));
     /* By rank number, not name order: consolidated.100.pth comes after consolidated.99.pth. */
     const char **by_rank = calloc(MAX_RANKS, sizeof *by_rank);
@@ -207,7 +207,7 @@ static int find_ranks(meta *m) {
         }
     }
     free(by_rank);
-    free_files(names, n);
+    dirlist_free(names, n);
     return rc;
 }
 
@@ -216,7 +216,7 @@ static int find_ranks(meta *m) {
 /* The name ends in tail as whole dotted components. */
 static bool ends_with(const char *s, size_t n, const char *tail) {
     size_t t = strlen(tail);
-    return mem_ends_with(s, n, tail) && (n == t || s[n - t - 1] == '.');
+    return text_mem_ends_with(s, n, tail) && (n == t || s[n - t - 1] == '.');
 }
 
 /* The dim fairscale's layer splits for this name, or -1 for a replicated tensor. */
@@ -245,9 +245,10 @@ static bool same_bytes(meta *m, const torch_embedded_tensor *a, uint32_t sa,
     if (!x) *rc = ckpt_fail(m->err, -ENOMEM, "out of memory");
     for (uint64_t at = 0; same && at < nbytes; at += CHUNK) {
         size_t n = nbytes - at < CHUNK ? (size_t)(nbytes - at) : CHUNK;
-        if ((*rc =
-                 source_read(m->cat, sa, a->file_offset + at, x, n, "replicated tensor", m->err)) ||
-            (*rc = source_read(m->cat, sb, b->file_offset + at, y, n, "replicated tensor", m->err)))
+        if ((*rc = ckpt_source_read(m->cat, sa, a->file_offset + at, x, n, "replicated tensor",
+                                    m->err)) ||
+            (*rc = ckpt_source_read(m->cat, sb, b->file_offset + at, y, n, "replicated tensor",
+                                    m->err)))
             same = false;
         else
             same = memcmp(x, y, n) == 0;
@@ -301,7 +302,8 @@ static int consolidate(meta *m, const torch_embedded_tensor *x0, size_t *index, 
     }
     if (d < 0) {
         uint64_t numel, nbytes;
-        if (!shape_nbytes(x0->shape, x0->ndim, x0->dtype, &numel, &nbytes) || !x0->row_major)
+        if (!catalog_shape_nbytes(x0->shape, x0->ndim, x0->dtype, &numel, &nbytes) ||
+            !x0->row_major)
             return ckpt_fail(m->err, -EINVAL, "%s: replicated \"%.*s\" is not a plain tensor",
                              r0->name, SHOWN_NAME(x0->name, x0->name_len));
         for (size_t r = 1; r < m->nranks; r++) {
@@ -582,14 +584,14 @@ static int load_all(meta *m) {
                      m->cat->root);
     if (!rc) rc = add_doc(m);
     /* Files transformers keeps beside the weights (Meta ships tokenizer.model). */
-    for (size_t i = 0; !rc && i < hf_aux_count; i++) {
+    for (size_t i = 0; !rc && i < ckpt_hf_aux_count; i++) {
         char path[PATH_MAX];
-        int w = snprintf(path, sizeof path, "%s/%s", m->cat->root, hf_aux_names[i]);
+        int w = snprintf(path, sizeof path, "%s/%s", m->cat->root, ckpt_hf_aux_names[i]);
         uint32_t src;
         if (w < 0 || (size_t)w >= sizeof path || !is_file(path)) continue;
-        if (strcmp(hf_aux_names[i], "config.json") == 0 && m->cat->hf_config) continue;
-        if (!(rc = catalog_add_source(m->cat, path, hf_aux_names[i], &src, m->err)))
-            rc = catalog_add_aux(m->cat, hf_aux_names[i], src, m->err);
+        if (strcmp(ckpt_hf_aux_names[i], "config.json") == 0 && m->cat->hf_config) continue;
+        if (!(rc = catalog_add_source(m->cat, path, ckpt_hf_aux_names[i], &src, m->err)))
+            rc = catalog_add_aux(m->cat, ckpt_hf_aux_names[i], src, m->err);
     }
     return rc;
 }
@@ -599,7 +601,6 @@ int meta_mp_load(ckpt_catalog *cat, ckpt_err *err) {
     memset(&m, 0, sizeof m);
     m.cat = cat;
     m.err = err;
-    cat->format = "meta-mp";
     int rc = load_all(&m);
     for (size_t r = 0; r < m.nranks; r++) {
         torch_embedded_free(&m.ranks[r].e);

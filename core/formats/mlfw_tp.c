@@ -45,7 +45,7 @@ static int rd(reader *r, void *out, size_t n, const char *field) {
         return ckpt_fail(r->err, -EINVAL, "%s: %s at offset %llu runs past the end (%llu)",
                          r->cat->sources[r->source].path, field, (unsigned long long)r->pos,
                          (unsigned long long)r->end);
-    int rc = source_read(r->cat, r->source, r->pos, out, n, field, r->err);
+    int rc = ckpt_source_read(r->cat, r->source, r->pos, out, n, field, r->err);
     if (!rc) r->pos += n;
     return rc;
 }
@@ -339,9 +339,10 @@ static int same_bytes(const ckpt_catalog *cat, const entry *const *e, size_t n, 
     int rc = a && b ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
     for (uint64_t off = 0; !rc && *same && off < e[0]->nbytes; off += block) {
         size_t len = e[0]->nbytes - off < block ? (size_t)(e[0]->nbytes - off) : block;
-        rc = source_read(cat, e[0]->source, e[0]->offset + off, a, len, "tensor data", err);
+        rc = ckpt_source_read(cat, e[0]->source, e[0]->offset + off, a, len, "tensor data", err);
         for (size_t r = 1; !rc && *same && r < n; r++) {
-            rc = source_read(cat, e[r]->source, e[r]->offset + off, b, len, "tensor data", err);
+            rc =
+                ckpt_source_read(cat, e[r]->source, e[r]->offset + off, b, len, "tensor data", err);
             if (!rc && memcmp(a, b, len) != 0) *same = false;
         }
     }
@@ -574,7 +575,6 @@ bool mlfw_tp_dir_probe(const char *dir) {
 }
 
 int mlfw_tp_dir_load(ckpt_catalog *cat, ckpt_err *err) {
-    cat->format = "mlframework-tp";
     place_entry *ents;
     size_t nents;
     int lrc = place_list(cat->root, &ents, &nents);

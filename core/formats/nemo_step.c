@@ -154,15 +154,15 @@ static bool aux_registered(const ckpt_catalog *cat, const char *name) {
 
 /* Config and tokenizer files of dir not yet taken from a directory earlier in the order. */
 static int add_aux_from(nemo *n, const char *dir, const char *rel_prefix) {
-    for (size_t i = 0; i < hf_aux_count; i++) {
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++) {
         char path[PATH_MAX], rel[PATH_MAX];
-        if (aux_registered(n->cat, hf_aux_names[i]) ||
-            !join(path, sizeof path, dir, hf_aux_names[i]) || !is_file(path))
+        if (aux_registered(n->cat, ckpt_hf_aux_names[i]) ||
+            !join(path, sizeof path, dir, ckpt_hf_aux_names[i]) || !is_file(path))
             continue;
-        snprintf(rel, sizeof rel, "%s%s", rel_prefix, hf_aux_names[i]);
+        snprintf(rel, sizeof rel, "%s%s", rel_prefix, ckpt_hf_aux_names[i]);
         uint32_t src;
         int rc = catalog_add_source(n->cat, path, rel, &src, n->err);
-        if (!rc) rc = catalog_add_aux(n->cat, hf_aux_names[i], src, n->err);
+        if (!rc) rc = catalog_add_aux(n->cat, ckpt_hf_aux_names[i], src, n->err);
         if (rc) return rc;
     }
     return 0;
@@ -180,7 +180,7 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
     ckpt_catalog *cat = n->cat;
     char **names;
     size_t count;
-    int rc = list_files(cdir, ".safetensors", &names, &count);
+    int rc = dirlist_files(cdir, ".safetensors", &names, &count);
     if (rc) return ckpt_fail(n->err, rc, "%s: %s", cdir, strerror(-rc));
     hashmap model;
     size_t nmodel = cat->ntensors - first_tensor;
@@ -239,9 +239,9 @@ static int check_consolidated(nemo *n, const char *cdir, const char *rel_prefix,
                                  "the sharded model",
                                  rel, SHOWN_NAME(e->name, e->name_len),
                                  ckpt_dtype_info_of(e->dtype)->name,
-                                 dims_text(cs, sizeof cs, e->shape, e->ndim),
+                                 text_dims(cs, sizeof cs, e->shape, e->ndim),
                                  ckpt_dtype_info_of(t->dtype)->name,
-                                 dims_text(ms, sizeof ms, t->shape, t->ndim));
+                                 text_dims(ms, sizeof ms, t->shape, t->ndim));
             }
         }
         safetensors_header_free(&h);
@@ -347,7 +347,7 @@ static int describe_other_files(nemo *n) {
     ckpt_catalog *cat = n->cat;
     char **names;
     size_t cnt;
-    int rc = list_dir(cat->root, not_model_or_optim, NULL, &names, &cnt);
+    int rc = dirlist_names(cat->root, not_model_or_optim, NULL, &names, &cnt);
     if (rc && rc != -ENOMEM) return 0; /* an unreadable step directory: nothing to describe */
     sb_puts(&n->doc, ",\n    \"other_files\": [");
     for (size_t i = 0; !rc && i < cnt; i++) {
@@ -359,7 +359,7 @@ static int describe_other_files(nemo *n) {
         sb_json_str(&n->doc, shown, len > 0 ? (size_t)len : 0);
     }
     sb_putc(&n->doc, ']');
-    free_files(names, cnt);
+    dirlist_free(names, cnt);
     if (rc) return ckpt_fail(n->err, rc, "%s: %s", cat->root, strerror(-rc));
 
     char path[PATH_MAX];
@@ -415,14 +415,12 @@ int nemo_step_load(ckpt_catalog *cat, ckpt_err *err) {
     sb_init(&n.doc);
     int rc;
     if (is_step_dir(cat->root)) {
-        cat->format = "nemo-automodel";
         rc = load_step(&n);
     } else if (is_model_dir(cat->root)) {
-        cat->format = "nemo-automodel";
         sb_puts(&n.doc, "\"layout\": \"model directory\"");
         rc = load_model(&n, cat->root, "", NULL, NULL);
     } else {
-        cat->format = "peft-adapter";
+        cat->format = "peft-adapter"; /* the row's name otherwise (open_dir) */
         sb_puts(&n.doc, "\"layout\": \"peft adapter\"");
         rc = load_model(&n, cat->root, "", NULL, NULL);
     }

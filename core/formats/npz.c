@@ -53,7 +53,7 @@ static int add_member(ckpt_catalog *cat, uint32_t source, const zip_archive *z, 
                                                              : NPY_MAX_HEADER + NPY_PREFIX_MAX;
     unsigned char *head = malloc(want ? want : 1);
     if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(cat, source, data, head, want, "npy header", err);
+    rc = ckpt_source_read(cat, source, data, head, want, "npy header", err);
     npy_header npy;
     char why[256];
     if (!rc && npy_header_parse(head, want, &npy, why, sizeof why))
@@ -62,7 +62,7 @@ static int add_member(ckpt_catalog *cat, uint32_t source, const zip_archive *z, 
     free(head);
     if (rc) return rc;
     uint64_t numel, nbytes;
-    if (!shape_nbytes(npy.shape, npy.ndim, npy.dtype, &numel, &nbytes))
+    if (!catalog_shape_nbytes(npy.shape, npy.ndim, npy.dtype, &numel, &nbytes))
         return ckpt_fail(err, -EINVAL,
                          "%s: member \"%.*s\": the shape in its .npy header overflows", path,
                          SHOWN_NAME(e->name, e->name_len));

@@ -59,7 +59,7 @@ static int pb_byte(pbuf *b, uint64_t at, uint64_t end, unsigned char *c) {
     if (at >= end) return pb_bad(b, at, "a field runs past the end of its message");
     if (at < b->win_at || at >= b->win_at + b->win_len) {
         uint64_t n = b->size - at < WINDOW ? b->size - at : WINDOW;
-        int rc = source_read(b->cat, b->source, at, b->win, (size_t)n, "protobuf field", b->err);
+        int rc = ckpt_source_read(b->cat, b->source, at, b->win, (size_t)n, "protobuf field", b->err);
         if (rc) return rc;
         b->win_at = at;
         b->win_len = (size_t)n;
@@ -430,7 +430,7 @@ static int initializer(loader *l, const pb_field *msg) {
         return pb_bad(&l->b, msg->at, what);
     }
     uint64_t numel, nbytes;
-    if (!shape_nbytes(t.dims, t.ndim, dt, &numel, &nbytes))
+    if (!catalog_shape_nbytes(t.dims, t.ndim, dt, &numel, &nbytes))
         return pb_bad(&l->b, msg->at, "an initializer's dims overflow");
     size_t index;
     if ((rc = catalog_add_tensor(l->cat, l->name.data, l->name.len, dt, t.ndim, t.dims, &index,

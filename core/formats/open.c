@@ -34,26 +34,26 @@ static const char *base_name(const char *path) {
 }
 
 /* The decoder whose magic the first bytes carry (formats without one excluded). */
-const ckpt_format *probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
+const ckpt_format *ckpt_format_probe_bytes(const unsigned char *head, size_t n, uint64_t size) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
         if ((*t)->probe && !(*t)->no_magic && (*t)->probe(head, n, size)) return *t;
     return NULL;
 }
 
-const ckpt_format *probe_path(const char *path) {
+const ckpt_format *ckpt_format_probe_path(const char *path) {
     unsigned char head[PROBE_BYTES];
     size_t n;
     uint64_t size;
     if (place_read_head(path, head, sizeof head, &n, &size) != 0 || n == 0) return NULL;
-    return probe_bytes(head, n, size);
+    return ckpt_format_probe_bytes(head, n, size);
 }
 
 /* The file's name ends in one of the format's suffixes (+ ".zst" for a seekable zstd file). */
 static bool claims_name(const ckpt_format *f, const char *path, bool zst) {
     for (const char *const *s = f->suffixes; s && *s; s++) {
-        if (str_ends_with(path, *s)) return true;
+        if (text_ends_with(path, *s)) return true;
         char z[64];
-        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && str_ends_with(path, z))
+        if (zst && snprintf(z, sizeof z, "%s.zst", *s) < (int)sizeof z && text_ends_with(path, z))
             return true;
     }
     return false;
@@ -80,7 +80,7 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     unsigned char head[PROBE_BYTES];
     uint64_t size = cat->sources[src].size;
     size_t n = size < sizeof head ? (size_t)size : sizeof head;
-    if ((rc = source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
+    if ((rc = ckpt_source_read(cat, src, 0, head, n, "the first bytes", err))) return rc;
     /* A seekable .zst was read through its seek table by catalog_add_source: head holds the
      * decompressed bytes. Plain zstd has no random access; ckptfs will not decompress it all. */
     if (!cat->sources[src].zst && zst_magic(head, n))
@@ -114,9 +114,13 @@ static int open_file(ckpt_catalog *cat, const char *path, ckpt_err *err) {
     return f->load(cat, src, err);
 }
 
+/* The catalog records the row's name, as open_file does; a loader may refine it. */
 static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
     for (const ckpt_format *const *t = ckpt_formats; *t; t++)
-        if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) return (*t)->load_dir(cat, err);
+        if ((*t)->probe_dir && (*t)->probe_dir(cat->root)) {
+            cat->format = (*t)->name;
+            return (*t)->load_dir(cat, err);
+        }
     int rc = place_list_failure(cat->root, err);
     if (rc) return rc;
     char looked[1024];
@@ -142,11 +146,7 @@ static int remote_root(const char *path, const ckpt_options *opts, char *root, i
     if (rc) return rc;
     char shown[PATH_MAX];
     remote_shown(path, shown, sizeof shown);
-    if (strncmp(shown, "hf://", 5) == 0) {
-        if ((rc = hf_pin(shown, root, PATH_MAX, err))) return rc;
-    } else if (remote_normalize(shown, root, PATH_MAX) != 0) {
-        return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown);
-    }
+    if ((rc = remote_pin(shown, root, PATH_MAX, err))) return rc;
     *kind = place_kind(root);
     if (*kind == PLACE_MISSING) {
         /* Opening it says why precisely (404, 403, no Range support...). */
@@ -169,7 +169,7 @@ static int local_root(const char *path, char *root, int *kind, ckpt_err *err) {
     *kind = S_ISREG(st.st_mode) ? PLACE_FILE : S_ISDIR(st.st_mode) ? PLACE_DIR : PLACE_OTHER;
     if (*kind == PLACE_OTHER)
         return ckpt_fail(err, -EINVAL, "%s: %s, neither a regular file nor a directory", path,
-                         file_type_name(st.st_mode));
+                         source_file_type_name(st.st_mode));
     if (!realpath(path, root)) {
         int e = errno;
         return ckpt_fail(err, -e, "%s: %s", path, strerror(e));

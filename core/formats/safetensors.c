@@ -82,7 +82,7 @@ static int parse_entry(reader *r, const json_value *t, st_entry *e) {
         return bad(r, t, offs->pos, "data_offsets entry is not a non-negative integer below 2^64");
     if (e->end < e->begin) return bad(r, t, offs->pos, "data_offsets end is before begin");
     uint64_t numel, nbytes;
-    if (!shape_nbytes(dims, e->ndim, e->dtype, &numel, &nbytes))
+    if (!catalog_shape_nbytes(dims, e->ndim, e->dtype, &numel, &nbytes))
         return bad(r, t, shape->pos, "shape product overflows or is not a whole number of bytes");
     if (e->end - e->begin != nbytes) {
         char msg[160];
@@ -175,7 +175,7 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
                          "length at offset 0",
                          src->path, (unsigned long long)src->size);
     unsigned char lenbuf[8];
-    int rc = source_read(cat, source, 0, lenbuf, 8, "header length", err);
+    int rc = ckpt_source_read(cat, source, 0, lenbuf, 8, "header length", err);
     if (rc) return rc;
     uint64_t hlen = le64(lenbuf);
     if (hlen > HEADER_LIMIT)
@@ -194,7 +194,7 @@ int safetensors_read_header(const ckpt_catalog *cat, uint32_t source, st_header 
     size_t map_len = hlen ? (size_t)hlen : 1;
     char *hdr = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (hdr == MAP_FAILED) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(cat, source, 8, hdr, hlen, "header", err);
+    rc = ckpt_source_read(cat, source, 8, hdr, hlen, "header", err);
     if (rc) {
         munmap(hdr, map_len);
         return rc;

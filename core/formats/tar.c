@@ -24,8 +24,8 @@ static bool probe(const unsigned char *head, size_t n, uint64_t file_size) {
 
 static bool is_aux(const char *name) {
     if (strcmp(name, "model_config.yaml") == 0) return true;
-    for (size_t i = 0; i < hf_aux_count; i++)
-        if (strcmp(name, hf_aux_names[i]) == 0) return true;
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
     return false;
 }
 
@@ -97,10 +97,10 @@ static int load(ckpt_catalog *cat, uint32_t archive, ckpt_err *err) {
         }
         unsigned char head[PROBE_BYTES];
         size_t len = m->size < sizeof head ? (size_t)m->size : sizeof head;
-        if ((rc = source_read(cat, archive, m->data_offset, head, len, "a member's first bytes",
-                              err)))
+        if ((rc = ckpt_source_read(cat, archive, m->data_offset, head, len,
+                                   "a member's first bytes", err)))
             break;
-        const ckpt_format *f = probe_bytes(head, len, m->size);
+        const ckpt_format *f = ckpt_format_probe_bytes(head, len, m->size);
         if (nemo_weights && f != &format_torch_zip)
             rc = ckpt_fail(err, -EINVAL, "%s: member %s (at offset %llu) is not a torch.save file",
                            cat->sources[archive].path, m->name, (unsigned long long)m->data_offset);
@@ -114,7 +114,7 @@ static int load(ckpt_catalog *cat, uint32_t archive, ckpt_err *err) {
         rc = ckpt_fail(err, -ENOENT,
                        "%s: none of the %zu files in the archive is a checkpoint ckptfs knows",
                        cat->sources[archive].path, ix.count);
-    if (!rc) rc = load_checkpoint_set(cat, srcs, fmts, n, kind, err);
+    if (!rc) rc = folder_load_set(cat, srcs, fmts, n, kind, err);
     if (!rc && strcmp(kind, "nemo") == 0) cat->format = n > 1 ? "nemo-model-parallel" : "nemo";
     if (!rc) rc = members_doc(cat, &ix, kind, err);
     if (!rc) warn_ending(cat, &ix, cat->sources[archive].path);

@@ -800,7 +800,7 @@ static int add_tensor(loader *l, const pk_value *v) {
     if (l->embedded) return add_embedded(l, v, &td, dtype, file_offset, name);
     /* What catalog_add_tensor would refuse, refused here: in the order of the walk. */
     uint64_t numel, nbytes;
-    if (!shape_nbytes(td.shape, td.ndim, dtype, &numel, &nbytes))
+    if (!catalog_shape_nbytes(td.shape, td.ndim, dtype, &numel, &nbytes))
         return ckpt_fail(l->err, -EOVERFLOW,
                          "tensor \"%.*s\": shape product overflows or is not a whole number of "
                          "bytes",
@@ -1340,7 +1340,7 @@ static int legacy_pickles(loader *l, char **buf, pk_doc pd[5]) {
         free(*buf);
         if (!(*buf = malloc(window ? (size_t)window : 1)))
             return ckpt_fail(l->err, -ENOMEM, "out of memory");
-        int rc = source_read(l->cat, l->source, 0, *buf, (size_t)window, "pickles", l->err);
+        int rc = ckpt_source_read(l->cat, l->source, 0, *buf, (size_t)window, "pickles", l->err);
         if (rc) return rc;
         size_t at = 0;
         int i;
@@ -1418,8 +1418,8 @@ static int load_legacy(loader *l, strbuf *doc) {
         if (ls->numel != UINT64_MAX) {
             rc = ckpt_fail(l->err, -EINVAL, "%s: storage \"%.*s\" is listed twice in the key list",
                            l->path, SHOWN_NAME(k->u.s.p, k->u.s.len));
-        } else if (!(rc = source_read(l->cat, l->source, at, cnt, 8, "storage element count",
-                                      l->err))) {
+        } else if (!(rc = ckpt_source_read(l->cat, l->source, at, cnt, 8, "storage element count",
+                                           l->err))) {
             uint64_t numel = le64(cnt);
             if (__builtin_mul_overflow(numel, (uint64_t)ls->esz, &bytes) || bytes > size - at - 8)
                 rc = ckpt_fail(l->err, -EINVAL,
@@ -1477,7 +1477,7 @@ static int load(ckpt_catalog *cat, uint32_t source, ckpt_err *err) {
     unsigned char head[sizeof legacy_magic];
     uint64_t size = cat->sources[source].size;
     size_t n = size < sizeof head ? (size_t)size : sizeof head;
-    int rc = source_read(cat, source, 0, head, n, "magic", err);
+    int rc = ckpt_source_read(cat, source, 0, head, n, "magic", err);
     if (rc) return rc;
     bool legacy = n == sizeof head && memcmp(head, legacy_magic, sizeof head) == 0;
     sb_init(&l.name);
@@ -1506,7 +1506,7 @@ int torch_zip_read_with(ckpt_catalog *cat, uint32_t source, uint64_t offset, uin
                         const pk_table *extra_globals, torch_embedded *out, ckpt_err *err) {
     memset(out, 0, sizeof *out);
     unsigned char head[4];
-    int rc = length < 4 ? 0 : source_read(cat, source, offset, head, 4, "zip magic", err);
+    int rc = length < 4 ? 0 : ckpt_source_read(cat, source, offset, head, 4, "zip magic", err);
     if (rc) return rc;
     if (length < 4 || memcmp(head, "PK\3\4", 4) != 0)
         return ckpt_fail(err, -EINVAL,

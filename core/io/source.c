@@ -1,13 +1,166 @@
-#include "../ckpt.h"
+/* Sources: opening each kind (a local file, a seekable .zst, a tar member, a remote object, bytes
+ * made when read), reading them, and checking that they are still what was opened. */
+#include "source.h"
 #include "../util/err.h"
 #include "remote/remote.h"
 #include "zstd_seekable.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+const char *source_file_type_name(mode_t mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG:
+        return "a regular file";
+    case S_IFDIR:
+        return "a directory";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFSOCK:
+        return "a socket";
+    case S_IFCHR:
+        return "a character device";
+    case S_IFBLK:
+        return "a block device";
+    case S_IFLNK:
+        return "a symbolic link";
+    }
+    return "of an unknown type";
+}
+
+/* A file that starts like zstd and ends in a seek table is read through it (*zst set, the
+ * content size in *size); any other file is read as it is. */
+static int attach_seek_table(int fd, const char *path, uint64_t *size, zst_table **zst,
+                             ckpt_err *err) {
+    unsigned char magic[4];
+    *zst = NULL;
+    if (*size < sizeof magic || pread(fd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
+        !zst_magic(magic, sizeof magic))
+        return 0;
+    int rc = zst_table_open(fd, path, *size, zst, err);
+    if (rc < 0) return rc;
+    if (rc == 0) *size = zst_content_size(*zst);
+    return 0;
+}
+
+/* An object behind a URL: pinned now (size, ETag), read later through the block cache. */
+static int open_remote(ckpt_source *s, const char *path, char *shown, size_t shown_cap,
+                       ckpt_err *err) {
+    remote_object *o;
+    int rc = remote_open(path, &o, err);
+    if (rc) return rc;
+    remote_shown(path, shown, shown_cap);
+    s->remote = o;
+    s->size = remote_size(o);
+    s->file_size = s->size;
+    s->mtime.tv_sec = remote_mtime(o);
+    s->mode = S_IFREG | 0444;
+    unsigned char magic[4];
+    if (s->size >= sizeof magic && remote_pread(o, magic, sizeof magic, 0) == sizeof magic &&
+        zst_magic(magic, sizeof magic)) {
+        rc = zst_table_open_remote(o, shown, s->size, &s->zst, err);
+        if (rc < 0) {
+            remote_close(o);
+            s->remote = NULL;
+            return rc;
+        }
+        if (rc == 0) s->size = zst_content_size(s->zst);
+    }
+    return 0;
+}
+
+int source_open(ckpt_source *s, const char *path, char *shown, size_t shown_cap, ckpt_err *err) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    if (remote_is_url(path)) return open_remote(s, path, shown, shown_cap, err);
+    snprintf(shown, shown_cap, "%s", path);
+    /* O_NONBLOCK: opening a FIFO named like a shard would wait for a writer forever (and a
+     * device could do anything); the type is checked on the descriptor, so no check races. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ckpt_fail(err, -e, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: %s, not a regular file: ckptfs reads only regular files", path,
+                         source_file_type_name(st.st_mode));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    uint64_t size = (uint64_t)st.st_size;
+    zst_table *zst;
+    int rc = attach_seek_table(fd, path, &size, &zst, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    s->fd = fd;
+    s->zst = zst;
+    s->size = size;
+    s->mtime = st.st_mtim;
+    s->ctime = st.st_ctim;
+    s->mode = st.st_mode;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->file_size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int source_open_member(ckpt_source *s, const ckpt_source *a, const char *name, uint64_t base,
+                       uint64_t size, ckpt_err *err) {
+    if (a->zst || a->member_of || a->virt)
+        return ckpt_fail(err, -EOPNOTSUPP,
+                         "%s: member \"%.120s\": archives are read in place only when they are "
+                         "plain files (not compressed, not inside another archive)",
+                         a->path, name);
+    if (base > a->size || size > a->size - base)
+        return ckpt_fail(err, -EINVAL, "%s: member \"%.120s\" at offset %llu runs past the end",
+                         a->path, name, (unsigned long long)base);
+    int fd = -1;
+    if (!a->remote && (fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int e = errno;
+        return ckpt_fail(err, -e, "%s: %s", a->path, strerror(e));
+    }
+    *s = *a;
+    s->fd = fd;
+    /* a remote member shares the archive's pinned object and its cached blocks */
+    if (a->remote) s->remote = remote_hold(a->remote);
+    s->member_of = a->relpath;
+    s->base = base;
+    s->size = size;
+    return 0;
+}
+
+void source_open_virtual(ckpt_source *s, uint64_t size, const ckpt_virtual_ops *ops, void *ctx) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->size = s->file_size = size;
+    s->mode = S_IFREG | 07777; /* its bytes come from the other sources, whose modes count */
+    s->virt = ops;
+    s->virt_ctx = ctx;
+}
+
+void source_close(ckpt_source *s) {
+    zst_table_free(s->zst);
+    remote_close(s->remote);
+    if (s->virt) s->virt->release(s->virt_ctx);
+    if (s->fd >= 0) close(s->fd);
+    s->zst = NULL;
+    s->remote = NULL;
+    s->virt = NULL;
+    s->fd = -1;
+}
 
 static bool same_time(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
@@ -64,6 +217,18 @@ bool ckpt_source_unchanged(const ckpt_source *s) {
     /* A source kept without a descriptor (a staged file, opened per read) is looked up by
      * path, and must still be the same file. */
     return file_matches(s, s->fd);
+}
+
+bool ckpt_source_current(const ckpt_source *s) {
+    struct stat st;
+    if (s->remote || s->virt) return ckpt_source_unchanged(s);
+    return stat(s->path, &st) == 0 && ckpt_source_stat_matches(s, &st) && ckpt_source_unchanged(s);
+}
+
+bool ckpt_source_same_file(const ckpt_source *s) {
+    struct stat st;
+    if (s->remote || s->virt) return true;
+    return stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino;
 }
 
 bool ckpt_source_mark_changed(const ckpt_source *s) {
@@ -124,8 +289,8 @@ void ckpt_view_release(ckpt_view *v) {
     v->n = 0;
 }
 
-int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
-                const char *what, ckpt_err *err) {
+int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
+                     const char *what, ckpt_err *err) {
     const ckpt_source *s = &cat->sources[source];
     if (off > s->size || len > s->size - off)
         return ckpt_fail(err, -EINVAL,
@@ -159,6 +324,20 @@ int source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *bu
 
 bool ckpt_source_remote_changed(const ckpt_source *s) {
     return s->remote && remote_changed(s->remote);
+}
+
+bool ckpt_source_file_extent(const ckpt_source *s, uint64_t off, uint64_t len, uint64_t *file_off) {
+    if (s->zst || s->remote || s->virt || off > s->size || len > s->size - off) return false;
+    *file_off = s->base + off; /* base is 0 but for a tar member */
+    return true;
+}
+
+bool ckpt_source_whole_file(const ckpt_source *s) {
+    return !s->zst && !s->member_of && !s->remote && !s->virt;
+}
+
+bool ckpt_source_is_file(const ckpt_source *s, dev_t dev, ino_t ino) {
+    return ckpt_source_whole_file(s) && s->dev == dev && s->ino == ino;
 }
 
 uint64_t ckpt_source_stored_size(const ckpt_source *s) {

@@ -2,19 +2,17 @@
 #include "../util/grow.h"
 #include "../util/pipeline.h"
 #include "../io/remote/remote.h"
+#include "../io/source.h"
 #include "st_names.h"
 #include "../util/utf8.h"
-#include "../io/zstd_seekable.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 ckpt_catalog *catalog_new(const char *root, const char *format) {
     ckpt_catalog *cat = calloc(1, sizeof *cat);
@@ -37,13 +35,8 @@ ckpt_catalog *catalog_new(const char *root, const char *format) {
 
 void ckpt_close(ckpt_catalog *cat) {
     if (!cat) return;
-    for (uint32_t i = 0; i < cat->nsources; i++) {
-        zst_table_free(cat->sources[i].zst);
-        remote_close(cat->sources[i].remote);
-        if (cat->sources[i].virt) cat->sources[i].virt->release(cat->sources[i].virt_ctx);
-        if (cat->sources[i].fd >= 0) close(cat->sources[i].fd);
-    }
-    for (size_t i = 0; i < cat->ntensors; i++) piece_index_free(cat->tensors[i].index);
+    for (uint32_t i = 0; i < cat->nsources; i++) source_close(&cat->sources[i]);
+    for (size_t i = 0; i < cat->ntensors; i++) planner_piece_index_free(cat->tensors[i].index);
     free(cat->sources);
     free(cat->tensors);
     free(cat->docs);
@@ -59,131 +52,20 @@ void ckpt_close(ckpt_catalog *cat) {
     free(cat);
 }
 
-/* A file that starts like zstd and ends in a seek table is read through it (*zst set, the
- * content size in *size); any other file is read as it is. */
-static int attach_seek_table(int fd, const char *path, uint64_t *size, zst_table **zst,
-                             ckpt_err *err) {
-    unsigned char magic[4];
-    *zst = NULL;
-    if (*size < sizeof magic || pread(fd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
-        !zst_magic(magic, sizeof magic))
-        return 0;
-    int rc = zst_table_open(fd, path, *size, zst, err);
-    if (rc < 0) return rc;
-    if (rc == 0) *size = zst_content_size(*zst);
-    return 0;
-}
-
-/* An object behind a URL: pinned now (size, ETag), read later through the block cache. */
-static int add_remote_source(ckpt_catalog *cat, const char *path, const char *relpath,
-                             uint32_t *index, ckpt_err *err) {
-    remote_object *o;
-    int rc = remote_open(path, &o, err);
-    if (rc) return rc;
-    char shown[PATH_MAX];
-    remote_shown(path, shown, sizeof shown);
-    ckpt_source *s = &cat->sources[cat->nsources];
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
-    s->remote = o;
-    s->path = arena_strdup(&cat->priv->mem, shown);
-    s->relpath = arena_strdup(&cat->priv->mem, relpath);
-    s->size = remote_size(o);
-    s->file_size = s->size;
-    s->mtime.tv_sec = remote_mtime(o);
-    s->mode = S_IFREG | 0444;
-    unsigned char magic[4];
-    if (s->size >= sizeof magic && remote_pread(o, magic, sizeof magic, 0) == sizeof magic &&
-        zst_magic(magic, sizeof magic)) {
-        rc = zst_table_open_remote(o, shown, s->size, &s->zst, err);
-        if (rc < 0) {
-            remote_close(o);
-            s->remote = NULL;
-            return rc;
-        }
-        if (rc == 0) s->size = zst_content_size(s->zst);
-        rc = 0;
-    }
-    if (!s->path || !s->relpath) {
-        remote_close(o);
-        s->remote = NULL;
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    *index = cat->nsources++;
-    return 0;
-}
-
-const char *file_type_name(mode_t mode) {
-    switch (mode & S_IFMT) {
-    case S_IFREG:
-        return "a regular file";
-    case S_IFDIR:
-        return "a directory";
-    case S_IFIFO:
-        return "a FIFO";
-    case S_IFSOCK:
-        return "a socket";
-    case S_IFCHR:
-        return "a character device";
-    case S_IFBLK:
-        return "a block device";
-    case S_IFLNK:
-        return "a symbolic link";
-    }
-    return "of an unknown type";
-}
-
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
                        ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
     if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", path);
     if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    if (remote_is_url(path)) return add_remote_source(cat, path, relpath, index, err);
-    /* O_NONBLOCK: opening a FIFO named like a shard would wait for a writer forever (and a
-     * device could do anything); the type is checked on the descriptor, so no check races. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        int e = errno;
-        return ckpt_fail(err, -e, "%s: cannot open: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ckpt_fail(err, -e, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(err, -EINVAL,
-                         "%s: %s, not a regular file: ckptfs reads only regular files", path,
-                         file_type_name(st.st_mode));
-    }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    uint64_t size = (uint64_t)st.st_size;
-    zst_table *zst;
-    int rc = attach_seek_table(fd, path, &size, &zst, err);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
     ckpt_source *s = &cat->sources[cat->nsources];
-    memset(s, 0, sizeof *s);
-    s->fd = fd;
-    s->zst = zst;
-    s->path = arena_strdup(&pv->mem, path);
+    char shown[PATH_MAX];
+    int rc = source_open(s, path, shown, sizeof shown, err);
+    if (rc) return rc;
+    s->path = arena_strdup(&pv->mem, s->remote ? shown : path);
     s->relpath = arena_strdup(&pv->mem, relpath);
-    s->size = size;
-    s->mtime = st.st_mtim;
-    s->ctime = st.st_ctim;
-    s->mode = st.st_mode;
-    s->dev = st.st_dev;
-    s->ino = st.st_ino;
-    s->file_size = (uint64_t)st.st_size;
     if (!s->path || !s->relpath) {
-        zst_table_free(zst);
-        s->zst = NULL;
-        close(fd);
+        source_close(s);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     *index = cat->nsources++;
@@ -198,14 +80,9 @@ int catalog_add_virtual_source(ckpt_catalog *cat, const char *name, uint64_t siz
     if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
     ckpt_source *s = &cat->sources[cat->nsources];
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
+    source_open_virtual(s, size, ops, ctx);
     s->path = s->relpath = arena_strdup(&pv->mem, name);
     if (!s->path) return ckpt_fail(err, -ENOMEM, "out of memory");
-    s->size = s->file_size = size;
-    s->mode = S_IFREG | 07777; /* its bytes come from the other sources, whose modes count */
-    s->virt = ops;
-    s->virt_ctx = ctx;
     *index = cat->nsources++;
     return 0;
 }
@@ -213,52 +90,23 @@ int catalog_add_virtual_source(ckpt_catalog *cat, const char *name, uint64_t siz
 int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,
                        uint64_t size, uint32_t *index, ckpt_err *err) {
     struct ckpt_catalog_private *pv = cat->priv;
-    const ckpt_source *a = &cat->sources[archive];
-    if (a->zst || a->member_of)
-        return ckpt_fail(err, -EOPNOTSUPP,
-                         "%s: member \"%.120s\": archives are read in place only when they are "
-                         "plain files (not compressed, not inside another archive)",
-                         a->path, name);
-    if (base > a->size || size > a->size - base)
-        return ckpt_fail(err, -EINVAL, "%s: member \"%.120s\" at offset %llu runs past the end",
-                         a->path, name, (unsigned long long)base);
-    if (cat->nsources == UINT32_MAX) return ckpt_fail(err, -EMFILE, "%s: too many files", a->path);
+    if (cat->nsources == UINT32_MAX)
+        return ckpt_fail(err, -EMFILE, "%s: too many files", cat->sources[archive].path);
     if (GROW(cat->sources, pv->cap_sources, cat->nsources + 1))
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    a = &cat->sources[archive];
-    if (a->remote) { /* the member shares the archive's pinned object and its cached blocks */
-        ckpt_source *s = &cat->sources[cat->nsources];
-        *s = *a;
-        s->relpath = arena_strdup(&pv->mem, name);
-        if (!s->relpath) return ckpt_fail(err, -ENOMEM, "out of memory");
-        s->remote = remote_hold(a->remote);
-        s->member_of = a->relpath;
-        s->base = base;
-        s->size = size;
-        *index = cat->nsources++;
-        return 0;
-    }
-    int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        return ckpt_fail(err, -e, "%s: %s", a->path, strerror(e));
-    }
     ckpt_source *s = &cat->sources[cat->nsources];
-    *s = *a;
-    s->fd = fd;
+    int rc = source_open_member(s, &cat->sources[archive], name, base, size, err);
+    if (rc) return rc;
     s->relpath = arena_strdup(&pv->mem, name);
-    s->member_of = a->relpath;
-    s->base = base;
-    s->size = size;
     if (!s->relpath) {
-        close(fd);
+        source_close(s);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     *index = cat->nsources++;
     return 0;
 }
 
-bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
                   uint64_t *nbytes) {
     uint64_t n = 1;
     for (uint32_t i = 0; i < ndim; i++)
@@ -304,7 +152,7 @@ int catalog_add_tensor(ckpt_catalog *cat, const char *name, size_t name_len, ckp
     t->shape = arena_alloc_aligned(&pv->mem, (ndim ? ndim : 1) * sizeof *t->shape, 8);
     if (!t->name || !t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
-    if (!shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
+    if (!catalog_shape_nbytes(t->shape, ndim, dtype, &t->numel, &t->nbytes))
         return ckpt_fail(err, -EOVERFLOW,
                          "tensor \"%.*s\": shape product overflows or is not "
                          "a whole number of bytes",
@@ -546,7 +394,7 @@ typedef struct index_job {
 static void *build_indexes(void *arg) {
     index_job *job = arg;
     for (size_t i = 0; !job->rc && i < job->cat->ntensors; i++)
-        job->rc = piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
+        job->rc = planner_piece_index_build(job->cat, &job->cat->tensors[i], &job->err);
     return NULL;
 }
 

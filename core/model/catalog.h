@@ -7,6 +7,7 @@
 #include "../ckpt.h"
 #include "../util/strbuf.h"
 #include "../util/err.h"
+#include "../io/source.h" /* source_file_type_name */
 
 typedef struct pending_piece {
     size_t tensor;
@@ -26,8 +27,6 @@ struct ckpt_catalog_private {
 };
 
 ckpt_catalog *catalog_new(const char *root, const char *format);
-/* "a FIFO", "a directory", ... for messages. */
-const char *file_type_name(mode_t mode);
 /* Opens path read-only and records its size and mtime. relpath is what sidecars show.
  * Anything but a regular file (a FIFO, a device) is refused by name without blocking. */
 int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath, uint32_t *index,
@@ -84,12 +83,12 @@ int catalog_warn(ckpt_catalog *cat, const char *fmt, ...) __attribute__((format(
 int catalog_finish(ckpt_catalog *cat, ckpt_err *err);
 
 /* numel and nbytes of a shape, with overflow checks; false on overflow or a partial byte. */
-bool shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
+bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
                   uint64_t *nbytes);
 
 /* Planner internals used by catalog_finish. */
-int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err);
-void piece_index_free(ckpt_piece_index *ix);
+int planner_piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err);
+void planner_piece_index_free(ckpt_piece_index *ix);
 
 /* Tree paths (treepath.c). */
 int treepath_assign(ckpt_catalog *cat, ckpt_err *err);

@@ -23,7 +23,7 @@ struct ckpt_piece_index {
     uint64_t *bounds[]; /* per dim, 2 * npieces + 2 room; sized by ndim, not CKPT_MAX_DIMS */
 };
 
-void piece_index_free(ckpt_piece_index *ix) {
+void planner_piece_index_free(ckpt_piece_index *ix) {
     if (!ix) return;
     free(ix->cells);
     free(ix); /* everything else lives in its allocation */
@@ -191,7 +191,7 @@ static int build_grid(ckpt_piece_index *ix, const ckpt_catalog *cat, ckpt_tensor
     return 0;
 }
 
-int piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
+int planner_piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err) {
     unsigned esz = ckpt_dtype_elem_size(t->dtype);
     for (uint32_t k = 0; k < t->npieces; k++) {
         int rc = check_piece(cat, t, &t->pieces[k], k, err);

@@ -15,7 +15,7 @@ static inline bool ckpt_safetensors_reserved_name(const char *name, size_t len) 
 
 /* Files a Hugging Face model keeps beside its weights (config, tokenizer, PEFT config;
  * formats/dirlist.c): the view and a staged HF directory carry them as they are. */
-extern const char *const hf_aux_names[];
-extern const size_t hf_aux_count;
+extern const char *const ckpt_hf_aux_names[];
+extern const size_t ckpt_hf_aux_count;
 
 #endif

@@ -37,7 +37,7 @@ void treepath_escape_component(strbuf *sb, const char *p, size_t n) {
     if (n == 0)
         sb_puts(sb, "%_");
     else
-        pct_escape(sb, p, n, false);
+        text_pct_escape(sb, p, n, false);
 }
 
 /* A component past LONG_NAME bytes is shortened (two names may then share a path). */

@@ -214,12 +214,12 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
                            archive, (unsigned long long)at);
             break;
         }
-        if ((rc = source_read(cat, source, at, b, BLOCK, "tar header", err))) break;
+        if ((rc = ckpt_source_read(cat, source, at, b, BLOCK, "tar header", err))) break;
         if (all_zero(b)) { /* end of archive: a second zero block is expected after it */
             out->end = at;
             out->end_blocks = 1;
             if (s->size - at >= 2 * BLOCK &&
-                !(rc = source_read(cat, source, at + BLOCK, b, BLOCK, "tar end block", err)) &&
+                !(rc = ckpt_source_read(cat, source, at + BLOCK, b, BLOCK, "tar end block", err)) &&
                 all_zero(b))
                 out->end_blocks = 2;
             break;
@@ -279,7 +279,7 @@ int tar_read_index(const ckpt_catalog *cat, uint32_t source, tar_index *out, ckp
                 rc = ckpt_fail(err, -ENOMEM, "out of memory");
                 break;
             }
-            if ((rc = source_read(cat, source, data, d, size, "tar extended header", err))) {
+            if ((rc = ckpt_source_read(cat, source, data, d, size, "tar extended header", err))) {
                 free(d);
                 break;
             }

@@ -43,7 +43,7 @@ static int zread(const zip_archive *z, uint64_t rel, void *buf, size_t len, cons
             err, -EINVAL,
             "%s: %s at offset %llu (%zu bytes) runs past the end of the zip (size %llu)", z->label,
             what, ABS(z, rel), len, (unsigned long long)z->length);
-    return source_read(z->cat, z->source, z->base + rel, buf, len, what, err);
+    return ckpt_source_read(z->cat, z->source, z->base + rel, buf, len, what, err);
 }
 
 typedef struct directory_loc {
@@ -391,7 +391,7 @@ static int read_into(const zip_archive *z, const zip_entry *e, uint64_t limit, c
                          (unsigned long long)e->usize, (unsigned long long)limit);
     char *buf = get((size_t)e->usize + 1);
     if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
-    rc = source_read(z->cat, z->source, off, buf, (size_t)e->usize, "zip record", err);
+    rc = ckpt_source_read(z->cat, z->source, off, buf, (size_t)e->usize, "zip record", err);
     if (rc) {
         put(buf, (size_t)e->usize + 1);
         return rc;

@@ -1,5 +1,6 @@
 /* Conversion to float32 on read (-o as_dtype=f32): half and bfloat16, the two float8 formats
- * torch and safetensors use, and the common ggml block types. Block layouts and the order of
+ * torch and safetensors use, and the ggml block types gguf-py writes (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, TQ1_0, TQ2_0, MXFP4) with Q4_K and Q6_K. Block layouts and the order of
  * the arithmetic follow ggml's reference dequantizers, so results are bit-exact with them. */
 #include "dequant.h"
 #include "../util/cpu.h"
@@ -61,6 +62,82 @@ static void q4_0(const unsigned char *b, float *y) { /* f16 d; 16 bytes of nibbl
     }
 }
 
+static void q4_1(const unsigned char *b, float *y) { /* f16 d, f16 m; 16 bytes of nibbles */
+    float d = ckpt_f16_to_f32(le16(b)), m = ckpt_f16_to_f32(le16(b + 2));
+    const unsigned char *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(qs[j] & 0x0f) * d + m;
+        y[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+/* Q5_0 and Q5_1: the fifth bit of element j is bit j of the little-endian uint32 qh. */
+static void q5_0(const unsigned char *b, float *y) { /* f16 d; qh[4]; qs[16] */
+    float d = ckpt_f16_to_f32(le16(b));
+    uint32_t qh = le32(b + 2);
+    const unsigned char *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        int x0 = (int)((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16;
+        int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+        y[j] = (float)x0 * d;
+        y[j + 16] = (float)x1 * d;
+    }
+}
+
+static void q5_1(const unsigned char *b, float *y) { /* f16 d, f16 m; qh[4]; qs[16] */
+    float d = ckpt_f16_to_f32(le16(b)), m = ckpt_f16_to_f32(le16(b + 2));
+    uint32_t qh = le32(b + 4);
+    const unsigned char *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        unsigned x0 = (qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10);
+        unsigned x1 = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+        y[j] = (float)x0 * d + m;
+        y[j + 16] = (float)x1 * d + m;
+    }
+}
+
+/* MXFP4: an E8M0 exponent e, then 16 bytes of E2M1 nibbles. The table holds the E2M1 values
+ * doubled, so the scale is half of 2^(e-127) (ggml's GGML_E8M0_TO_FP32_HALF: for e < 2 the
+ * half is a subnormal). */
+static void mxfp4(const unsigned char *b, float *y) {
+    static const int8_t kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    uint8_t e = b[0];
+    float d = bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+    const unsigned char *qs = b + 1;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)kvalues[qs[j] & 0x0f] * d;
+        y[j + 16] = (float)kvalues[qs[j] >> 4] * d;
+    }
+}
+
+/* One ternary digit of TQ1_0: digit n of byte q is the top of (q * 3^n mod 256) * 3 / 256,
+ * minus 1 (base-3 fixed point). */
+static float tq1_digit(uint8_t q, uint8_t pow3, float d) {
+    return (float)((((uint8_t)(q * pow3)) * 3 >> 8) - 1) * d;
+}
+
+/* TQ1_0: 48 bytes each holding 5 ternary digits, then 4 bytes holding 4, then f16 d. Element
+ * order: the first 32 bytes for each power, then the next 16, then qh. */
+static void tq1_0(const unsigned char *b, float *y) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const unsigned char *qs = b, *qh = b + 48;
+    float d = ckpt_f16_to_f32(le16(b + 52));
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < 32; m++) *y++ = tq1_digit(qs[m], pow3[n], d);
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < 16; m++) *y++ = tq1_digit(qs[32 + m], pow3[n], d);
+    for (int n = 0; n < 4; n++)
+        for (int m = 0; m < 4; m++) *y++ = tq1_digit(qh[m], pow3[n], d);
+}
+
+/* TQ2_0: 64 bytes of four 2-bit digits (value digit - 1), then f16 d. */
+static void tq2_0(const unsigned char *b, float *y) {
+    float d = ckpt_f16_to_f32(le16(b + 64));
+    for (int j = 0; j < 64; j += 32)
+        for (int l = 0; l < 4; l++)
+            for (int m = 0; m < 32; m++) *y++ = (float)(((b[j + m] >> (l * 2)) & 3) - 1) * d;
+}
+
 /* Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins for 8 sub-blocks, 128 bytes. */
 static void scale_min_k4(int j, const unsigned char *q, uint8_t *d, uint8_t *m) {
     if (j < 4) {
@@ -114,8 +191,14 @@ bool ckpt_to_f32_supported(ckpt_dtype dt) {
     case CKPT_F8_E5M2:
     case CKPT_Q8_0:
     case CKPT_Q4_0:
+    case CKPT_Q4_1:
+    case CKPT_Q5_0:
+    case CKPT_Q5_1:
     case CKPT_Q4_K:
     case CKPT_Q6_K:
+    case CKPT_TQ1_0:
+    case CKPT_TQ2_0:
+    case CKPT_MXFP4:
         return true;
     default:
         return false;
@@ -181,11 +264,41 @@ void ckpt_to_f32(ckpt_dtype dt, const unsigned char *src, size_t nblocks, float 
     default:
         break;
     }
-    void (*block)(const unsigned char *, float *) = dt == CKPT_Q8_0   ? q8_0
-                                                    : dt == CKPT_Q4_0 ? q4_0
-                                                    : dt == CKPT_Q4_K ? q4_k
-                                                    : dt == CKPT_Q6_K ? q6_k
-                                                                      : NULL;
+    void (*block)(const unsigned char *, float *) = NULL;
+    switch (dt) {
+    case CKPT_Q8_0:
+        block = q8_0;
+        break;
+    case CKPT_Q4_0:
+        block = q4_0;
+        break;
+    case CKPT_Q4_1:
+        block = q4_1;
+        break;
+    case CKPT_Q5_0:
+        block = q5_0;
+        break;
+    case CKPT_Q5_1:
+        block = q5_1;
+        break;
+    case CKPT_Q4_K:
+        block = q4_k;
+        break;
+    case CKPT_Q6_K:
+        block = q6_k;
+        break;
+    case CKPT_TQ1_0:
+        block = tq1_0;
+        break;
+    case CKPT_TQ2_0:
+        block = tq2_0;
+        break;
+    case CKPT_MXFP4:
+        block = mxfp4;
+        break;
+    default:
+        break;
+    }
     for (size_t i = 0; i < nblocks; i++) {
         float *y = dst + i * info->block;
         if (block)

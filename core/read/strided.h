@@ -11,12 +11,12 @@
 
 #include "../ckpt.h"
 
-/* Fills dst with the seg->length bytes of the CKPT_SEG_STRIDED segment seg. scratch is
- * SEGREAD_SCRATCH bytes or NULL. Returns 0, EIO for a source that ended early, or another
- * positive errno. Safe to call from many threads. */
 /* The scratch buffer strided_read may be given holds at least this many bytes (segread.c's
  * gather window is checked to be as large). */
 enum { STRIDED_SCRATCH = 1 << 20 };
+/* Fills dst with the seg->length bytes of the CKPT_SEG_STRIDED segment seg. scratch is
+ * SEGREAD_SCRATCH bytes or NULL. Returns 0, -EIO for a source that ended early or changed, or
+ * another negative errno, as every core call. Safe to call from many threads. */
 int strided_read(const ckpt_catalog *cat, const ckpt_segment *seg, char *dst, char *scratch);
 /* Lets the process share the filling of a band with worker threads (one per other CPU). Off
  * until called: a daemon calls it once it has forked, since threads do not survive a fork. */

@@ -25,7 +25,7 @@ const char *ckpt_shown(const char *name, size_t len) {
     static _Thread_local unsigned next;
     char *out = ring[next++ % SHOWN_RING], *o = out;
     size_t n = len > SHOWN_MAX ? SHOWN_MAX : len;
-    o += pct_escape_buf(out, name ? name : "", name ? n : 0, false);
+    o += text_pct_escape_buf(out, name ? name : "", name ? n : 0, false);
     if (len > n) o += sprintf(o, "...");
     *o = '\0';
     return out;

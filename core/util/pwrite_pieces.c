@@ -9,7 +9,7 @@ int pwrite_pieces(int fd, const void *p, size_t n, uint64_t at) {
     while (n) {
         ssize_t w = pwrite(fd, c, n < PWRITE_PIECE ? n : PWRITE_PIECE, (off_t)at);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        if (w <= 0) return w < 0 ? -errno : -ENOSPC;
         c += w;
         n -= (size_t)w;
         at += (uint64_t)w;

@@ -14,7 +14,7 @@
 enum { PWRITE_PIECE = 64 << 10 };
 
 /* All n bytes of p at `at` of fd, PWRITE_PIECE at a time, retrying EINTR and short writes.
- * Returns 0, or a positive errno (ENOSPC for a write that wrote nothing). */
+ * Returns 0, or a negative errno (-ENOSPC for a write that wrote nothing), as every core call. */
 int pwrite_pieces(int fd, const void *p, size_t n, uint64_t at);
 
 #endif

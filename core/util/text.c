@@ -3,16 +3,16 @@
 #include <stdio.h>
 #include <string.h>
 
-bool mem_ends_with(const void *s, size_t n, const char *suffix) {
+bool text_mem_ends_with(const void *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
     return n >= m && memcmp((const char *)s + n - m, suffix, m) == 0;
 }
 
-bool str_ends_with(const char *s, const char *suffix) {
-    return mem_ends_with(s, strlen(s), suffix);
+bool text_ends_with(const char *s, const char *suffix) {
+    return text_mem_ends_with(s, strlen(s), suffix);
 }
 
-const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n) {
+const char *text_dims(char *buf, size_t size, const uint64_t *v, uint32_t n) {
     size_t at = 0;
     buf[0] = '\0';
     for (uint32_t i = 0; i < n && at + 24 < size; i++)
@@ -22,14 +22,14 @@ const char *dims_text(char *buf, size_t size, const uint64_t *v, uint32_t n) {
     return buf;
 }
 
-int hex_digit(char c) {
+int text_hex_digit(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     return -1;
 }
 
-void pct_escape(strbuf *sb, const char *s, size_t n, bool space) {
+void text_pct_escape(strbuf *sb, const char *s, size_t n, bool space) {
     static const char hex[] = "0123456789ABCDEF"; /* runs of plain bytes go out at once */
     size_t run = 0;                               /* bytes kept as they are go out in runs */
     for (size_t i = 0; i < n; i++) {
@@ -43,7 +43,7 @@ void pct_escape(strbuf *sb, const char *s, size_t n, bool space) {
     sb_put(sb, s + run, n - run);
 }
 
-size_t pct_escape_buf(char *out, const char *s, size_t n, bool space) {
+size_t text_pct_escape_buf(char *out, const char *s, size_t n, bool space) {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
@@ -60,11 +60,12 @@ size_t pct_escape_buf(char *out, const char *s, size_t n, bool space) {
     return o;
 }
 
-bool pct_unescape(char *s, size_t *len, bool strict) {
+bool text_pct_unescape(char *s, size_t *len, bool strict) {
     size_t k = 0;
     for (size_t i = 0; s[i]; i++) {
-        int hi = s[i] == '%' ? hex_digit(s[i + 1]) : -1; /* s[i + 1] may be the NUL: no digit */
-        int lo = hi >= 0 ? hex_digit(s[i + 2]) : -1;
+        int hi =
+            s[i] == '%' ? text_hex_digit(s[i + 1]) : -1; /* s[i + 1] may be the NUL: no digit */
+        int lo = hi >= 0 ? text_hex_digit(s[i + 2]) : -1;
         if (lo >= 0) {
             s[k++] = (char)(hi << 4 | lo);
             i += 2;

@@ -195,7 +195,7 @@ char *ckpt_metadata_json(const ckpt_catalog *cat, size_t *len) {
 static const char tsv_head[] = "name\tdtype\tshape\tnbytes\tpath\n";
 
 static void tsv_line(strbuf *sb, const ckpt_tensor *t) {
-    pct_escape(sb, t->name, t->name_len, false); /* no tab or newline in a field */
+    text_pct_escape(sb, t->name, t->name_len, false); /* no tab or newline in a field */
     sb_printf(sb, "\t%s\t[", ckpt_dtype_info_of(t->dtype)->name);
     for (uint32_t d = 0; d < t->ndim; d++) {
         if (d) sb_putc(sb, ',');

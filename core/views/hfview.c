@@ -10,6 +10,7 @@
  * with them (ckpt_catalog.hf_config): a Meta checkpoint shown as the Llama checkpoint the HF
  * conversion script would write. */
 #include "hfview.h"
+#include "st_layout.h"
 #include "../util/le.h"
 #include "../util/search.h"
 
@@ -22,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(ST_SHARD_NAME_MAX <= sizeof((ckpt_hfview_file *)0)->name, "shard names fit");
 
 /* The reference writer's dtype order, widest first (safetensors >= 0.6). */
 static int dtype_rank(ckpt_dtype dt) {
@@ -37,11 +40,7 @@ static int dtype_rank(ckpt_dtype dt) {
 }
 
 static int name_order(const void *a, const void *b, void *cat) {
-    const ckpt_tensor *x = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)a];
-    const ckpt_tensor *y = &((const ckpt_catalog *)cat)->tensors[*(const size_t *)b];
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+    return st_name_cmp(cat, *(const size_t *)a, *(const size_t *)b);
 }
 
 /* Writer order: dtype rank, then name. A stable counting sort by rank keeps the catalog's name
@@ -80,26 +79,6 @@ static int add_file(ckpt_hfview *v, const char *name, ckpt_err *err) {
     v->nfiles++;
     return 0;
 }
-
-/* One tensor's entry of a header: ,"NAME":{"dtype":...,"data_offsets":[at,at+nbytes]}. */
-static void put_entry(strbuf *sb, const ckpt_tensor *t, uint64_t at) {
-    sb_putc(sb, ',');
-    sb_json_str(sb, t->name, t->name_len);
-    sb_puts(sb, ":{\"dtype\":\"");
-    sb_puts(sb, ckpt_dtype_info_of(t->dtype)->name);
-    sb_puts(sb, "\",\"shape\":[");
-    for (uint32_t d = 0; d < t->ndim; d++) {
-        if (d) sb_putc(sb, ',');
-        sb_u64(sb, t->shape[d]);
-    }
-    sb_puts(sb, "],\"data_offsets\":[");
-    sb_u64(sb, at);
-    sb_putc(sb, ',');
-    sb_u64(sb, at + t->nbytes);
-    sb_puts(sb, "]}");
-}
-
-static const char header_start[] = "{\"__metadata__\":{\"format\":\"pt\"}";
 
 static void span_init(ckpt_hfview_span *sp, uint32_t source, uint64_t off, uint64_t len) {
     memset(sp, 0, sizeof *sp);
@@ -165,8 +144,8 @@ static void match_bytes(source_match *m, const char *p, size_t n) {
             m->wlen = left < MATCH_WINDOW ? (size_t)left : MATCH_WINDOW;
             m->wat = 0;
             ckpt_err ignored;
-            if (!m->wlen ||
-                source_read(m->cat, m->source, m->pos, m->window, m->wlen, "header", &ignored)) {
+            if (!m->wlen || ckpt_source_read(m->cat, m->source, m->pos, m->window, m->wlen,
+                                             "header", &ignored)) {
                 m->ok = false;
                 return;
             }
@@ -184,14 +163,15 @@ static void match_bytes(source_match *m, const char *p, size_t n) {
  * member written as the view writes it), and where the header ends; false if it has none. */
 static bool source_entries(const ckpt_catalog *cat, uint32_t source, uint64_t data_base,
                            uint64_t *start, uint64_t *end) {
-    unsigned char head[8 + sizeof header_start];
+    unsigned char head[8 + ST_HEADER_START_LEN + 1];
     ckpt_err ignored;
-    if (source_read(cat, source, 0, head, sizeof head, "header", &ignored)) return false;
+    if (ckpt_source_read(cat, source, 0, head, sizeof head, "header", &ignored)) return false;
     uint64_t n = le64(head);
     if (n > data_base || data_base - n != 8 || head[8] != '{') return false;
     *end = 8 + n;
-    size_t meta = sizeof header_start - 1;
-    *start = memcmp(head + 8, header_start, meta) == 0 && head[8 + meta] == ',' ? 8 + meta + 1 : 9;
+    size_t meta = ST_HEADER_START_LEN;
+    *start =
+        memcmp(head + 8, st_header_start, meta) == 0 && head[8 + meta] == ',' ? 8 + meta + 1 : 9;
     return true;
 }
 
@@ -238,7 +218,7 @@ static size_t plan_entries(const ckpt_vgen *g, uint64_t off, uint64_t len, ckpt_
     for (size_t i = p * HFVIEW_PAGE; i < pg->n && filled < len; i++) {
         const ckpt_tensor *t = &pg->cat->tensors[pg->order[i]];
         sb_clear(&entry);
-        put_entry(&entry, t, data);
+        st_put_entry(&entry, t, data);
         if (entry.failed) break;
         uint64_t end = at + entry.len;
         if (end > off + filled) {
@@ -343,7 +323,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     }
     strbuf entry;
     sb_init(&entry);
-    size_t hlen = sizeof header_start - 1 + 1; /* and the closing brace */
+    size_t hlen = ST_HEADER_START_LEN + 1; /* and the closing brace */
     uint64_t at = 0, entries_len = 0;
     for (size_t i = first; i < last; i++) {
         const ckpt_tensor *t = &cat->tensors[order[i]];
@@ -352,7 +332,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
             pg->data_at[(i - first) / HFVIEW_PAGE] = at;
         }
         sb_clear(&entry);
-        put_entry(&entry, t, at);
+        st_put_entry(&entry, t, at);
         entries_len += entry.len;
         if (m.ok && !entry.failed) /* the source has no comma before its first entry */
             match_bytes(&m, entry.data + (i == first), entry.len - (i == first));
@@ -360,7 +340,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         at += t->nbytes;
     }
     free(m.window);
-    hlen += (8 - hlen % 8) % 8;
+    hlen = st_padded_len(hlen);
     if (entry.failed) {
         sb_free(&entry);
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -373,7 +353,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     if (m.ok && first < last) {
         /* [length]{"__metadata__":...}, | the entries, from the source | } and padding */
         static const char tail[] = "}       ";
-        size_t lead = 8 + sizeof header_start - 1 + 1;
+        size_t lead = 8 + ST_HEADER_START_LEN + 1;
         uint64_t from_source = entries_len - 1; /* but the comma in front of the first */
         char *head = malloc(lead);
         if (!head) {
@@ -381,7 +361,7 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
         put_le64((unsigned char *)head, hlen);
-        memcpy(head + 8, header_start, sizeof header_start - 1);
+        memcpy(head + 8, st_header_start, ST_HEADER_START_LEN);
         head[lead - 1] = ',';
         f->owned = head;
         span_init(&f->spans[0], source, entries_at, from_source);
@@ -393,12 +373,12 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     } else if (pg) {
         /* [length]{"__metadata__":...} | the entries, rendered when read | } and padding */
         static const char tail[] = "}       ";
-        size_t lead = 8 + sizeof header_start - 1;
+        size_t lead = 8 + ST_HEADER_START_LEN;
         char *head = malloc(lead);
         sb_free(&entry);
         if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
         put_le64((unsigned char *)head, hlen);
-        memcpy(head + 8, header_start, sizeof header_start - 1);
+        memcpy(head + 8, st_header_start, ST_HEADER_START_LEN);
         f->owned = head;
         rc = ckpt_vfile_reserve(&f->vf, 4);
         if (!rc) rc = ckpt_vfile_add_mem(&f->vf, head, lead);
@@ -412,13 +392,13 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
         }
         put_le64((unsigned char *)header, hlen);
         size_t pos = 8;
-        memcpy(header + pos, header_start, sizeof header_start - 1);
-        pos += sizeof header_start - 1;
+        memcpy(header + pos, st_header_start, ST_HEADER_START_LEN);
+        pos += ST_HEADER_START_LEN;
         at = 0;
         for (size_t i = first; i < last; i++) {
             const ckpt_tensor *t = &cat->tensors[order[i]];
             sb_clear(&entry);
-            put_entry(&entry, t, at);
+            st_put_entry(&entry, t, at);
             memcpy(header + pos, entry.data, entry.len);
             pos += entry.len;
             at += t->nbytes;
@@ -449,10 +429,10 @@ static int build_shard(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
 }
 
 static int build_index(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *order, size_t n,
-                       const size_t *shard_of, uint64_t total, ckpt_err *err) {
-    /* transformers writes json.dumps(index, indent=2, sort_keys=True): names in byte order,
-     * which is the catalog's order. */
-    size_t *by_name = malloc((n ? n : 1) * sizeof *by_name);
+                       const size_t *shard_of, size_t nshards, uint64_t total, ckpt_err *err) {
+    /* transformers sorts the weight map's names in byte order, which is the catalog's order:
+     * the view's tensors are picked out of it by their rank in the view order. */
+    st_placed *by_name = malloc((n ? n : 1) * sizeof *by_name);
     size_t *rank = malloc((cat->ntensors ? cat->ntensors : 1) * sizeof *rank);
     if (!by_name || !rank) {
         free(by_name);
@@ -463,24 +443,13 @@ static int build_index(ckpt_hfview *v, const ckpt_catalog *cat, const size_t *or
     for (size_t i = 0; i < n; i++) rank[order[i]] = i;
     size_t k = 0;
     for (size_t t = 0; t < cat->ntensors; t++)
-        if (rank[t] != SIZE_MAX) by_name[k++] = t;
+        if (rank[t] != SIZE_MAX) by_name[k++] = (st_placed){t, shard_of[rank[t]]};
     strbuf sb;
     sb_init(&sb);
-    sb_puts(&sb, "{\n  \"metadata\": {\n    \"total_size\": ");
-    sb_u64(&sb, total);
-    sb_puts(&sb, "\n  },\n  \"weight_map\": {");
-    for (size_t i = 0; i < k; i++) {
-        const ckpt_tensor *t = &cat->tensors[by_name[i]];
-        sb_puts(&sb, i ? ",\n    " : "\n    ");
-        sb_json_str(&sb, t->name, t->name_len);
-        sb_puts(&sb, ": ");
-        const char *shard = v->files[shard_of[rank[by_name[i]]]].name;
-        sb_json_str(&sb, shard, strlen(shard));
-    }
-    sb_puts(&sb, k ? "\n  }\n}\n" : "}\n}\n");
+    st_index_json(&sb, cat, by_name, k, nshards, total);
     free(by_name);
     free(rank);
-    int rc = add_file(v, "model.safetensors.index.json", err);
+    int rc = add_file(v, ST_INDEX_NAME, err);
     if (rc) {
         sb_free(&sb);
         return rc;
@@ -558,20 +527,20 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
     }
     int rc = 0;
     if (nshards <= 1) {
-        rc = add_file(v, "model.safetensors", err);
+        rc = add_file(v, ST_SINGLE_NAME, err);
         if (!rc) rc = build_shard(v, cat, order, 0, n, spans, err);
     } else {
         size_t first = 0;
         for (size_t s = 0; !rc && s < nshards; s++) {
-            char name[64];
-            snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+            char name[ST_SHARD_NAME_MAX];
+            st_shard_name(name, s, nshards);
             size_t last = first;
             while (last < n && shard_of[last] == s) last++;
             rc = add_file(v, name, err);
             if (!rc) rc = build_shard(v, cat, order, first, last, spans, err);
             first = last;
         }
-        if (!rc) rc = build_index(v, cat, order, n, shard_of, total, err);
+        if (!rc) rc = build_index(v, cat, order, n, shard_of, nshards, total, err);
     }
     if (!rc && cat->hf_config) {
         rc = add_file(v, "config.json", err);

@@ -198,7 +198,7 @@ static const char *cast_last_error(void) {
 
 static void cast_source_free(cast_source *c) {
     if (!c) return;
-    for (size_t i = 0; i < c->n; i++) piece_index_free(c->e[i].orig.index);
+    for (size_t i = 0; i < c->n; i++) planner_piece_index_free(c->e[i].orig.index);
     pthread_mutex_destroy(&c->lock);
     free(c->e);
     free(c->src);
@@ -224,7 +224,8 @@ static ssize_t convert_at(cast_source *c, void *buf, size_t len, uint64_t off) {
     size_t n = last - first < CHUNK_ELEMS / info->block ? (size_t)(last - first)
                                                         : CHUNK_ELEMS / info->block;
     ckpt_err err;
-    int rc = tensor_read(c->cat, t, first * info->block_bytes, c->src, n * info->block_bytes, &err);
+    int rc =
+        out_tensor_read(c->cat, t, first * info->block_bytes, c->src, n * info->block_bytes, &err);
     if (rc) {
         snprintf(cast_error, sizeof cast_error, "%s", err.msg);
         return rc;

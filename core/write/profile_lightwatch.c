@@ -55,7 +55,7 @@ static int header_doc(ckpt_catalog *out, const ckpt_catalog *in, ckpt_err *err) 
     if (s->size > (16u << 20)) return ckpt_fail(err, -EFBIG, "%s: config.json too large", s->path);
     char *text = malloc(s->size ? s->size : 1);
     if (!text) return ckpt_fail(err, -ENOMEM, "out of memory");
-    int rc = source_read(in, cfg->source, 0, text, s->size, "config.json", err);
+    int rc = ckpt_source_read(in, cfg->source, 0, text, s->size, "config.json", err);
     json_doc doc;
     json_error jerr;
     if (!rc && (rc = json_parse(&doc, text, s->size, &jerr)))
@@ -154,7 +154,9 @@ int ckpt_profile_lightwatch_gpt2(const ckpt_catalog *in, ckpt_catalog **result, 
         if (starts_with(t->name, t->name_len, "lm_head.")) continue; /* tied to wte */
         size_t br;
         const char *b = block_rest(rest, rest_len, &br);
-        if (b && (mem_ends_with(b, br, "attn.bias") || mem_ends_with(b, br, "attn.masked_bias")) &&
+        if (b &&
+            (text_mem_ends_with(b, br, "attn.bias") ||
+             text_mem_ends_with(b, br, "attn.masked_bias")) &&
             (br == 9 || br == 16))
             continue; /* causal-mask buffers, not parameters */
         rc = add_tensor(out, t, rest, rest_len, err);

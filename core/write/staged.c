@@ -220,7 +220,7 @@ static bool same_layout(const meta *x, const meta *y) {
 
 static bool meta_nbytes(const meta *m, uint64_t *nbytes) {
     uint64_t numel;
-    return shape_nbytes(m->shape, m->ndim, m->dtype, &numel, nbytes);
+    return catalog_shape_nbytes(m->shape, m->ndim, m->dtype, &numel, nbytes);
 }
 
 static void meta_of_lower(const ckpt_tensor *t, meta *m) {
@@ -432,7 +432,7 @@ static bool hidden(const char *path) {
 /* The path ends in suffix after a name of at least one byte. */
 static bool ends_with(const char *s, size_t n, const char *suffix) {
     size_t m = strlen(suffix);
-    return n > m && mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
+    return n > m && text_mem_ends_with(s, n, suffix) && s[n - m - 1] != '/';
 }
 
 static bool exists_with_suffix(builder *b, const char *path, size_t len, const char *suffix) {
@@ -458,7 +458,8 @@ static group *group_of(builder *b, const char *base, size_t len) {
 static bool is_aux(builder *b, const char *path, size_t n) {
     if (strchr(path, '/')) return false;
     bool known = false;
-    for (size_t i = 0; !known && i < hf_aux_count; i++) known = strcmp(path, hf_aux_names[i]) == 0;
+    for (size_t i = 0; !known && i < ckpt_hf_aux_count; i++)
+        known = strcmp(path, ckpt_hf_aux_names[i]) == 0;
     if (!known) return false;
     if (b->files[hm_get(&b->by_path, path, n)->value].origin != STAGED_SPOOL) return false;
     if (!ends_with(path, n, ".json")) return true;

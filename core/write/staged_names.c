@@ -25,7 +25,7 @@ static bool abbreviated(const char *c, size_t n) {
     if (n < 2 + HASH_DIGITS || c[n - HASH_DIGITS - 2] != '%' || c[n - HASH_DIGITS - 1] != '#')
         return false;
     for (size_t i = n - HASH_DIGITS; i < n; i++)
-        if (hex_digit(c[i]) < 0) return false;
+        if (text_hex_digit(c[i]) < 0) return false;
     return true;
 }
 
@@ -35,7 +35,7 @@ static int escaped_byte(const char *c, size_t n, size_t i) {
     if (c[i] != '%' || i + 2 >= n) return -1;
     if (!((c[i + 1] >= '0' && c[i + 1] <= '9') || (c[i + 1] >= 'A' && c[i + 1] <= 'F'))) return -1;
     if (!((c[i + 2] >= '0' && c[i + 2] <= '9') || (c[i + 2] >= 'A' && c[i + 2] <= 'F'))) return -1;
-    int v = hex_digit(c[i + 1]) << 4 | hex_digit(c[i + 2]);
+    int v = text_hex_digit(c[i + 1]) << 4 | text_hex_digit(c[i + 2]);
     return v < 0x20 || v == 0x7f || v == '%' ? v : -1;
 }
 
@@ -79,7 +79,7 @@ static bool component_shows(const char *pc, size_t pn, const char *nc, size_t nn
     size_t keep = pn - HASH_DIGITS - 2;
     if (keep > tmp->len || keep + 2 < 200 || memcmp(tmp->data, pc, keep) != 0) return false;
     uint64_t h = 0;
-    for (size_t i = pn - HASH_DIGITS; i < pn; i++) h = h << 4 | (uint64_t)hex_digit(pc[i]);
+    for (size_t i = pn - HASH_DIGITS; i < pn; i++) h = h << 4 | (uint64_t)text_hex_digit(pc[i]);
     return h == treepath_hash(nc, nn);
 }
 

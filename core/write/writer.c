@@ -49,14 +49,14 @@ typedef struct target {
 
 static int resolve(const char *out, uint64_t max_shard_size, target *t, ckpt_err *err) {
     struct stat st;
-    bool slash = str_ends_with(out, "/");
+    bool slash = text_ends_with(out, "/");
     bool is_dir = slash || (stat(out, &st) == 0 && S_ISDIR(st.st_mode));
     size_t n = strlen(out);
     while (n > 1 && out[n - 1] == '/') n--;
     if (n >= sizeof t->path) return ckpt_fail(err, -ENAMETOOLONG, "%s: path too long", out);
     memcpy(t->path, out, n);
     t->path[n] = '\0';
-    t->compress = str_ends_with(t->path, ".zst");
+    t->compress = text_ends_with(t->path, ".zst");
     if (t->compress && (is_dir || max_shard_size))
         return ckpt_fail(err, -EINVAL,
                          "%s: a Hugging Face directory cannot be written as .zst (only single "
@@ -67,7 +67,7 @@ static int resolve(const char *out, uint64_t max_shard_size, target *t, ckpt_err
     if (t->compress) name[n - 4] = '\0';
     t->w = NULL;
     for (size_t i = 0; i < NWRITERS && !slash && !t->w; i++)
-        if (str_ends_with(name, writers[i]->suffix)) t->w = writers[i];
+        if (text_ends_with(name, writers[i]->suffix)) t->w = writers[i];
     /* A name with the suffix of a writer that also writes directories is its file, unless
      * shards are asked for; any other directory OUT is the directory writer's. */
     t->directory = (is_dir || max_shard_size) && !(t->w && t->w->write_dir && !max_shard_size);
@@ -121,15 +121,12 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
     return out_commit(&f);
 }
 
-int ckpt_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
-                   ckpt_err *err) {
-    return writer_dir_guard(cat, out, opts, err);
-}
-
-int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts, ckpt_err *err) {
-    return writer_publish_dir(tmp, out, opts, err);
-}
-
-int ckpt_dir_add_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err) {
-    return writer_dir_aux(cat, tmp, err);
+int ckpt_write_check(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err) {
+    ckpt_write_opts none = {0};
+    if (!opts) opts = &none;
+    target t;
+    int rc = resolve(out, opts->max_shard_size, &t, err);
+    if (!rc && t.directory) rc = writer_dir_guard(cat, t.path, opts, err);
+    return rc;
 }

@@ -19,6 +19,13 @@ int ckpt_write(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *
  * message ckpt_write would fail with, for a caller that refuses before doing any work. */
 int ckpt_write_check_name(const char *out, const ckpt_write_opts *opts, ckpt_err *err);
 
+/* ckpt_write's refusals that need no writing, for a caller that refuses before it does its own
+ * work (a stage, before it cuts its packs): the name (ckpt_write_check_name), and a directory
+ * OUT that exists and holds a file of cat's sources (unless opts->replaces_own_source), which
+ * replacing it would remove. 0, or the message ckpt_write would fail with. */
+int ckpt_write_check(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
+                     ckpt_err *err);
+
 typedef struct ckpt_writer ckpt_writer;
 /* The writer ckpt_write would use for OUT (a trailing '/' or an existing directory asks for a
  * directory), or NULL when the name says no format ckptfs writes. */
@@ -28,16 +35,5 @@ const char *ckpt_writer_suffixes(void);
 /* The process's umask, read without changing it (so it is safe while other threads create
  * files), for outputs that start as private temporary files and get the usual mode at the end. */
 mode_t ckpt_umask(void);
-
-/* For a caller that assembles a directory OUT itself (a stage linking its packs in as the
- * shards): the directory writer's first and last steps. ckpt_dir_guard refuses an existing OUT
- * that holds a file of cat's sources (unless opts->replaces_own_source), before anything is
- * written; ckpt_dir_publish renames the finished directory tmp to out, or swaps it in when out
- * exists and opts->replace_dir (files the writer does not write are kept), and fsyncs. */
-int ckpt_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
-                   ckpt_err *err);
-/* The config and tokenizer files of cat into tmp, and tmp's mode as the writer gives it. */
-int ckpt_dir_add_aux(const ckpt_catalog *cat, const char *tmp, ckpt_err *err);
-int ckpt_dir_publish(const char *tmp, const char *out, const ckpt_write_opts *opts, ckpt_err *err);
 
 #endif

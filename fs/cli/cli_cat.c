@@ -31,7 +31,7 @@ static int to_stdout(void *ctx, const void *data, size_t len) {
 }
 
 static void put_name(strbuf *sb, const char *s) {
-    pct_escape(sb, s, strlen(s) > 200 ? 200 : strlen(s), false);
+    text_pct_escape(sb, s, strlen(s) > 200 ? 200 : strlen(s), false);
 }
 
 static int run(const ckpt_catalog *cat, const char *source, const char *name, uint64_t off,

@@ -33,7 +33,7 @@ static const char usage[] =
     "      --exclude GLOB  leave out tensors whose name matches (repeatable)\n"
     "      --dtype bf16|f16|f32  cast float tensors (F64 F32 F16 BF16 F8), rounding to\n"
     "                    nearest even, NaN kept; integers are never cast\n"
-    "      --cast-quantized  --dtype also dequantizes Q8_0 Q4_0 Q4_K Q6_K tensors\n"
+    "      --cast-quantized  --dtype also dequantizes the ggml types as_dtype=f32 reads\n"
     "      --max-shard-size SIZE  shard size of an HF directory (5GB, 500MB, 2GiB)\n"
     "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names (OUT .lwt)\n"
     "      --profile container  GGUF of the tensors as named, also for llama/gpt2\n"
@@ -105,7 +105,7 @@ static bool writes_directory(const char *out, const ckpt_write_opts *wo) {
 }
 
 static bool is_gguf(const char *out) {
-    return str_ends_with(out, ".gguf") || str_ends_with(out, ".gguf.zst");
+    return text_ends_with(out, ".gguf") || text_ends_with(out, ".gguf.zst");
 }
 
 /* A Hugging Face llama or gpt2 folder into GGUF: laid out so that llama.cpp runs it. */

@@ -78,9 +78,9 @@ static int run(const listing *l, const ckpt_catalog *cat, const char *cmd) {
             /* The printed form, or the bare name of a prefixed tensor ('lm_head*' finds
              * model/lm_head.weight too). */
             sb_clear(&name);
-            if (t->prefix) pct_escape(&name, t->prefix, strlen(t->prefix), false);
+            if (t->prefix) text_pct_escape(&name, t->prefix, strlen(t->prefix), false);
             size_t bare = name.len; /* where the name starts */
-            pct_escape(&name, t->name, t->name_len, false);
+            text_pct_escape(&name, t->name, t->name_len, false);
             bool keep = false;
             for (int g = 0; g < l->nglobs && !name.failed && name.data; g++) {
                 if (fnmatch(l->globs[g], name.data, 0) == 0 ||

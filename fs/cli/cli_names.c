@@ -10,8 +10,8 @@
 #include <string.h>
 
 void cli_put_display_name(strbuf *sb, const ckpt_tensor *t) {
-    if (t->prefix) pct_escape(sb, t->prefix, strlen(t->prefix), false);
-    pct_escape(sb, t->name, t->name_len, false);
+    if (t->prefix) text_pct_escape(sb, t->prefix, strlen(t->prefix), false);
+    text_pct_escape(sb, t->name, t->name_len, false);
 }
 
 bool cli_hidden(const ckpt_tensor *t) {
@@ -69,7 +69,7 @@ const ckpt_tensor *cli_find_tensor(const ckpt_catalog *cat, const char *name) {
 
     char *buf = strdup(name);
     size_t ulen;
-    if (buf && pct_unescape(buf, &ulen, true)) {
+    if (buf && text_pct_unescape(buf, &ulen, true)) {
         t = by_name(cat, buf, ulen);
         if (!t) t = by_qualified_name(cat, buf, ulen);
     }

@@ -14,8 +14,8 @@
 static const char usage[] =
     "Usage: ckptfs stats SOURCE [--json] [--plot SVG] [--hist TENSOR] [GLOB...]\n"
     "Per tensor: min, max, mean, std, absmax, L2 norm (over finite values) and the\n"
-    "counts of NaN, +Inf, -Inf and zeros. Every float dtype (F16, BF16, F8, ggml\n"
-    "Q4_0/Q8_0/Q4_K/Q6_K dequantized) and integers; sums are pairwise in double.\n"
+    "counts of NaN, +Inf, -Inf and zeros. Every float dtype (F16, BF16, F8, the ggml\n"
+    "blocks as_dtype=f32 reads, dequantized) and integers; sums pairwise in double.\n"
     "\n"
     "  --json           a JSON document {\"tensors\": [{name, dtype, shape, ...}]}\n"
     "  --plot SVG       also draw per-layer L2 norm, absmax and NaN/Inf counts of\n"
@@ -63,9 +63,9 @@ static int select_tensors(const opts *o, const ckpt_catalog *cat, const char *cm
         bool keep = o->nglobs == 0;
         if (!keep) {
             sb_clear(&name);
-            if (t->prefix) pct_escape(&name, t->prefix, strlen(t->prefix), false);
+            if (t->prefix) text_pct_escape(&name, t->prefix, strlen(t->prefix), false);
             size_t bare = name.len;
-            pct_escape(&name, t->name, t->name_len, false);
+            text_pct_escape(&name, t->name, t->name_len, false);
             for (int g = 0; g < o->nglobs && name.data && !name.failed; g++)
                 if (fnmatch(o->globs[g], name.data, 0) == 0 ||
                     (bare && fnmatch(o->globs[g], name.data + bare, 0) == 0))

@@ -13,7 +13,7 @@ static void tensor_label(const ckpt_tensor *t, char *out, size_t cap) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "tensor \"");
-    pct_escape(&sb, t->name, t->name_len > 200 ? 200 : t->name_len, false);
+    text_pct_escape(&sb, t->name, t->name_len > 200 ? 200 : t->name_len, false);
     sb_putc(&sb, '"');
     snprintf(out, cap, "%s", sb.data && !sb.failed ? sb.data : "tensor");
     sb_free(&sb);
@@ -79,8 +79,8 @@ int cli_stream_tensor(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t of
                               cat->sources[s->source].path, strerror(-e));
                     return CLI_SOURCE;
                 }
-            } else if (source_read(cat, s->source, s->offset, (char *)buf + fill, s->length, what,
-                                   err) != 0) {
+            } else if (ckpt_source_read(cat, s->source, s->offset, (char *)buf + fill, s->length,
+                                        what, err) != 0) {
                 return CLI_SOURCE;
             }
             fill += s->length;

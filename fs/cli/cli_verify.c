@@ -388,7 +388,7 @@ static void crc_lines(verify *v, cli_out *o) {
         v->crc_faults_unowned++;
         if (v->json) continue;
         sb_printf(&o->sb, "%-11s ", "MISMATCH");
-        pct_escape(&o->sb, f->record, f->record_len, false);
+        text_pct_escape(&o->sb, f->record, f->record_len, false);
         sb_printf(&o->sb, ": zip record of %s fails its CRC-32 (stored %08x, computed %08x)\n",
                   v->cat->sources[f->source].relpath, f->stored, f->computed);
     }
@@ -465,8 +465,8 @@ static int run(verify *v) {
         v->missing++;
         if (v->json) continue;
         sb_printf(&o.sb, "%-11s ", "MISSING");
-        if (e->prefix) pct_escape(&o.sb, e->prefix, e->prefix_len, false);
-        pct_escape(&o.sb, e->name, e->name_len, false);
+        if (e->prefix) text_pct_escape(&o.sb, e->prefix, e->prefix_len, false);
+        text_pct_escape(&o.sb, e->name, e->name_len, false);
         sb_puts(&o.sb, ": in the manifest, not in the source\n");
         cli_out_maybe_flush(&o);
     }

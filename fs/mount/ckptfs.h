@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "tree.h"
+#include "core/views/tree.h"
 
 /* A generated file held by an open handle. */
 typedef struct open_doc {

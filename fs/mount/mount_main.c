@@ -135,7 +135,7 @@ static void usage(FILE *out) {
         "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
         "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
         "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
-        "  as_dtype=f32       read F16/BF16/F8/Q8_0/Q4_0/Q4_K/Q6_K tensors as F32\n"
+        "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
         "  allow_other        let other users in (with default_permissions)\n"
         "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
         "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"

@@ -118,59 +118,31 @@ static const ckpt_tsv_pages *get_tsv_pages(ckptfs *fs) {
 
 /* -o as_dtype=f32 shows this tensor as F32, converted on read. */
 static bool converted(const ckptfs *fs, const ckpt_tensor *t) {
-    return fs->as_f32 && ckpt_to_f32_supported(t->dtype);
+    return tree_converted(&fs->tr, t);
 }
 
-/* Size of a node's content; generated files are sized by generating them once. */
+/* Size of a node's content; the mount's documents are sized by generating them once (but
+ * stats.json, never computed to be sized, and cache.json, live). */
 static uint64_t node_size(ckptfs *fs, node *n) {
-    const ckpt_catalog *cat = fs->cat;
-    switch (n->kind) {
-    case NODE_DIR:
-        return 0;
-    case NODE_TENSOR:
-        return converted(fs, &cat->tensors[n->ref]) ? cat->tensors[n->ref].numel * 4
-                                                    : cat->tensors[n->ref].nbytes;
-    case NODE_AUX:
-        return cat->sources[n->ref].size;
-    case NODE_VIEW:
-        return fs->tr.view->files[n->ref].vf.size;
-    case NODE_DOC: {
-        size_t len;
-        if (n->ref == DOC_CACHE) { /* live: the size of the counters now (read with direct
-                                      I/O up to its end whatever size the kernel holds) */
-            char *now = ckpt_remote_stats_json(&len);
-            free(now);
-            return now ? len : 0;
-        }
-        if (n->ref == DOC_TSV) {
-            const ckpt_tsv_pages *p = get_tsv_pages(fs);
-            return p ? ckpt_tsv_pages_size(p) : 0;
-        }
-        if (n->ref == DOC_STATS) { /* never computed to be sized */
-            pthread_mutex_lock(&fs->doc_lock);
-            len = fs->doc_len[DOC_STATS];
-            pthread_mutex_unlock(&fs->doc_lock);
-            return len;
-        }
-        return get_doc(fs, n->ref, &len) ? len : 0;
+    if (n->kind != NODE_DOC) return tree_node_size(&fs->tr, n);
+    size_t len;
+    if (n->ref == DOC_CACHE) { /* live: the size of the counters now (read with direct I/O up
+                                  to its end whatever size the kernel holds) */
+        char *now = ckpt_remote_stats_json(&len);
+        free(now);
+        return now ? len : 0;
     }
-    case NODE_SIDECAR:
-    case NODE_NPY: {
-        uint32_t s = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
-        if (s) return s - 1;
-        const ckpt_tensor *t = &cat->tensors[n->ref];
-        size_t len;
-        char *doc = n->kind == NODE_NPY ? ckpt_npy_header(t, &len)
-                                        : ckpt_sidecar_json_as(cat, t, converted(fs, t), &len);
-        if (!doc) return 0;
-        free(doc);
-        if (n->kind == NODE_NPY) len += t->nbytes;
-        if (len < UINT32_MAX)
-            atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
+    if (n->ref == DOC_TSV) {
+        const ckpt_tsv_pages *p = get_tsv_pages(fs);
+        return p ? ckpt_tsv_pages_size(p) : 0;
+    }
+    if (n->ref == DOC_STATS) { /* never computed to be sized */
+        pthread_mutex_lock(&fs->doc_lock);
+        len = fs->doc_len[DOC_STATS];
+        pthread_mutex_unlock(&fs->doc_lock);
         return len;
     }
-    }
-    return 0;
+    return get_doc(fs, n->ref, &len) ? len : 0;
 }
 
 /* The source whose mtime a file shows: a tensor's first piece, or the file itself. */
@@ -405,40 +377,6 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     readdir_common(req, ino, size, off, true);
 }
 
-/* A source modified or truncated under the mount must give EIO, never other bytes. */
-static bool source_unchanged(const ckpt_source *s) {
-    return ckpt_source_unchanged(s);
-}
-
-/* On open, also notice a source replaced by another file under the same name: the open
- * descriptor would still serve the old bytes, which no longer match what the path holds. */
-static bool source_current(const ckpt_source *s) {
-    struct stat st;
-    if (s->remote || s->virt) return source_unchanged(s); /* no file to stat */
-    return source_unchanged(s) && stat(s->path, &st) == 0 && st.st_dev == s->dev &&
-           st.st_ino == s->ino;
-}
-
-static bool pieces_current(const ckptfs *fs, const ckpt_tensor *t) {
-    for (uint32_t k = 0; k < t->npieces; k++)
-        if (!source_current(&fs->cat->sources[t->pieces[k].source])) return false;
-    return true;
-}
-
-/* A view file spans many sources: one replaced under its name refuses the open, like a tensor
- * of it would; one changed in place gives EIO on reads of its ranges only (read_segments), so
- * the tensors of the other shards stay readable. */
-static bool view_current(const ckptfs *fs, uint32_t file) {
-    const tree *tr = &fs->tr;
-    for (uint32_t i = tr->view_src_first[file]; i < tr->view_src_first[file + 1]; i++) {
-        const ckpt_source *s = &fs->cat->sources[tr->view_srcs[i]];
-        if (s->remote || s->virt) continue; /* pinned, or no file: checked on read */
-        struct stat st;
-        if (stat(s->path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino) return false;
-    }
-    return true;
-}
-
 /* Sidecars are generated per open; the list lets shutdown free those whose RELEASE never
  * came (files still open at unmount). */
 static void track_open_doc(ckptfs *fs, open_doc *d) {
@@ -474,34 +412,26 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     node *n = tree_node(&fs->tr, node_of(ino), &b);
     const ckpt_catalog *cat = fs->cat;
     fi->fh = 0;
+    /* A source changed or replaced since the mount gives EIO from here on, never other bytes:
+     * reads check in place changes, but a descriptor of a replaced file still reads the old.
+     * A view file fails only the reads of a changed source's ranges (by_range). */
+    if (!tree_node_current(&fs->tr, n, true)) {
+        fuse_reply_err(req, EIO);
+        return;
+    }
     switch (n->kind) {
     case NODE_DIR:
         fuse_reply_err(req, EISDIR);
         return;
-    case NODE_TENSOR: {
-        const ckpt_tensor *t = &cat->tensors[n->ref];
-        if (!pieces_current(fs, t)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
-        break;
-    }
+    case NODE_TENSOR:
     case NODE_AUX:
-        if (!source_current(&cat->sources[n->ref])) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
+    case NODE_VIEW:
         break;
     case NODE_SIDECAR:
     case NODE_NPY: {
         const ckpt_tensor *t = &cat->tensors[n->ref];
-        if (n->kind == NODE_NPY && !pieces_current(fs, t)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
         open_doc *d = calloc(1, sizeof *d);
-        if (d && n->kind == NODE_SIDECAR)
-            d->text = ckpt_sidecar_json_as(cat, t, converted(fs, t), &d->len);
+        if (d && n->kind == NODE_SIDECAR) d->text = tree_sidecar_text(&fs->tr, n, &d->len);
         if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
             (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
              ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
@@ -539,12 +469,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             return;
         }
         break;
-    case NODE_VIEW:
-        if (!view_current(fs, n->ref)) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
-        break;
     }
     fi->keep_cache = 1;
     fuse_reply_open(req, fi);
@@ -565,51 +489,28 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
-static size_t plan_node(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
+/* What a READ of n reads: the text the open handle or the mount holds for generated files,
+ * else the catalog's bytes (tree_plan). */
+static size_t plan_read(ckptfs *fs, const node *n, struct fuse_file_info *fi, uint64_t off,
                         uint64_t len, ckpt_segment *seg, size_t cap, uint64_t *done) {
-    const ckpt_catalog *cat = fs->cat;
-    *done = 0;
-    const char *mem = NULL;
+    const open_doc *d = fi ? (const open_doc *)(uintptr_t)fi->fh : NULL;
     size_t mem_len = 0;
+    const char *mem;
     switch (n->kind) {
-    case NODE_TENSOR:
-        return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
-    case NODE_VIEW:
-        return ckpt_vfile_plan(&fs->tr.view->files[n->ref].vf, off, len, seg, cap, done);
-    case NODE_AUX: {
-        uint64_t size = cat->sources[n->ref].size;
-        if (off >= size) return 0;
-        *done = len < size - off ? len : size - off;
-        seg[0] = (ckpt_segment){
-            .kind = CKPT_SEG_FILE, .source = (uint32_t)n->ref, .offset = off, .length = *done};
-        return 1;
-    }
-    case NODE_SIDECAR: {
-        const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
-        mem = d->text;
-        mem_len = d->len;
-        break;
-    }
+    case NODE_SIDECAR:
+        return tree_plan_text(d->text, d->len, off, len, seg, cap, done);
     case NODE_NPY:
-        return ckpt_vfile_plan(&((const open_doc *)(uintptr_t)fi->fh)->vf, off, len, seg, cap,
-                               done);
+        return ckpt_vfile_plan(&d->vf, off, len, seg, cap, done);
     case NODE_DOC:
-        if (n->ref == DOC_CACHE && fi && fi->fh) {
-            const open_doc *d = (const open_doc *)(uintptr_t)fi->fh;
-            mem = d->text;
-            mem_len = d->len;
-            break;
-        }
+        if (n->ref == DOC_CACHE && d)
+            return tree_plan_text(d->text, d->len, off, len, seg, cap, done);
+        *done = 0;
         if (n->ref == DOC_STATS || n->ref == DOC_TSV) return 0; /* read_pages */
         mem = get_doc(fs, n->ref, &mem_len);
-        break;
-    case NODE_DIR:
-        return 0;
+        return tree_plan_text(mem, mem_len, off, len, seg, cap, done);
+    default:
+        return tree_plan(&fs->tr, n, off, len, seg, cap, done);
     }
-    if (!mem || off >= mem_len) return 0;
-    *done = len < mem_len - off ? len : mem_len - off;
-    seg[0] = (ckpt_segment){.kind = CKPT_SEG_MEM, .mem = mem + off, .length = *done};
-    return 1;
 }
 
 /* Planned segments into dst; fragments of one source read together through a per-thread
@@ -619,13 +520,15 @@ static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, ch
     return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
 }
 
-/* The kernel can splice only bytes that lie in a local file as they are: not those of a .zst
- * or a remote source, nor the elements of a strided piece. */
+/* The kernel can splice only bytes that lie in a local file as they are (ckpt_source_file_extent):
+ * not those of a .zst or a remote source, nor the elements of a strided piece. */
 static bool spliceable(const ckptfs *fs, const ckpt_segment *seg, size_t n) {
+    uint64_t at;
     for (size_t i = 0; i < n; i++)
         if (seg[i].kind == CKPT_SEG_STRIDED ||
             (seg[i].kind == CKPT_SEG_FILE &&
-             (fs->cat->sources[seg[i].source].zst || fs->cat->sources[seg[i].source].remote)))
+             !ckpt_source_file_extent(&fs->cat->sources[seg[i].source], seg[i].offset,
+                                      seg[i].length, &at)))
             return false;
     return true;
 }
@@ -672,13 +575,16 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_
             continue;
         }
         /* A spliced short read would reach the reader as zeros: check the source first. */
-        if (!source_unchanged(&fs->cat->sources[seg[i].source])) {
+        if (!ckpt_source_unchanged(&fs->cat->sources[seg[i].source])) {
             fuse_reply_err(req, EIO);
             return;
         }
+        const ckpt_source *s = &fs->cat->sources[seg[i].source];
+        uint64_t at = 0;
+        ckpt_source_file_extent(s, seg[i].offset, seg[i].length, &at); /* spliceable said so */
         fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
-        fb->fd = fs->cat->sources[seg[i].source].fd;
-        fb->pos = (off_t)(fs->cat->sources[seg[i].source].base + seg[i].offset); /* tar member */
+        fb->fd = s->fd;
+        fb->pos = (off_t)at;
     }
     fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
     check_after_splice(fs, ino, seg, n);
@@ -784,7 +690,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     ckpt_segment seg[SEG_BATCH];
     uint64_t done;
-    size_t nseg = plan_node(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);
+    size_t nseg = plan_read(fs, n, fi, (uint64_t)off, size, seg, SEG_BATCH, &done);
     if (nseg == 0) {
         fuse_reply_buf(req, NULL, 0);
         return;
@@ -795,9 +701,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EIO);
         return;
     }
-    if (done == size && seg[0].kind == CKPT_SEG_FILE && fs->cat->sources[seg[0].source].remote &&
-        reply_view(req, fs, seg, nseg))
-        return;
+    if (done == size && seg[0].kind == CKPT_SEG_FILE && reply_view(req, fs, seg, nseg)) return;
     /* Splice pays off only for whole requests served by file segments of a page or more. */
     if (fs->splice && done == size && nseg <= SEG_BATCH && seg[0].length >= 4096 &&
         spliceable(fs, seg, nseg)) {
@@ -818,7 +722,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         }
         filled += done;
         if (filled >= size || done == 0) break;
-        nseg = plan_node(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
+        nseg = plan_read(fs, n, fi, (uint64_t)off + filled, size - filled, seg, SEG_BATCH, &done);
         if (nseg == 0) break;
         for (size_t i = 0; i < nseg; i++)
             if (seg[i].kind == CKPT_SEG_HOLE) {

@@ -10,7 +10,7 @@
 
 #include "core/ckpt.h"
 #include "core/views/hfview.h"
-#include "mount/tree.h"
+#include "core/views/tree.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -69,7 +69,7 @@ uint32_t serve_lookup(const serve_snapshot *s, const char *path);
 bool serve_node_shown(const serve_snapshot *s, uint32_t i);
 /* Whether node i is a file (or folder) of the HF view, below .ckptfs/hf. */
 bool serve_in_view(const serve_snapshot *s, uint32_t i);
-/* The size of a file node; generated sidecars are sized by generating them. */
+/* The size of a file node: tree_node_size, or the snapshot's documents' (made at open). */
 uint64_t serve_node_size(const serve_snapshot *s, uint32_t i);
 /* The repo path of node i into sb (without a trailing slash). */
 struct strbuf;
@@ -80,11 +80,6 @@ size_t serve_view_files(const serve_snapshot *s, uint32_t **out);
 /* The content of a file node as memory, when it is a generated document: the text (owned by
  * the snapshot, or malloc'd into *owned for sidecars), NULL for nodes read through the planner. */
 const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, char **owned);
-/* Plans [off, off+len) of a planner-backed file node (tensor, aux, view file). */
-size_t serve_node_plan(const serve_snapshot *s, uint32_t i, uint64_t off, uint64_t len,
-                       ckpt_segment *seg, size_t cap, uint64_t *done);
-/* Whether every source behind a file node is still the file the catalog saw. */
-bool serve_node_current(const serve_snapshot *s, uint32_t i);
 
 /* The per-layer SVG (statistics of every tensor, computed once, on a thread of its own: it
  * reads every tensor, and a request thread that drew it would leave the server's other

@@ -142,8 +142,8 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max) {
     while (filled < want) {
         ckpt_segment seg[PLAN_BATCH];
         uint64_t done;
-        size_t n = serve_node_plan(b->snap, b->node, b->start + pos + filled, want - filled, seg,
-                                   PLAN_BATCH, &done);
+        size_t n = tree_plan(&b->snap->tr, &b->snap->tr.nodes[b->node], b->start + pos + filled,
+                             want - filled, seg, PLAN_BATCH, &done);
         if (n == 0 || done == 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         for (size_t i = 0; i < n; i++)
             if (seg[i].kind == CKPT_SEG_HOLE) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -392,8 +392,8 @@ static enum MHD_Result api_tree(struct MHD_Connection *c, const serve_snapshot *
 /* ---- files ---- */
 
 static const char *content_type(const char *path) {
-    if (str_ends_with(path, ".json")) return "application/json";
-    if (str_ends_with(path, ".txt") || str_ends_with(path, ".tsv"))
+    if (text_ends_with(path, ".json")) return "application/json";
+    if (text_ends_with(path, ".txt") || text_ends_with(path, ".tsv"))
         return "text/plain; charset=utf-8";
     return "application/octet-stream";
 }
@@ -428,7 +428,7 @@ static enum MHD_Result resolve_file(struct MHD_Connection *c, serve_snapshot *s,
     uint32_t i = serve_lookup(s, path);
     if (i == SERVE_NODE_NONE || i == SERVE_NODE_ROOT || s->tr.nodes[i].kind == NODE_DIR)
         return send_error(c, MHD_HTTP_NOT_FOUND, "EntryNotFound", "%.200s: no such file", path);
-    if (!serve_node_current(s, i))
+    if (!tree_node_current(&s->tr, &s->tr.nodes[i], false)) /* a status goes out first */
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
                           "%.200s: a source file changed; ask again", path);
     uint64_t size = serve_node_size(s, i);
@@ -664,8 +664,8 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
     char *out = s;
     for (const char *in = s; *in;) {
         int hi, lo;
-        if (in[0] == '%' && (hi = hex_digit(in[1])) >= 0 && (lo = hex_digit(in[2])) >= 0 &&
-            (hi | lo) != 0) {
+        if (in[0] == '%' && (hi = text_hex_digit(in[1])) >= 0 &&
+            (lo = text_hex_digit(in[2])) >= 0 && (hi | lo) != 0) {
             *out++ = (char)(hi * 16 + lo);
             in += 3;
         } else {

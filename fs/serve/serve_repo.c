@@ -11,26 +11,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
 
-/* The file at the source's path is still the one the catalog read: same device, inode, size,
- * modification and change time, and no read has seen it changed. */
-static bool source_current(const ckpt_source *src) {
-    struct stat st;
-    if (src->remote || src->virt) return ckpt_source_unchanged(src); /* no file to stat */
-    return stat(src->path, &st) == 0 && ckpt_source_stat_matches(src, &st) &&
-           ckpt_source_unchanged(src);
-}
-
 /* The commit id: a digest of what identifies every source file (path, device, inode, size,
- * mtime, ctime), so any change to a source gives a new id without reading its bytes. */
+ * mtime, ctime), so any change to a source gives a new id without reading its bytes, and of
+ * the options that shape the repo's files (--max-shard-size): clients cache by commit id
+ * (huggingface_hub keeps the tree listing of a commit), so other files need another id. */
 static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_ctx c;
     sha256_init(&c);
     sha256_update(&c, "ckptfs serve " CKPT_VERSION, strlen("ckptfs serve " CKPT_VERSION));
+    uint64_t shard = serve_max_shard_size;
+    sha256_update(&c, &shard, sizeof shard);
     sha256_update(&c, cat->root, strlen(cat->root) + 1);
     for (uint32_t i = 0; i < cat->nsources; i++) {
         const ckpt_source *src = &cat->sources[i];
@@ -107,7 +101,7 @@ static double now_seconds(void) {
 
 static bool sources_current(const ckpt_catalog *cat) {
     for (uint32_t i = 0; i < cat->nsources; i++)
-        if (!source_current(&cat->sources[i])) return false;
+        if (!ckpt_source_current(&cat->sources[i])) return false;
     return true;
 }
 
@@ -220,33 +214,8 @@ size_t serve_view_files(const serve_snapshot *s, uint32_t **out) {
 
 uint64_t serve_node_size(const serve_snapshot *s, uint32_t i) {
     node *n = &s->tr.nodes[i];
-    const ckpt_catalog *cat = s->cat;
-    switch (n->kind) {
-    case NODE_DIR:
-        return 0;
-    case NODE_TENSOR:
-        return cat->tensors[n->ref].nbytes;
-    case NODE_AUX:
-        return cat->sources[n->ref].size;
-    case NODE_VIEW:
-        return s->tr.view->files[n->ref].vf.size;
-    case NODE_DOC:
-        return n->ref < DOC_COUNT ? s->doc_len[n->ref] : 0;
-    case NODE_NPY: /* not shown: the tree is built without them */
-        return 0;
-    case NODE_SIDECAR: {
-        uint32_t known = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
-        if (known) return known - 1;
-        size_t len = 0;
-        char *doc = ckpt_sidecar_json(cat, &cat->tensors[n->ref], &len);
-        if (!doc) return 0;
-        free(doc);
-        if (len < UINT32_MAX)
-            atomic_store_explicit(&n->size_plus1, (uint32_t)len + 1, memory_order_relaxed);
-        return len;
-    }
-    }
-    return 0;
+    if (n->kind != NODE_DOC) return tree_node_size(&s->tr, n);
+    return n->ref < DOC_COUNT ? s->doc_len[n->ref] : 0;
 }
 
 const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, char **owned) {
@@ -257,50 +226,8 @@ const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, ch
         return s->docs[n->ref] ? s->docs[n->ref] : "";
     }
     if (n->kind == NODE_SIDECAR) {
-        *owned = ckpt_sidecar_json(s->cat, &s->cat->tensors[n->ref], len);
+        *owned = tree_sidecar_text(&s->tr, n, len);
         return *owned;
     }
     return NULL;
-}
-
-size_t serve_node_plan(const serve_snapshot *s, uint32_t i, uint64_t off, uint64_t len,
-                       ckpt_segment *seg, size_t cap, uint64_t *done) {
-    const node *n = &s->tr.nodes[i];
-    *done = 0;
-    switch (n->kind) {
-    case NODE_TENSOR:
-        return ckpt_plan(&s->cat->tensors[n->ref], off, len, seg, cap, done);
-    case NODE_VIEW:
-        return ckpt_vfile_plan(&s->tr.view->files[n->ref].vf, off, len, seg, cap, done);
-    case NODE_AUX: {
-        uint64_t size = s->cat->sources[n->ref].size;
-        if (off >= size || cap == 0) return 0;
-        *done = len < size - off ? len : size - off;
-        seg[0] =
-            (ckpt_segment){.kind = CKPT_SEG_FILE, .source = n->ref, .offset = off, .length = *done};
-        return 1;
-    }
-    default:
-        return 0;
-    }
-}
-
-static bool tensor_current(const serve_snapshot *s, const ckpt_tensor *t) {
-    for (uint32_t k = 0; k < t->npieces; k++)
-        if (!source_current(&s->cat->sources[t->pieces[k].source])) return false;
-    return true;
-}
-
-bool serve_node_current(const serve_snapshot *s, uint32_t i) {
-    const node *n = &s->tr.nodes[i];
-    switch (n->kind) {
-    case NODE_TENSOR:
-        return tensor_current(s, &s->cat->tensors[n->ref]);
-    case NODE_AUX:
-        return source_current(&s->cat->sources[n->ref]);
-    case NODE_VIEW: /* spans most sources: one look at each rather than one per tensor */
-        return sources_current(s->cat);
-    default:
-        return true;
-    }
 }

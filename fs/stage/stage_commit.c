@@ -100,9 +100,10 @@ static void put_lines(strbuf *sb, char *const *lines, size_t n, const char *pref
     }
 }
 
-/* A stage --from OUT written whole (not its pack): what becomes OUT is recorded before it is
- * put in place, as the pack's commit does, so that a stage taken up after a kill between that
- * rename and the rebase knows the new OUT as its own. */
+/* A stage --from OUT written whole, or as a directory of packs: what becomes OUT is recorded
+ * before it is put in place, as a single file's pack does itself (pack_publish), so that a
+ * stage taken up after a kill between that rename and the rebase knows the new OUT as its
+ * own. */
 static int landing_before_publish(void *ctx, const char *tmp_path) {
     return note_landing(ctx, -1, tmp_path);
 }
@@ -144,18 +145,15 @@ static int check_and_write(stage *st, listing *l, strbuf *report) {
                                 /* --from OUT: the stage moves onto what it wrote */
                                 .replaces_own_source = stage_replaces_source(st),
                                 .progress = {.report = progress, .ctx = st}};
+        if (opts.replaces_own_source) {
+            opts.before_publish = landing_before_publish;
+            opts.publish_ctx = st;
+        }
         atomic_store(&st->progress_total, rep.nbytes);
         stage_own_ctime_change(st, cat, true);
         /* Into the pack when its tensors tile it; else written whole (the compaction) */
         rc = stage_pack_commit(st, cat, &opts, &err);
-        if (rc == 1) {
-            ckpt_write_opts whole = opts;
-            if (opts.replaces_own_source) {
-                whole.before_publish = landing_before_publish;
-                whole.publish_ctx = st;
-            }
-            rc = ckpt_write(cat, st->out, &whole, &err);
-        }
+        if (rc == 1) rc = ckpt_write(cat, st->out, &opts, &err);
         stage_own_ctime_change(st, cat, false); /* before the rebase reads the old source again */
         if (rc) {
             pthread_mutex_lock(&st->lock);

@@ -43,7 +43,7 @@ int stage_copy_up_keep(stage *st, snode *n, uint64_t keep) {
     if (keep && n->src == SRC_LOWER_SIDECAR) {
         size_t len;
         char *text = ckpt_sidecar_json(st->lower, &st->lower->tensors[n->lower], &len);
-        e = text ? pwrite_pieces(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
+        e = text ? -pwrite_pieces(fd, text, keep < len ? (size_t)keep : len, 0) : ENOMEM;
         free(text);
     } else if (keep && n->src == SRC_PACK) {
         int pfd = n->fd >= 0 ? n->fd : spool_data_open(st, n->data_id);
@@ -53,7 +53,7 @@ int stage_copy_up_keep(stage *st, snode *n, uint64_t keep) {
         for (uint64_t off = 0; !e && off < size;) {
             size_t want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
             ssize_t got = pread(pfd, buf, want, (off_t)(n->pack_off + off));
-            e = got < 0 ? errno : got == 0 ? EIO : pwrite_pieces(fd, buf, (size_t)got, off);
+            e = got < 0 ? errno : got == 0 ? EIO : -pwrite_pieces(fd, buf, (size_t)got, off);
             if (got > 0) off += (uint64_t)got;
         }
         free(buf);
@@ -66,7 +66,7 @@ int stage_copy_up_keep(stage *st, snode *n, uint64_t keep) {
             size_t got, want = size - off < MAX_IO ? (size_t)(size - off) : MAX_IO;
             e = stage_read_lower(st->lower, n->lower, off, want, buf, &got);
             if (!e && got != want) e = EIO;
-            if (!e) e = pwrite_pieces(fd, buf, got, off);
+            if (!e) e = -pwrite_pieces(fd, buf, got, off);
             off += got;
         }
         free(buf);
@@ -89,7 +89,7 @@ int stage_copy_up_keep(stage *st, snode *n, uint64_t keep) {
         if (n->fd >= 0) close(n->fd);
     }
     n->fd = fd;
-    mark_changed(st);
+    note_uncommitted_change(st);
     return 0;
 }
 

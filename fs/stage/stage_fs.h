@@ -196,7 +196,8 @@ void spool_data_unlink(const stage *st, uint64_t id);
 bool spool_parse_id(const char *s, uint64_t *id);
 
 /* ---- stage_journal.c ---- */
-/* Paths in the journal and the state file: pct_escape with space (bytes <= 0x20, 0x7F, '%'). */
+/* Paths in the journal and the state file: text_pct_escape with space (bytes <= 0x20, 0x7F, '%').
+ */
 /* Applies SPOOL/journal to the tree; lower_paths maps the path of a source tensor's raw file
  * to the tensor (its sidecar is found from it). Returns 0 or a negative errno (a journal that is not ours). */
 int journal_replay(stage *st, const hashmap *lower_paths);

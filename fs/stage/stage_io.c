@@ -87,7 +87,7 @@ static int set_pack_size(stage *st, snode *n, uint64_t size) {
         if (e) return e;
         n->pack_size = size;
         st->pack_end = n->pack_off + size;
-        mark_changed(st);
+        note_uncommitted_change(st);
         return 0;
     }
     if (size > n->pack_size) return -1;
@@ -97,7 +97,7 @@ static int set_pack_size(stage *st, snode *n, uint64_t size) {
     if (e)
         n->pack_size = was;
     else
-        mark_changed(st);
+        note_uncommitted_change(st);
     return e;
 }
 
@@ -115,7 +115,7 @@ int stage_set_size(stage *st, snode *n, uint64_t size) {
     if (ftruncate(fd, (off_t)size) != 0) e = errno;
     if (fd != n->fd) close(fd);
     stage_settle_fd(n);
-    if (!e) mark_changed(st);
+    if (!e) note_uncommitted_change(st);
     return e;
 }
 
@@ -164,13 +164,13 @@ void stage_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         if (!trunc || stage_pack_claim(st, n, n->name) != 0)
             e = stage_copy_up_keep(st, n, trunc ? 0 : UINT64_MAX);
         else
-            mark_changed(st);
+            note_uncommitted_change(st);
     } else if (changes && n->src != SRC_SPOOL && n->src != SRC_PACK) {
         /* a source tensor replaced (cp over it): its new bytes go to the pack as a new file's */
         if (!trunc || stage_pack_claim(st, n, n->name) != 0)
             e = stage_copy_up_keep(st, n, trunc ? 0 : UINT64_MAX);
         else
-            mark_changed(st);
+            note_uncommitted_change(st);
     } else if (trunc) {
         e = stage_set_size(st, n, 0);
     }
@@ -292,7 +292,7 @@ void stage_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void write_behind(stage *st, snode *n, int fd, const char *buf, size_t size, uint64_t off) {
     if (n->late_error) return; /* set by the write before, on its turn: the file ends there */
     uint64_t at = n->pack_off + off;
-    int e = pwrite_pieces(fd, buf, size, at);
+    int e = -pwrite_pieces(fd, buf, size, at);
     if (e) {
         pthread_mutex_lock(&st->lock);
         n->late_error = e;
@@ -386,7 +386,7 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
     if (!e && fd >= 0 && n->src == SRC_PACK) {
         uint64_t ticket = wb_ticket(st);
         stage_pack_grew(st, n, (uint64_t)off + size);
-        mark_changed(st);
+        note_uncommitted_change(st);
         pthread_mutex_unlock(&st->lock);
         fuse_reply_write(req, size);
         wb_wait_turn(st, ticket);
@@ -396,11 +396,11 @@ void stage_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size
         return;
     }
     pthread_mutex_unlock(&st->lock);
-    if (!e) e = fd >= 0 ? pwrite_pieces(fd, buf, size, base + (uint64_t)off) : EBADF;
+    if (!e) e = fd >= 0 ? -pwrite_pieces(fd, buf, size, base + (uint64_t)off) : EBADF;
     if (!e && !st->dirty) {
         pthread_mutex_lock(&st->lock);
         stage_pack_grew(st, n, (uint64_t)off + size);
-        mark_changed(st);
+        note_uncommitted_change(st);
         pthread_mutex_unlock(&st->lock);
     }
     gate_leave(st);
@@ -506,7 +506,7 @@ void stage_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, 
                                                        : errno;
     if (!e) {
         pthread_mutex_lock(&st->lock);
-        mark_changed(st);
+        note_uncommitted_change(st);
         pthread_mutex_unlock(&st->lock);
     }
     gate_leave(st);

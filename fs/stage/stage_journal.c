@@ -29,11 +29,11 @@
 
 #define JOURNAL_HEADER "ckptfs-stage-journal 1"
 
-/* ---- paths in records: bytes <= 0x20, 0x7F and '%' as %XX (pct_escape with space) ---- */
+/* ---- paths in records: bytes <= 0x20, 0x7F and '%' as %XX (text_pct_escape with space) ---- */
 
 static size_t stage_decode(char *s) {
     size_t n;
-    pct_unescape(s, &n, false);
+    text_pct_unescape(s, &n, false);
     return n;
 }
 
@@ -43,7 +43,7 @@ static void put_node_path(strbuf *sb, const snode *n) {
     sb_init(&p);
     tree_path(n, &p);
     sb_putc(sb, '/');
-    if (p.data) pct_escape(sb, p.data, p.len, true);
+    if (p.data) text_pct_escape(sb, p.data, p.len, true);
     if (p.failed) sb->failed = true;
     sb_free(&p);
 }
@@ -78,11 +78,11 @@ static int append(stage *st, strbuf *rec) {
 /* The source path of a lower file, escaped: the tensor's raw file or its sidecar. */
 static void put_lower_path(strbuf *sb, const ckpt_tensor *t, sn_src src) {
     if (src == SRC_LOWER_RAW) {
-        pct_escape(sb, t->path, strlen(t->path), true);
+        text_pct_escape(sb, t->path, strlen(t->path), true);
         return;
     }
-    pct_escape(sb, t->path, ckpt_sidecar_stem(t), true);
-    pct_escape(sb, ".json", 5, true);
+    text_pct_escape(sb, t->path, ckpt_sidecar_stem(t), true);
+    text_pct_escape(sb, ".json", 5, true);
 }
 
 static int append_node_record(stage *st, char op, const snode *n, bool with_mode) {
@@ -152,7 +152,7 @@ int journal_rename(stage *st, const snode *n, const snode *new_parent, const cha
     sb_putc(&rec, ' ');
     put_node_path(&rec, new_parent);
     if (new_parent->parent) sb_putc(&rec, '/'); /* the root's path is "/" already */
-    pct_escape(&rec, new_name, strlen(new_name), true);
+    text_pct_escape(&rec, new_name, strlen(new_name), true);
     sb_putc(&rec, '\n');
     int rc = append(st, &rec);
     sb_free(&rec);

@@ -257,7 +257,7 @@ static int make_node(stage *st, snode *dir, const char *name, sn_kind kind, mode
                 return ENOMEM;
             }
             touch(dir);
-            mark_changed(st);
+            note_uncommitted_change(st);
             *out = n;
             return 0;
         }
@@ -282,7 +282,7 @@ static int make_node(stage *st, snode *dir, const char *name, sn_kind kind, mode
         return e;
     }
     touch(dir);
-    mark_changed(st);
+    note_uncommitted_change(st);
     *out = n;
     return 0;
 }
@@ -419,7 +419,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
     if (!e) {
         discard(st, n);
         touch(p);
-        mark_changed(st);
+        note_uncommitted_change(st);
     }
     pthread_mutex_unlock(&st->lock);
     gate_leave(st);
@@ -470,7 +470,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
         if (!e) {
             touch(p);
             touch(np);
-            mark_changed(st);
+            note_uncommitted_change(st);
         }
         /* a sidecar, .npy or folder file is never read from the pack: it moves out */
         if (!e && n->kind == SN_FILE && n->src == SRC_PACK && !stage_pack_name_ok(newname))

@@ -61,7 +61,7 @@ static inline void gate_leave(stage *st) {
 }
 
 /* The first change after a commit is journaled, so a replay knows OUT is behind. */
-static inline void mark_changed(stage *st) {
+static inline void note_uncommitted_change(stage *st) {
     if (!st->dirty && journal_mark(st, 'w') == 0) st->dirty = true;
 }
 

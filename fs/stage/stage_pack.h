@@ -5,12 +5,11 @@
 
 #include "stage_fs.h"
 
-typedef struct placed {
-    size_t tensor;
-    uint64_t off; /* in the pack */
-} placed;
+#include "core/write/packed.h"
 
-enum { PACK_COPY_BUF = 1 << 20 };
+typedef ckpt_placed placed; /* a tensor and its place in a pack */
+
+enum { PACK_COPY_BUF = CKPT_PACKED_BUF };
 
 enum { PACK_NONE = -1, PACK_UNKNOWN = 0, PACK_FILE = 1, PACK_DIR = 2 };
 /* Whether OUT can be made of packs, and how (under st->lock). */
@@ -19,21 +18,9 @@ int stage_pack_mode(stage *st);
 int pack_open_new(stage *st);
 
 int placed_cmp(const void *a, const void *b);
-/* qsort_r order of tensor indexes, widest elements first: appended tensors stay aligned to
- * their element size as long as what is in the pack already is. */
-int pack_width_cmp(const void *a, const void *b, void *cat);
-/* What ckpt_write would refuse: then it runs and says why. */
-bool pack_fits_safetensors(const ckpt_tensor *t);
 /* The end of the last byte any file under dir keeps in pack id (under st->lock). */
 uint64_t pack_live_end(const snode *dir, uint64_t id);
 int pack_pwrite_all(int fd, const void *p, size_t n, uint64_t at);
-/* Appends tensor t's bytes at `at` of fd (copy_file_range where it can). */
-int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t, int fd,
-                       uint64_t at, char *buf);
-/* The safetensors header of the tensors p[0..n) (in the order of their bytes), padded with
- * spaces to PACK_DATA_START, into a malloc'd buffer of PACK_DATA_START bytes: 0, 1 when the
- * names do not fit the reserved room, or -ENOMEM. */
-int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **head);
 int pack_fsync_parent(const char *path);
 /* Before a commit over its own source puts the file fd (or, fd < 0, path) in place as OUT:
  * spool_note_landing. 0 or -errno. */

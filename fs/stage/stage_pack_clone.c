@@ -14,7 +14,6 @@
  * (ext4 here: EOPNOTSUPP; another file system: EXDEV) the commit goes the pack's way. */
 #include "stage_pack_whole.h"
 
-#include "core/util/hashmap.h"
 #include "core/write/writer.h"
 
 #include <errno.h>
@@ -39,7 +38,7 @@ static uint32_t base_source(const ckpt_catalog *cat) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (t->aside || t->npieces != 1 || t->pieces[0].strides) continue;
         const ckpt_source *s = &cat->sources[t->pieces[0].source];
-        if (s->zst || s->member_of || s->remote || s->owned) continue;
+        if (!ckpt_source_whole_file(s) || s->owned) continue;
         if (++count[t->pieces[0].source] > most) {
             most = count[t->pieces[0].source];
             best = t->pieces[0].source;
@@ -50,63 +49,34 @@ static uint32_t base_source(const ckpt_catalog *cat) {
 }
 
 /* The tensors of the staged catalog that must be written into a clone of the file behind fd:
- * 0 with *out (malloc'd) and *n, or 1 when the file is not exactly the staged
- * tensors' layout. */
+ * 0 with *out (malloc'd) and *n, or 1 when the file is not exactly the staged tensors' layout
+ * (ckpt_packed_layout). */
 static int plan_rewrites(const ckpt_catalog *cat, int fd, rewrite **out, size_t *n) {
     *out = NULL;
     *n = 0;
     struct stat fs;
-    char *text;
-    json_doc doc;
-    uint64_t data;
+    ckpt_placed *layout;
+    size_t nl;
     if (fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode) ||
-        pack_read_header(fd, (uint64_t)fs.st_size, &text, &doc, &data) != 0)
+        ckpt_packed_layout(cat, fd, (uint64_t)fs.st_size, &layout, &nl) != 0)
         return 1;
-    uint64_t size = (uint64_t)fs.st_size;
-    hashmap names = {0};
-    size_t staged = 0;
-    bool ok = hm_init(&names, cat->ntensors);
-    for (size_t i = 0; ok && i < cat->ntensors; i++) {
-        const ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside) continue;
-        bool added;
-        ok = pack_fits_safetensors(t) && hm_put(&names, t->name, t->name_len, i, &added) && added;
-        staged++;
+    rewrite *w = malloc((nl ? nl : 1) * sizeof *w);
+    if (!w) {
+        free(layout);
+        return 1;
     }
-    bool *seen = ok ? calloc(cat->ntensors ? cat->ntensors : 1, sizeof *seen) : NULL;
-    rewrite *w = ok ? malloc((staged ? staged : 1) * sizeof *w) : NULL;
-    ok = ok && seen && w;
-    size_t entries = 0, nw = 0;
-    uint64_t end = data;
-    for (const json_value *m = ok ? doc.root->head : NULL; ok && m; m = m->next) {
-        if (pack_is_metadata(m)) continue;
-        uint64_t a, b;
-        const hm_entry *e = NULL;
-        ok = pack_entry_span(m, size - data, &a, &b) &&
-             (e = hm_get(&names, m->key, m->key_len)) != NULL && !seen[e->value];
-        const ckpt_tensor *t = ok ? &cat->tensors[e->value] : NULL;
-        ok = ok && t->nbytes == b - a && pack_entry_is(m, t);
-        if (!ok) break;
-        seen[e->value] = true;
-        entries++;
-        if (data + b > end) end = data + b;
+    size_t nw = 0;
+    for (size_t k = 0; k < nl; k++) {
+        const ckpt_tensor *t = &cat->tensors[layout[k].tensor];
         /* the same file may be two sources: OUT as the source's reader opened it, and the
          * spool's pack that a commit linked as OUT, which staged files still refer to */
         const ckpt_source *ts = t->npieces == 1 ? &cat->sources[t->pieces[0].source] : NULL;
-        bool in_place = ts && !t->pieces[0].strides && !ts->zst && !ts->member_of && !ts->remote &&
-                        ts->dev == fs.st_dev && ts->ino == fs.st_ino &&
-                        t->pieces[0].file_offset == data + a;
-        if (!in_place) w[nw++] = (rewrite){e->value, data + a};
+        bool in_place = ts && !t->pieces[0].strides &&
+                        ckpt_source_is_file(ts, fs.st_dev, fs.st_ino) &&
+                        t->pieces[0].file_offset == layout[k].off;
+        if (!in_place) w[nw++] = (rewrite){layout[k].tensor, layout[k].off};
     }
-    ok = ok && entries == staged && end == size;
-    hm_free(&names);
-    free(seen);
-    json_doc_free(&doc);
-    free(text);
-    if (!ok) {
-        free(w);
-        return 1;
-    }
+    free(layout);
     *out = w;
     *n = nw;
     return 0;
@@ -150,7 +120,7 @@ int stage_pack_clone_commit(stage *st, ckpt_catalog *cat, ckpt_err *err) {
                        cat->sources[u].path);
     for (size_t k = 0; !rc && k < nw; k++) {
         const ckpt_tensor *t = &cat->tensors[w[k].tensor];
-        int e = pack_append_tensor(st, cat, t, fd, w[k].at, buf);
+        int e = ckpt_packed_append(cat, t, fd, w[k].at, buf, &st->progress_done);
         if (e)
             rc = ckpt_fail(err, e, "%s: writing tensor \"%.*s\" into the clone of its file: %s",
                            st->out, (int)(t->name_len > 120 ? 120 : t->name_len), t->name,

@@ -15,9 +15,10 @@
  *     again only when its header comes out the same; else it is never written to, and its
  *     tensors are copied like those from elsewhere.
  *
- * Each shard gets its header in front and is fsynced; a directory .OUT.partial-XXXXXX beside
- * OUT gets a hard link to each shard, the index and the config/tokenizer files, and then
- * replaces OUT (rename, or the exchange of core/write/writers/safetensors_dir.c). A kill before that
+ * Each shard gets its header in front and is fsynced; the writer (ckpt_write_packed_dir) then
+ * links them into a directory .OUT.partial-XXXXXX beside OUT with the index and the
+ * config/tokenizer files, which replaces OUT (rename, or the exchange of
+ * core/write/writers/safetensors_dir.c). A kill before that
  * leaves the old OUT; the stage's clean-up removes the partial directory and packs made for
  * the commit, and the journal still says where every staged byte is. */
 #include "stage_pack_whole.h"
@@ -26,12 +27,7 @@
 #include "core/util/utf8.h"
 #include "core/write/writer.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -158,16 +154,7 @@ static int rest_add(job *j, size_t tensor, snode *moving) {
 
 /* Whether the header in front of a shard of OUT is the one it would get now. */
 static bool same_header(const job *j, const shard *s) {
-    char *want, *have = malloc(PACK_DATA_START);
-    if (!have || pack_header(j->cat, s->t, s->n, &want) != 0) {
-        free(have);
-        return false;
-    }
-    bool same = pread(s->fd, have, PACK_DATA_START, 0) == PACK_DATA_START &&
-                memcmp(have, want, PACK_DATA_START) == 0;
-    free(have);
-    free(want);
-    return same;
+    return ckpt_packed_header_is(s->fd, j->cat, s->t, s->n, PACK_DATA_START);
 }
 
 /* Sorts the tensors that are in the packs already into shards and the rest. */
@@ -196,12 +183,12 @@ static int sort_out(job *j) {
     for (size_t i = 0; i < j->cat->ntensors; i++) {
         const ckpt_tensor *t = &j->cat->tensors[i];
         if (t->aside) continue;
-        if (!pack_fits_safetensors(t)) return 1;
+        if (!ckpt_packed_fits(t)) return 1;
         const ckpt_piece *p = t->npieces == 1 ? &t->pieces[0] : NULL;
         const ckpt_source *src = p ? &j->cat->sources[p->source] : NULL;
         shard *home = NULL;
-        for (size_t k = 0; src && !p->strides && !src->member_of && t->nbytes && k < j->ns; k++)
-            if (j->s[k].fd >= 0 && src->dev == j->s[k].dev && src->ino == j->s[k].ino)
+        for (size_t k = 0; src && !p->strides && t->nbytes && k < j->ns; k++)
+            if (j->s[k].fd >= 0 && ckpt_source_is_file(src, j->s[k].dev, j->s[k].ino))
                 home = &j->s[k];
         int e = home ? add_placed(home, i, p->file_offset) : rest_add(j, i, NULL);
         if (e) return e;
@@ -292,7 +279,7 @@ static int append_rest(job *j) {
     snode **by_tensor = calloc(j->cat->ntensors ? j->cat->ntensors : 1, sizeof *by_tensor);
     if (!by_tensor) return -ENOMEM;
     for (size_t k = 0; k < j->nrest; k++) by_tensor[j->rest[k]] = j->moving[k];
-    qsort_r(j->rest, j->nrest, sizeof *j->rest, pack_width_cmp, j->cat);
+    ckpt_packed_sort_widest(j->cat, j->rest, j->nrest);
     int rc = 0;
     size_t target = 0;
     for (size_t k = 0; !rc && k < j->nrest; k++) {
@@ -308,7 +295,7 @@ static int append_rest(job *j) {
             }
         }
         if (!s && (rc = new_shard(j, &s))) break;
-        rc = pack_append_tensor(j->st, j->cat, t, s->fd, s->end, j->buf);
+        rc = ckpt_packed_append(j->cat, t, s->fd, s->end, j->buf, &j->st->progress_done);
         if (rc) {
             char shown[256];
             ckpt_fail(j->err, rc, "%s: appending tensor \"%s\" to a staged shard: %s", j->st->out,
@@ -357,104 +344,18 @@ static int journal_moves(job *j) {
     return rc;
 }
 
-static int name_cmp(const void *a, const void *b, void *ctx) {
-    const ckpt_catalog *cat = ctx;
-    const ckpt_tensor *x = &cat->tensors[((const placed *)a)->tensor],
-                      *y = &cat->tensors[((const placed *)b)->tensor];
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
-}
-
-/* The index as transformers writes it (names in byte order); placed.off holds the shard. */
-static char *index_json(const job *j, size_t nshards, size_t *len) {
+/* The new OUT: the shards this commit keeps or wrote, in the order their packs were made. */
+static int publish(job *j, const ckpt_write_opts *opts) {
+    ckpt_packed_shard *out = malloc((j->ns ? j->ns : 1) * sizeof *out);
+    if (!out) return ckpt_fail(j->err, -ENOMEM, "out of memory");
     size_t n = 0;
-    uint64_t total = 0;
     for (size_t k = 0; k < j->ns; k++)
-        if (j->s[k].used) n += j->s[k].n;
-    placed *all = malloc((n ? n : 1) * sizeof *all);
-    if (!all) return NULL;
-    size_t at = 0, nth = 0;
-    for (size_t k = 0; k < j->ns; k++) {
-        if (!j->s[k].used || !j->s[k].n) continue;
-        for (size_t i = 0; i < j->s[k].n; i++) {
-            all[at++] = (placed){j->s[k].t[i].tensor, nth};
-            total += j->cat->tensors[j->s[k].t[i].tensor].nbytes;
-        }
-        nth++;
-    }
-    qsort_r(all, n, sizeof *all, name_cmp, j->cat);
-    strbuf sb;
-    sb_init(&sb);
-    sb_puts(&sb, "{\n  \"metadata\": {\n    \"total_size\": ");
-    sb_u64(&sb, total);
-    sb_puts(&sb, "\n  },\n  \"weight_map\": {");
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_tensor *t = &j->cat->tensors[all[i].tensor];
-        sb_puts(&sb, i ? ",\n    " : "\n    ");
-        sb_json_str(&sb, t->name, t->name_len);
-        sb_printf(&sb, ": \"model-%05llu-of-%05zu.safetensors\"",
-                  (unsigned long long)all[i].off + 1, nshards);
-    }
-    sb_puts(&sb, n ? "\n  }\n}\n" : "}\n}\n");
-    free(all);
-    return sb_take(&sb, len);
-}
-
-static int write_small(int dfd, const char *name, const char *text, size_t len, mode_t mode) {
-    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0) return -errno;
-    int rc = pack_pwrite_all(fd, text, len, 0);
-    if (!rc && fsync(fd) != 0) rc = -errno;
-    close(fd);
+        if (j->s[k].used && j->s[k].n)
+            out[n++] = (ckpt_packed_shard){
+                .fd = j->s[k].fd, .t = j->s[k].t, .n = j->s[k].n, .keep_mode = j->s[k].kept};
+    int rc = ckpt_write_packed_dir(j->cat, j->st->out, out, n, opts, j->err);
+    free(out);
     return rc;
-}
-
-/* The new directory beside OUT: a link to each shard, the index, config and tokenizer. */
-static int assemble(job *j, const char *tmp, mode_t shard_mode) {
-    int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return ckpt_fail(j->err, -errno, "%s: %s", tmp, strerror(errno));
-    size_t nshards = 0;
-    for (size_t k = 0; k < j->ns; k++) nshards += j->s[k].used && j->s[k].n;
-    int rc = 0;
-    size_t nth = 0;
-    for (size_t k = 0; !rc && k < j->ns; k++) {
-        shard *s = &j->s[k];
-        if (!s->used || !s->n) continue;
-        char name[64], proc[64];
-        if (nshards == 1)
-            snprintf(name, sizeof name, "model.safetensors");
-        else
-            snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", ++nth, nshards);
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", s->fd);
-        if (!s->kept) fchmod(s->fd, shard_mode);
-        if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) != 0)
-            rc = ckpt_fail(j->err, -errno, "%s/%s: cannot link the staged shard: %s", tmp, name,
-                           strerror(errno));
-    }
-    if (!rc && nshards > 1) {
-        size_t len;
-        char *text = index_json(j, nshards, &len);
-        rc = text ? write_small(dfd, "model.safetensors.index.json", text, len, shard_mode)
-                  : -ENOMEM;
-        if (rc) ckpt_fail(j->err, rc, "%s: writing the index: %s", tmp, strerror(-rc));
-        free(text);
-    }
-    if (!rc) rc = ckpt_dir_add_aux(j->cat, tmp, j->err);
-    if (!rc && fsync(dfd) != 0)
-        rc = ckpt_fail(j->err, -errno, "%s: fsync: %s", tmp, strerror(errno));
-    close(dfd);
-    return rc;
-}
-
-static void remove_tmp(const char *tmp) {
-    int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-    if (!d && dfd >= 0) close(dfd);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-    if (d) closedir(d);
-    rmdir(tmp);
 }
 
 /* The headers of the shards this commit writes: 1 when one does not fit its reserved room
@@ -465,7 +366,7 @@ static int make_headers(job *j, char ***heads) {
     for (size_t k = 0; k < j->ns; k++) {
         shard *s = &j->s[k];
         if (!s->used || !s->n || s->kept) continue;
-        int e = pack_header(j->cat, s->t, s->n, &(*heads)[k]);
+        int e = ckpt_packed_header(j->cat, s->t, s->n, PACK_DATA_START, &(*heads)[k]);
         if (e) return e;
     }
     return 0;
@@ -504,7 +405,7 @@ static void undo(job *j) {
 
 int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *opts,
                           ckpt_err *err) {
-    int rc = ckpt_dir_guard(cat, st->out, opts, err);
+    int rc = ckpt_write_check(cat, st->out, opts, err);
     if (rc) return rc;
     job j = {.st = st, .cat = cat, .err = err, .buf = malloc(PACK_COPY_BUF)};
     j.max = st->max_shard_size ? st->max_shard_size : CKPT_HF_MAX_SHARD_DEFAULT;
@@ -525,40 +426,7 @@ int stage_pack_dir_commit(stage *st, ckpt_catalog *cat, const ckpt_write_opts *o
     for (size_t k = 0; heads && k < j.ns; k++) free(heads[k]);
     free(heads);
 
-    char tmp[PATH_MAX] = "";
-    if (!rc) {
-        char d[PATH_MAX], b[PATH_MAX];
-        size_t n = strlen(st->out);
-        while (n > 1 && st->out[n - 1] == '/') n--;
-        snprintf(d, sizeof d, "%.*s", (int)n, st->out);
-        snprintf(b, sizeof b, "%.*s", (int)n, st->out);
-        int w = snprintf(tmp, sizeof tmp, "%s/.%s.partial-XXXXXX", dirname(d), basename(b));
-        if (w < 0 || w >= (int)sizeof tmp || !mkdtemp(tmp)) {
-            rc = ckpt_fail(err, -errno, "%s: cannot create a temporary directory: %s", st->out,
-                           strerror(errno));
-            tmp[0] = '\0';
-        }
-    }
-    if (!rc) {
-        mode_t mask = ckpt_umask(); /* read, not set: other threads create files */
-        mode_t sources = 07777;
-        for (uint32_t i = 0; i < cat->nsources; i++) { /* as the writer: aux files aside */
-            bool aux = false;
-            for (size_t k = 0; !aux && k < cat->naux; k++) aux = cat->aux[k].source == i;
-            if (!aux) sources &= cat->sources[i].mode;
-        }
-        rc = assemble(&j, tmp, (0666 & ~mask) & (0600 | (sources & 0066)));
-    }
-    if (!rc && (rc = note_landing(st, -1, tmp)))
-        ckpt_fail(err, rc, "%s: the spool cannot record the commit: %s", st->out, strerror(-rc));
-    if (!rc) {
-        char out[PATH_MAX];
-        size_t n = strlen(st->out);
-        while (n > 1 && st->out[n - 1] == '/') n--;
-        snprintf(out, sizeof out, "%.*s", (int)n, st->out);
-        rc = ckpt_dir_publish(tmp, out, opts, err);
-    }
-    if (rc && tmp[0]) remove_tmp(tmp);
+    if (!rc) rc = publish(&j, opts);
 
     pthread_mutex_lock(&st->lock);
     if (rc) undo(&j);

@@ -17,9 +17,10 @@
 
 /* Files that cannot be a tensor's raw bytes would leave holes between tensors. */
 bool stage_pack_name_ok(const char *name) {
-    if (name[0] == '.' || str_ends_with(name, ".json") || str_ends_with(name, ".npy")) return false;
-    for (size_t i = 0; i < hf_aux_count; i++)
-        if (strcmp(name, hf_aux_names[i]) == 0) return false;
+    if (name[0] == '.' || text_ends_with(name, ".json") || text_ends_with(name, ".npy"))
+        return false;
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return false;
     return true;
 }
 
@@ -35,7 +36,7 @@ int stage_pack_mode(stage *st) {
     while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
     struct stat out, dir, data;
     bool is_dir = slash || st->max_shard_size || (stat(copy, &out) == 0 && S_ISDIR(out.st_mode));
-    int mode = is_dir ? PACK_DIR : str_ends_with(copy, ".safetensors") ? PACK_FILE : PACK_NONE;
+    int mode = is_dir ? PACK_DIR : text_ends_with(copy, ".safetensors") ? PACK_FILE : PACK_NONE;
     if (mode == PACK_NONE) return st->pack_usable;
     if (stat(dirname(copy), &dir) == 0 && fstat(st->data_fd, &data) == 0 &&
         dir.st_dev == data.st_dev)

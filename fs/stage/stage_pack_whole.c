@@ -8,10 +8,10 @@
  * written to, so the old OUT stays intact through every point of the commit, and a link is
  * all a kill -9 can leave behind (in the partial directory the stage's clean-up removes).
  *
- * The check reads the file's own header, not the catalog the stage loaded: an entry the
- * source's reader did not show (a tensor missing from an index's weight_map) would otherwise
- * come along into OUT unseen. Every entry must be a staged tensor of that file at the same
- * offset with the same name, dtype and shape, and the file must end at its data's end. */
+ * The check (ckpt_packed_holds_exactly) reads the file's own header, not the catalog the stage
+ * loaded: an entry the source's reader did not show (a tensor missing from an index's weight_map)
+ * would otherwise come along into OUT unseen. Every entry must be a staged tensor of that file at
+ * the same offset with the same name, dtype and shape, and the file must end at its data's end. */
 #include "stage_pack_whole.h"
 
 #include <errno.h>
@@ -21,94 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { MAX_HEADER = 100 << 20 }; /* as the safetensors reader allows */
-
 static int off_cmp(const void *a, const void *b) {
     uint64_t x = ((const placed *)a)->off, y = ((const placed *)b)->off;
     return (x > y) - (x < y);
-}
-
-static const placed *find_off(const placed *p, size_t n, uint64_t off) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p[mid].off < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && p[lo].off == off ? &p[lo] : NULL;
-}
-
-bool pack_entry_is(const json_value *m, const ckpt_tensor *t) {
-    if (m->key_len != t->name_len || memcmp(m->key, t->name, t->name_len) != 0) return false;
-    const json_value *dt = json_member(m, "dtype"), *shape = json_member(m, "shape");
-    if (!dt || !json_str_eq(dt, ckpt_dtype_info_of(t->dtype)->name)) return false;
-    if (!shape || shape->type != JSON_ARRAY || shape->count != t->ndim) return false;
-    uint32_t d = 0;
-    for (const json_value *v = shape->head; v; v = v->next, d++) {
-        uint64_t x;
-        if (!json_as_u64(v, &x) || x != t->shape[d]) return false;
-    }
-    return true;
-}
-
-int pack_read_header(int fd, uint64_t size, char **text, json_doc *doc, uint64_t *data) {
-    unsigned char le[8];
-    *text = NULL;
-    memset(doc, 0, sizeof *doc);
-    if (size < 8 || pread(fd, le, 8, 0) != 8) return -1;
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--) len = len << 8 | le[i];
-    if (len < 2 || len > MAX_HEADER || len > size - 8) return -1;
-    if (!(*text = malloc(len))) return -1;
-    json_error jerr;
-    if (pread(fd, *text, len, 8) != (ssize_t)len || json_parse(doc, *text, len, &jerr) != 0 ||
-        doc->root->type != JSON_OBJECT) {
-        json_doc_free(doc);
-        free(*text);
-        *text = NULL;
-        return -1;
-    }
-    *data = 8 + len;
-    return 0;
-}
-
-bool pack_entry_span(const json_value *m, uint64_t room, uint64_t *a, uint64_t *b) {
-    const json_value *offs = m->type == JSON_OBJECT ? json_member(m, "data_offsets") : NULL;
-    return offs && offs->type == JSON_ARRAY && offs->count == 2 && json_as_u64(offs->head, a) &&
-           json_as_u64(offs->head->next, b) && *a <= *b && *b <= room;
-}
-
-bool pack_is_metadata(const json_value *m) {
-    return m->key_len == 12 && memcmp(m->key, "__metadata__", 12) == 0;
-}
-
-/* Whether the file behind fd (size bytes) holds exactly the tensors p[0..n) (sorted by
- * offset) with their names, dtypes and shapes, and nothing else. */
-static bool holds_exactly(const ckpt_catalog *cat, int fd, uint64_t size, const placed *p,
-                          size_t n) {
-    char *text;
-    json_doc doc;
-    uint64_t data;
-    if (pack_read_header(fd, size, &text, &doc, &data) != 0) return false;
-    bool ok = true;
-    size_t entries = 0;
-    uint64_t end = data;
-    for (const json_value *m = doc.root->head; ok && m; m = m->next) {
-        if (pack_is_metadata(m)) continue;
-        uint64_t a, b;
-        ok = pack_entry_span(m, size - data, &a, &b);
-        const placed *hit = ok ? find_off(p, n, data + a) : NULL;
-        ok = hit && cat->tensors[hit->tensor].nbytes == b - a &&
-             pack_entry_is(m, &cat->tensors[hit->tensor]);
-        if (ok && data + b > end) end = data + b;
-        entries++;
-    }
-    ok = ok && entries == n && end == size;
-    json_doc_free(&doc);
-    free(text);
-    return ok;
 }
 
 int pack_take_whole(const ckpt_catalog *cat, dev_t dev, uint64_t max, size_t *rest, size_t *nrest,
@@ -127,7 +42,7 @@ int pack_take_whole(const ckpt_catalog *cat, dev_t dev, uint64_t max, size_t *re
     int rc = 0;
     for (uint32_t u = 0; !rc && u < cat->nsources; u++) {
         const ckpt_source *s = &cat->sources[u];
-        if (s->zst || s->member_of || s->remote || s->owned || s->dev != dev) continue;
+        if (!ckpt_source_whole_file(s) || s->owned || s->dev != dev) continue;
         size_t n = 0;
         uint64_t bytes = 0;
         bool whole = true;
@@ -146,7 +61,7 @@ int pack_take_whole(const ckpt_catalog *cat, dev_t dev, uint64_t max, size_t *re
         if (fd < 0) continue;
         struct stat fs;
         if (fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode) ||
-            !holds_exactly(cat, fd, (uint64_t)fs.st_size, p, n)) {
+            !ckpt_packed_holds_exactly(cat, fd, (uint64_t)fs.st_size, p, n)) {
             close(fd);
             continue;
         }

@@ -1,11 +1,10 @@
 /* What the pack's commits share (one safetensors OUT: stage_pack.c, an HF directory:
- * stage_pack_dir.c, a clone of the source: stage_pack_clone.c): tensor bytes appended, the
- * header made, the file put in place as OUT. */
+ * stage_pack_dir.c, a clone of the source: stage_pack_clone.c): where a pack's staged files
+ * end, the file put in place as OUT. Appending tensors, headers, the index and a directory OUT
+ * are the writer's (core/write/packed.h). */
 #include "stage_pack.h"
 
 #include "core/util/pwrite_pieces.h"
-#include "core/model/st_names.h"
-#include "core/util/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,20 +21,6 @@ int placed_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int pack_width_cmp(const void *a, const void *b, void *ctx) {
-    const ckpt_catalog *cat = ctx;
-    const ckpt_tensor *x = &cat->tensors[*(const size_t *)a],
-                      *y = &cat->tensors[*(const size_t *)b];
-    unsigned wx = ckpt_dtype_elem_size(x->dtype), wy = ckpt_dtype_elem_size(y->dtype);
-    return (wx < wy) - (wx > wy);
-}
-
-bool pack_fits_safetensors(const ckpt_tensor *t) {
-    return ckpt_dtype_info_of(t->dtype)->safetensors && !t->incomplete &&
-           utf8_invalid_at(t->name, t->name_len) == t->name_len &&
-           !ckpt_safetensors_reserved_name(t->name, t->name_len);
-}
-
 uint64_t pack_live_end(const snode *dir, uint64_t id) {
     uint64_t end = 0;
     for (size_t b = 0; b < dir->nbuckets; b++)
@@ -49,98 +34,7 @@ uint64_t pack_live_end(const snode *dir, uint64_t id) {
 }
 
 int pack_pwrite_all(int fd, const void *p, size_t n, uint64_t at) {
-    return -pwrite_pieces(fd, p, n, at);
-}
-
-enum { COPY_CHUNK = 64 << 20, BUF = PACK_COPY_BUF };
-
-/* Bytes [off, off+len) of source s, at `at` of the pack. */
-static int copy_segment(const ckpt_source *s, uint64_t off, uint64_t len, int out, uint64_t at,
-                        char *buf) {
-    int in = s->zst ? -1 : s->fd >= 0 ? s->fd : ckpt_source_open_again(s);
-    uint64_t done = 0;
-    while (in >= 0 && done < len) {
-        loff_t src_at = (loff_t)(s->base + off + done), dst_at = (loff_t)(at + done);
-        size_t want = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
-        ssize_t r = copy_file_range(in, &src_at, out, &dst_at, want, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break; /* not here: the rest through the buffer */
-        done += (uint64_t)r;
-    }
-    if (in >= 0 && in != s->fd) close(in);
-    while (done < len) {
-        size_t want = len - done < BUF ? (size_t)(len - done) : BUF;
-        ssize_t r = ckpt_source_pread(s, buf, want, off + done);
-        if (r <= 0) return r < 0 ? (int)r : -EIO;
-        int e = pack_pwrite_all(out, buf, (size_t)r, at + done);
-        if (e) return e;
-        done += (uint64_t)r;
-    }
-    /* After the copy, as every reader does: what was copied is the source's own bytes only if
-     * the file is still the one the catalog saw (a write moves mtime and ctime first). */
-    return ckpt_source_unchanged(s) ? 0 : -EIO;
-}
-
-int pack_append_tensor(stage *st, const ckpt_catalog *cat, const ckpt_tensor *t, int out,
-                       uint64_t at, char *buf) {
-    uint64_t off = 0;
-    while (off < t->nbytes) {
-        ckpt_segment seg[64];
-        uint64_t done;
-        size_t n = ckpt_plan(t, off, t->nbytes - off, seg, 64, &done);
-        if (n == 0) return -EIO;
-        uint64_t pos = at + off;
-        for (size_t i = 0; i < n; i++) {
-            int e = seg[i].kind == CKPT_SEG_MEM
-                        ? pack_pwrite_all(out, seg[i].mem, seg[i].length, pos)
-                    : seg[i].kind == CKPT_SEG_FILE
-                        ? copy_segment(&cat->sources[seg[i].source], seg[i].offset, seg[i].length,
-                                       out, pos, buf)
-                        : -EIO;
-            if (e) return e;
-            pos += seg[i].length;
-        }
-        off += done;
-        atomic_fetch_add(&st->progress_done, done);
-    }
-    return 0;
-}
-
-int pack_header(const ckpt_catalog *cat, const placed *p, size_t n, char **out) {
-    *out = NULL;
-    strbuf sb;
-    sb_init(&sb);
-    sb_puts(&sb, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_tensor *t = &cat->tensors[p[i].tensor];
-        sb_putc(&sb, ',');
-        sb_json_str(&sb, t->name, t->name_len);
-        sb_printf(&sb, ":{\"dtype\":\"%s\",\"shape\":[", ckpt_dtype_info_of(t->dtype)->name);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            sb_printf(&sb, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-        sb_printf(&sb, "],\"data_offsets\":[%llu,%llu]}",
-                  (unsigned long long)(p[i].off - PACK_DATA_START),
-                  (unsigned long long)(p[i].off - PACK_DATA_START + t->nbytes));
-    }
-    sb_putc(&sb, '}');
-    const size_t room = PACK_DATA_START - 8;
-    if (sb.failed || sb.len > room) {
-        bool too_big = !sb.failed;
-        sb_free(&sb);
-        return too_big ? 1 : -ENOMEM;
-    }
-    char *head = malloc(PACK_DATA_START);
-    if (!head) {
-        sb_free(&sb);
-        return -ENOMEM;
-    }
-    uint64_t len = room;
-    for (int i = 0; i < 8; i++) head[i] = (char)(len >> (8 * i) & 0xff);
-    memcpy(head + 8, sb.data, sb.len);
-    memset(head + 8 + sb.len, ' ', room - sb.len);
-    sb_free(&sb);
-    *out = head;
-    return 0;
+    return pwrite_pieces(fd, p, n, at);
 }
 
 int pack_fsync_parent(const char *path) {

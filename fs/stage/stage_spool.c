@@ -46,7 +46,7 @@ bool spool_parse_id(const char *s, uint64_t *id) {
     if (strlen(s) != 16) return false;
     uint64_t v = 0;
     for (int i = 0; i < 16; i++) {
-        int h = hex_digit(s[i]);
+        int h = text_hex_digit(s[i]);
         if (h < 0) return false;
         v = v << 4 | (uint64_t)h;
     }
@@ -322,7 +322,7 @@ static void put_fingerprint(strbuf *sb, const ckpt_catalog *cat) {
     for (uint32_t i = 0; cat && i < cat->nsources; i++) {
         const ckpt_source *s = &cat->sources[i];
         sb_puts(sb, "source ");
-        pct_escape(sb, s->relpath, strlen(s->relpath), true);
+        text_pct_escape(sb, s->relpath, strlen(s->relpath), true);
         sb_printf(sb, " %llu %lld %ld\n", (unsigned long long)s->size, (long long)s->mtime.tv_sec,
                   (long)s->mtime.tv_nsec);
     }
@@ -332,10 +332,10 @@ int spool_write_state(stage *st) {
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, STATE_HEADER "\nout ");
-    pct_escape(&sb, st->out, strlen(st->out), true);
+    text_pct_escape(&sb, st->out, strlen(st->out), true);
     sb_puts(&sb, "\nfrom ");
     if (st->from)
-        pct_escape(&sb, st->from, strlen(st->from), true);
+        text_pct_escape(&sb, st->from, strlen(st->from), true);
     else
         sb_putc(&sb, '-');
     sb_putc(&sb, '\n');
@@ -375,11 +375,11 @@ static int read_state(stage *st, saved_state *s) {
         if (strncmp(line, "out ", 4) == 0) {
             free(s->out);
             s->out = strdup(line + 4);
-            if (s->out) pct_unescape(s->out, &len, false);
+            if (s->out) text_pct_unescape(s->out, &len, false);
         } else if (strncmp(line, "from ", 5) == 0) {
             free(s->from);
             s->from = strcmp(line + 5, "-") == 0 ? NULL : strdup(line + 5);
-            if (s->from) pct_unescape(s->from, &len, false);
+            if (s->from) text_pct_unescape(s->from, &len, false);
         } else if (strncmp(line, "source ", 7) == 0) {
             sb_puts(&fp, line);
             sb_putc(&fp, '\n');

@@ -466,8 +466,8 @@ static inline void fz_exercise(const ckpt_catalog *cat, uint64_t max_shard) {
         char what[64];
         snprintf(what, sizeof what, "tensor %zu (%s)", i, ckpt_dtype_info_of(t->dtype)->name);
         uint64_t numel, nbytes;
-        FZ_CHECK(shape_nbytes(t->shape, t->ndim, t->dtype, &numel, &nbytes) && numel == t->numel &&
-                     nbytes == t->nbytes,
+        FZ_CHECK(catalog_shape_nbytes(t->shape, t->ndim, t->dtype, &numel, &nbytes) &&
+                     numel == t->numel && nbytes == t->nbytes,
                  "%s: numel/nbytes disagree with the shape", what);
         if ((s = ckpt_sidecar_json(cat, t, &len))) fz_check_json(what, s, len), free(s);
         if ((s = ckpt_npy_header(t, &len))) {

@@ -365,6 +365,12 @@ def gen_v3(out):
         rand_tensor(rng, "blk.1.ffn_gate.weight", "MXFP4", [64]),
         rand_tensor(rng, "blk.1.empty", "F32", [4, 0]),
         rand_tensor(rng, "output.weight", "Q2_K", [256, 3]),
+        # The rest of the types -o as_dtype=f32 converts (last, so the tensors above keep
+        # their bytes).
+        rand_tensor(rng, "blk.2.attn_q.weight", "Q4_1", [64]),
+        rand_tensor(rng, "blk.2.attn_k.weight", "Q5_0", [32, 2]),
+        rand_tensor(rng, "blk.2.attn_v.weight", "TQ1_0", [256]),
+        rand_tensor(rng, "blk.2.ffn_up.weight", "TQ2_0", [256, 1]),
     ]
     recs = write_gguf(os.path.join(d, "model.gguf"), kvs, tensors)
     write_manifest(d, ["model.gguf"], recs, kvs, [file_entry("model.gguf", 3, kvs, tensors)])

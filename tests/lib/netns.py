@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import subprocess
+import time
 
 
 def missing_tools():
@@ -103,3 +104,61 @@ class Hosts:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+# The caching proxy of the many-readers deployment (README.md): file downloads cached in 1 MiB
+# slices, the Hub API passed through; the cache holds the origin's token. Fields: d (its folder),
+# addr and port (where it listens), origin (the origin's address, same port), token.
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log warn;
+events { worker_connections 512; }
+http {
+    log_format up '$request_uri $status $upstream_bytes_received';
+    log_subrequest on;  # the slices are subrequests: their upstream bytes are what counts
+    access_log %(d)s/access.log up;
+    client_body_temp_path %(d)s/tmp;
+    proxy_temp_path %(d)s/tmp;
+    proxy_cache_path %(d)s/cache levels=1:2 keys_zone=ck:10m max_size=2g inactive=1h
+                     use_temp_path=off;
+    server {
+        listen %(addr)s:%(port)d;
+        # file downloads: cached in 1 MiB slices, one upstream fetch per slice
+        location ~ /resolve/ {
+            slice 1m;
+            proxy_cache ck;
+            proxy_cache_key $request_method$uri$slice_range;
+            proxy_set_header Range $slice_range;
+            proxy_cache_valid 200 206 1h;
+            proxy_cache_lock on;
+            proxy_http_version 1.1;
+            proxy_set_header Authorization "Bearer %(token)s";
+            proxy_pass http://%(origin)s:%(port)d;
+        }
+        # the Hub API: passed through (small, and must be current)
+        location / {
+            proxy_http_version 1.1;
+            proxy_set_header Authorization "Bearer %(token)s";
+            proxy_pass http://%(origin)s:%(port)d;
+        }
+    }
+}
+"""
+
+
+def wait_for(pred, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def tcp_up(h, host, addr, port=8080):
+    """True when host can open a TCP connection to addr:port."""
+    return h.run(host, ["bash", "-c", "exec 3<>/dev/tcp/%s/%d" % (addr, port)],
+                 capture_output=True).returncode == 0

@@ -140,63 +140,10 @@ def fetch(url):
 
 
 # ---------------------------------------------------------------------------
-# S3: s3rver from npm, installed under build/ by the test itself
+# S3: the credentials 47-remote-s3.t's bucket takes (tests/lib/s3_sigv4_server.py serves it)
+# and a SigV4 signer of our own for requests the tests make themselves
 
-S3_KEY, S3_SECRET, S3_REGION = "S3RVER", "S3RVER", "us-east-1"
-
-
-def s3rver_install(build_dir):
-    """Path of s3rver's CLI under build_dir/npm, installing it with npm when missing; or
-    (None, why)."""
-    prefix = os.path.join(os.path.abspath(build_dir), "npm")
-    cli = os.path.join(prefix, "node_modules", "s3rver", "bin", "s3rver.js")
-    if os.path.exists(cli):
-        return cli, None
-    if not shutil.which("npm") or not shutil.which("node"):
-        return None, "node/npm are not installed"
-    os.makedirs(prefix, exist_ok=True)
-    r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", prefix,
-                        "s3rver@3"], stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
-    if r.returncode != 0 or not os.path.exists(cli):
-        return None, "npm install s3rver failed: " + r.stderr.decode()[-300:]
-    return cli, None
-
-
-class S3rver:
-    """s3rver on a free loopback port with its data in a temporary folder; `bucket` made."""
-
-    def __init__(self, cli, bucket):
-        self.dir = tempfile.mkdtemp(prefix="ckptfs-s3rver.")
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.bucket = bucket
-        self.log = open(os.path.join(self.dir, "log"), "w")
-        os.mkdir(os.path.join(self.dir, "data"))
-        self.proc = subprocess.Popen(
-            ["node", cli, "-d", os.path.join(self.dir, "data"), "-a", "127.0.0.1",
-             "-p", str(self.port), "--silent", "--configure-bucket", bucket],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        if not wait_port(self.port, self.proc, 30):
-            self.stop()
-            raise RuntimeError("s3rver did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
+S3_KEY, S3_SECRET, S3_REGION = "AKIDCKPTFS47", "ckptfs/47+secret=", "us-east-1"
 
 
 def _sign(key, msg):
@@ -240,20 +187,3 @@ def s3_request(base_url, method, path, body=b"", key=S3_KEY, secret=S3_SECRET,
     data = r.read()
     c.close()
     return r.status, data
-
-
-def s3_upload_tree(base_url, bucket, local_root, rels, prefix=""):
-    """PUTs every file under each of rels (files or directories relative to local_root)."""
-    n = 0
-    for rel in rels:
-        top = os.path.join(local_root, rel)
-        files = [top] if os.path.isfile(top) else [
-            os.path.join(d, f) for d, _, fs in os.walk(top) for f in fs]
-        for f in files:
-            key = prefix + os.path.relpath(f, local_root)
-            with open(f, "rb") as fh:
-                status, data = s3_request(base_url, "PUT", "/%s/%s" % (bucket, key), fh.read())
-            if status != 200:
-                raise RuntimeError("PUT %s: %d %s" % (key, status, data[:200]))
-            n += 1
-    return n

@@ -81,7 +81,9 @@ DECODE = {
 for _n, _t in (("U8", "u1"), ("I8", "i1"), ("U16", "<u2"), ("I16", "<i2"), ("U32", "<u4"),
                ("I32", "<i4"), ("U64", "<u8"), ("I64", "<i8")):
     DECODE[_n] = (lambda t: lambda r: np.frombuffer(r, t).astype(np.float64))(_t)
-for _q in ("Q8_0", "Q4_0", "Q4_K", "Q6_K"):
+# The ggml block types stats decodes: those -o as_dtype=f32 converts.
+BLOCK_TYPES = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K", "TQ1_0", "TQ2_0", "MXFP4"}
+for _q in sorted(BLOCK_TYPES):
     DECODE[_q] = (lambda f: lambda r: f(r).astype(np.float64))(AS_DTYPE.CONVERT[_q])
 
 
@@ -204,7 +206,7 @@ def main(tap, ckptfs, fixtures):
     write_safetensors(src, tensors)
     values = {n: (DECODE[dt](raw) if dt in DECODE else None) for n, dt, _, raw in tensors}
     doc = check_source(tap, ckptfs, src, "safetensors", values)
-    tap.ok(set(DECODE) - {"Q8_0", "Q4_0", "Q4_K", "Q6_K"} <=
+    tap.ok(set(DECODE) - BLOCK_TYPES <=
            {dt for _, dt, _, _ in tensors}, "every decoded plain dtype is in the fixture")
 
     # GGUF block types from the fixture, values from the reference dequantizers.
@@ -218,7 +220,7 @@ def main(tap, ckptfs, fixtures):
         gvals[t["name"]] = DECODE[t["dtype"]](raw) if t["dtype"] in DECODE else None
         seen.add(t["dtype"])
     check_source(tap, ckptfs, os.path.join(gdir, "model.gguf"), "gguf/v3", gvals)
-    tap.ok({"Q8_0", "Q4_0", "Q4_K", "Q6_K"} <= seen, "gguf/v3 has every dequantized block type",
+    tap.ok(BLOCK_TYPES <= seen, "gguf/v3 has every dequantized block type",
            [sorted(seen)])
 
     # Text table: a header and one line per tensor, names last.

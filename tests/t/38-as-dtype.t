@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""-o as_dtype=f32: F16, BF16, F8_E4M3, F8_E5M2, Q8_0, Q4_0, Q4_K and Q6_K tensors read as
-float32, bit-exact with values this test computes itself from the source bytes (numpy, float32
+"""-o as_dtype=f32: F16, BF16, F8_E4M3, F8_E5M2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K,
+TQ1_0, TQ2_0 and MXFP4 tensors read as float32, bit-exact with values this test computes itself from the source bytes (numpy, float32
 arithmetic in the order of ggml's reference dequantizers); other tensors are unchanged."""
 import json
 import os

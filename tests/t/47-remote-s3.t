@@ -2,18 +2,17 @@
 """Sources by s3:// URL: every fixture mounts from an S3-compatible server and reads
 byte-identical to its local mount.
 
-Environment: CKPTFS, FIXTURES; BUILD (default: FIXTURES/..) is where npm installs s3rver.
+Environment: CKPTFS, FIXTURES.
 
-s3rver (npm, installed under build/npm by this test when missing; it checks SigV4 signatures)
-runs on a free loopback port with a bucket holding the fixtures, uploaded with a SigV4 signer
-written here. Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the endpoint from
-AWS_ENDPOINT_URL (path-style addressing by default for a custom endpoint), and in one case from
--o s3_endpoint= and a shared credentials file (AWS_SHARED_CREDENTIALS_FILE + AWS_PROFILE). A
-directory is a prefix listed with ListObjectsV2 (a prefix holding only deeper keys, which
-s3rver leaves out of its parent's listing, still opens). A missing key: exit 2 naming the URL.
-Not covered here: s3rver 3.7 accepts any signature and answers 500 to listings of more than
-1000 keys, so wrong credentials and multi-page listings are tested in 14-remote-s3-sigv4.t
-against a server of our own that verifies SigV4.
+The server is tests/lib/s3_sigv4_server.py, which verifies every request's SigV4 signature
+(14-remote-s3-sigv4.t and 93-clients-s3.t show that it refuses wrong ones), on a free loopback
+port with a bucket holding the fixtures: the files every object of an upload would be, linked
+into the bucket's folder (snapshot links followed, as an upload reads them). Credentials come
+from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the endpoint from AWS_ENDPOINT_URL (path-style
+addressing by default for a custom endpoint), and in one case from -o s3_endpoint= and a shared
+credentials file (AWS_SHARED_CREDENTIALS_FILE + AWS_PROFILE). A directory is a prefix listed
+with ListObjectsV2 (a prefix holding only deeper keys still opens). A missing key: exit 2
+naming the URL. Wrong credentials and multi-page listings are in 14-remote-s3-sigv4.t.
 The layouts (tests/lib/remote_layouts.py: tar/.nemo, HF cache folders uploaded with their
 snapshot links followed, .bin repos, folders, split GGUF, Meta MP, DeepSpeed) mount from s3://
 prefixes too, pass their own checks and equal their local mounts.
@@ -31,15 +30,32 @@ import remote_compare  # noqa: E402
 import remote_fixtures  # noqa: E402
 import remote_layouts  # noqa: E402
 import remote_servers as rs  # noqa: E402
+import s3_sigv4_server  # noqa: E402
 
 BUCKET = "ckpt"
 CLI_TIMEOUT = 60
 
 
-def body(tap, ckptfs, fixtures, served, server):
-    rels = remote_fixtures.fixture_sources(fixtures) + remote_layouts.upload_rels(served)
-    n = rs.s3_upload_tree(server.url, BUCKET, served, rels)
-    tap.ok(n > 100, "uploaded %d fixture files with SigV4 PUTs" % n)
+def bucket_tree(served, rels, root):
+    """Links under root to every file an upload of rels (files or folders under served) would
+    PUT, each at its key (a file two rels hold, once); returns how many."""
+    n = 0
+    for rel in rels:
+        top = os.path.join(served, rel)
+        files = [top] if os.path.isfile(top) else [
+            os.path.join(d, f) for d, _, fs in os.walk(top) for f in fs]
+        for f in files:
+            key = os.path.join(root, os.path.relpath(f, served))
+            if os.path.lexists(key):
+                continue
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            os.symlink(os.path.realpath(f), key)
+            n += 1
+    return n
+
+
+def body(tap, ckptfs, fixtures, served, server, n):
+    tap.ok(n > 100, "the bucket holds %d fixture files" % n)
     for k in ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
               "AWS_DEFAULT_REGION", "AWS_SESSION_TOKEN"):
         os.environ.pop(k, None)
@@ -97,17 +113,20 @@ def main():
     if not started:
         return 0
     tap, ckptfs, fixtures = started
-    build = os.environ.get("BUILD") or os.path.dirname(fixtures)
-    cli, why = rs.s3rver_install(build)
-    if not cli:
-        tap.skip_unless_ci("s3 tests", why)
-        return finish(tap)
     served = remote_layouts.served_root(fixtures)
+    bucket = tempfile.mkdtemp(prefix="ckptfs-t47b.")
     try:
-        with rs.S3rver(cli, BUCKET) as server:
-            body(tap, ckptfs, fixtures, served, server)
+        rels = remote_fixtures.fixture_sources(fixtures) + remote_layouts.upload_rels(served)
+        n = bucket_tree(served, rels, bucket)
+        with s3_sigv4_server.Running(bucket, BUCKET, rs.S3_KEY, rs.S3_SECRET) as server:
+            body(tap, ckptfs, fixtures, served, server, n)
+            reqs = server.requests()
+            refused = [r for r in reqs if r["status"] == 403]
+            tap.ok(reqs and not refused, "every one of the %d requests was signed right"
+                   % len(reqs), refused[:3])
     finally:
         shutil.rmtree(served)
+        shutil.rmtree(bucket, ignore_errors=True)
     return finish(tap)
 
 

@@ -27,6 +27,10 @@ the daemon), the source is rewritten in place with other bytes of the same size,
              view, a tensor and config.json; a 64 MiB tensor downloaded by a client with a
              small receive buffer, the file changed a few MiB in, is cut short with old bytes
              only (it was sent with sendfile, and completed as a 200 with mixed bytes)
+  serve shard  `ckptfs serve --max-shard-size` of two source shards, one rewritten in place: a
+             request right after the change for the HF view file the other shard makes gives
+             its bytes (200), not 503 (serve looked at every source of the repo, where the mount
+             and core look at the sources of the file asked for)
 
 Every case runs twice: with the new bytes' mtime as cp leaves it, and with the old mtime put
 back (`cp -p`, `touch -r`, `rsync --inplace -t`: same size, same mtime; only ctime tells).
@@ -252,6 +256,7 @@ def cases(tap, ckptfs, fixtures, scratch):
     verify_case(tap, ckptfs, scratch)
     serve_snapshot_case(tap, ckptfs, scratch)
     serve_long_response_case(tap, ckptfs, scratch)
+    serve_view_shard_case(tap, ckptfs, scratch)
 
 
 def chmod_case(tap, ckptfs, scratch):
@@ -374,6 +379,40 @@ def serve_snapshot_case(tap, ckptfs, scratch):
                    ["before: %d %s, after: %d %s, same bytes: %s"
                     % (a.status, a.headers.get("etag"), b.status, b.headers.get("etag"),
                        b.body == a.body)])
+    finally:
+        srv.stop()
+
+
+def serve_view_shard_case(tap, ckptfs, scratch):
+    """Two source shards of 1 MiB, an HF view cut at 1.5 MB: each view file reads one source.
+    The shard rewritten in place must not take the view file of the other down with it."""
+    src = tempfile.mkdtemp(prefix="shards.", dir=scratch)
+    rng = np.random.default_rng(7)
+    shards = {"model-00001-of-00002.safetensors": "a", "model-00002-of-00002.safetensors": "b"}
+    for fname, tname in shards.items():
+        with open(os.path.join(src, fname), "wb") as f:
+            f.write(safetensors_bytes([(tname, "F32", (512, 512),
+                                        rng.standard_normal((512, 512), np.float32).tobytes())]))
+    with open(os.path.join(src, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": {t: f for f, t in shards.items()}}, f)
+    srv = Server(ckptfs, [src], extra=["--max-shard-size", "1500000"])
+    try:
+        name = next(iter(srv.repos))
+        url = "/ckptfs/%s/resolve/main/" % name
+        views = {f: request(srv, url + f) for f in shards}
+        unchanged = [f for f in shards if b'"a"' in views[f].body[:200]]
+        changed = "model-00002-of-00002.safetensors"
+        with open(os.path.join(src, changed), "rb") as f:
+            old = f.read()
+        rewrite_in_place(os.path.join(src, changed), old[:-4096] + os.urandom(4096))
+        after = request(srv, url + unchanged[0]) if len(unchanged) == 1 else None
+        tap.ok(all(v.status == 200 for v in views.values()) and after is not None and
+               after.status == 200 and after.body == views[unchanged[0]].body,
+               "serve shard: the view file of the unchanged shard is served, with its bytes, "
+               "right after the other shard changed",
+               ["before: %s; view files with tensor a: %s; after: %s"
+                % ({f: v.status for f, v in views.items()}, unchanged,
+                   after and (after.status, after.body[:120]))])
     finally:
         srv.stop()
 

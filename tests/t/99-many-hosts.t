@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Tap, is_mounted, unmount  # noqa: E402
-from netns import Hosts, missing_tools  # noqa: E402
+from netns import NGINX_CONF, Hosts, missing_tools, tcp_up, wait_for  # noqa: E402
 from remote_servers import nginx_binary  # noqa: E402
 
 CKPTFS = os.environ.get("CKPTFS")
@@ -75,60 +75,6 @@ def make_source(root):
     with open(os.path.join(root, "config.json"), "w") as f:
         json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, f)
     return arrays
-
-
-NGINX_CONF = """
-daemon off;
-master_process off;
-worker_processes 1;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log warn;
-events { worker_connections 512; }
-http {
-    log_format up '$request_uri $status $upstream_bytes_received';
-    log_subrequest on;  # the slices are subrequests: their upstream bytes are what counts
-    access_log %(d)s/access.log up;
-    client_body_temp_path %(d)s/tmp;
-    proxy_temp_path %(d)s/tmp;
-    proxy_cache_path %(d)s/cache levels=1:2 keys_zone=ck:10m max_size=2g inactive=1h
-                     use_temp_path=off;
-    server {
-        listen %(addr)s:%(port)d;
-        # file downloads: cached in 1 MiB slices, one upstream fetch per slice
-        location ~ /resolve/ {
-            slice 1m;
-            proxy_cache ck;
-            proxy_cache_key $request_method$uri$slice_range;
-            proxy_set_header Range $slice_range;
-            proxy_cache_valid 200 206 1h;
-            proxy_cache_lock on;
-            proxy_http_version 1.1;
-            proxy_set_header Authorization "Bearer %(token)s";
-            proxy_pass http://%(origin)s:%(port)d;
-        }
-        # the Hub API: passed through (small, and must be current)
-        location / {
-            proxy_http_version 1.1;
-            proxy_set_header Authorization "Bearer %(token)s";
-            proxy_pass http://%(origin)s:%(port)d;
-        }
-    }
-}
-"""
-
-
-def wait_for(pred, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def tcp_up(h, host, addr):
-    return h.run(host, ["bash", "-c", "exec 3<>/dev/tcp/%s/%d" % (addr, PORT)],
-                 capture_output=True).returncode == 0
 
 
 def sha(path):

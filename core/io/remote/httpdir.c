@@ -6,6 +6,7 @@
 #include "../../util/text.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,15 +30,26 @@ static bool redirect_adds_slash(const char *url, const char *to) {
     return bn == an + 1 && memcmp(a, b, an) == 0 && b[an] == '/';
 }
 
+/* An http(s) name's URL: asked of http_names.c, not of the scheme table, which lists this
+ * file's functions (the table's users are above it). */
+static int target_of(const char *path, remote_target *t, ckpt_err *err) {
+    sb_init(&t->url);
+    t->auth = NULL;
+    http_target(path, t, err);
+    if (!t->url.failed) return 0;
+    sb_free(&t->url);
+    return ckpt_fail(err, -ENOMEM, "out of memory");
+}
+
 /* One HEAD, its redirects not followed: a directory named without its slash is told by the
  * redirect that adds it, without asking that second URL too (its listing is what comes next).
  * Any other redirect (a file served from elsewhere) is followed from where it points. */
-int httpdir_kind(const char *path) {
+static int head_kind(const char *path) {
     remote_target t;
     ckpt_err err;
-    if (remote_target_of(path, &t, &err) != 0) return REMOTE_MISSING;
+    if (target_of(path, &t, &err) != 0) return REMOTE_MISSING;
     char shown[2048], msg[512];
-    remote_shown(path, shown, sizeof shown);
+    http_shown(path, shown, sizeof shown);
     http_req rq = {.url = t.url.data, .shown = shown, .head = true, .no_follow = true};
     http_resp rs;
     int kind = REMOTE_MISSING;
@@ -70,6 +82,41 @@ int httpdir_kind(const char *path) {
     return kind;
 }
 
+/* What HEADs answered, by URL: index pages leave dot files out (nginx does), and the directory
+ * probes ask for the same few names (.metadata, .hf_metadata/...) again and again. */
+static pthread_mutex_t asked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct asked {
+    int kind;
+    struct asked *next;
+    char url[];
+} asked;
+
+static asked *asked_list;
+
+int httpdir_kind(const char *url) {
+    pthread_mutex_lock(&asked_lock);
+    for (asked *a = asked_list; a; a = a->next)
+        if (strcmp(a->url, url) == 0) {
+            int k = a->kind;
+            pthread_mutex_unlock(&asked_lock);
+            return k;
+        }
+    pthread_mutex_unlock(&asked_lock);
+    int k = head_kind(url);
+    size_t n = strlen(url);
+    asked *a = malloc(sizeof *a + n + 1);
+    if (a) {
+        a->kind = k;
+        memcpy(a->url, url, n + 1);
+        pthread_mutex_lock(&asked_lock);
+        a->next = asked_list;
+        asked_list = a;
+        pthread_mutex_unlock(&asked_lock);
+    }
+    return k;
+}
+
 /* An href of an index page as an entry name: relative, one component, decoded. NULL if it is
  * a sort link, a parent link, absolute or elsewhere. */
 static char *entry_name(const char *h, size_t n, bool *dir) {
@@ -81,8 +128,9 @@ static char *entry_name(const char *h, size_t n, bool *dir) {
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (h[i] == '%' && i + 2 < n && hex_digit(h[i + 1]) >= 0 && hex_digit(h[i + 2]) >= 0) {
-            out[o++] = (char)(hex_digit(h[i + 1]) * 16 + hex_digit(h[i + 2]));
+        if (h[i] == '%' && i + 2 < n && text_hex_digit(h[i + 1]) >= 0 &&
+            text_hex_digit(h[i + 2]) >= 0) {
+            out[o++] = (char)(text_hex_digit(h[i + 1]) * 16 + text_hex_digit(h[i + 2]));
             i += 2;
         } else if (h[i] == '&' && n - i >= 5 && memcmp(h + i, "&amp;", 5) == 0) {
             out[o++] = '&';
@@ -104,11 +152,11 @@ int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *e
     *out = NULL;
     *count = 0;
     remote_target t;
-    int rc = remote_target_of(dir, &t, err);
+    int rc = target_of(dir, &t, err);
     if (rc) return rc;
     if (t.url.len == 0 || t.url.data[t.url.len - 1] != '/') sb_putc(&t.url, '/');
     char shown[2048], msg[512];
-    remote_shown(dir, shown, sizeof shown);
+    http_shown(dir, shown, sizeof shown);
     strbuf body;
     sb_init(&body);
     http_req rq = {

@@ -47,6 +47,14 @@ int remote_normalize(const char *path, char *out, size_t cap) {
     return 0;
 }
 
+int remote_pin(const char *path, char *out, size_t cap, ckpt_err *err) {
+    const remote_scheme *sc = remote_scheme_of(path);
+    if (sc && sc->pin) return sc->pin(path, out, cap, err);
+    if (remote_normalize(path, out, cap) != 0)
+        return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", path);
+    return 0;
+}
+
 /* ---- listings ---- */
 
 typedef struct listing {
@@ -82,9 +90,10 @@ int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *
     ckpt_err mine;
     if (!err) err = &mine;
     err->msg[0] = 0;
-    int rc = strncmp(dir, "s3://", 5) == 0   ? s3_list(dir, &e, &cnt, err)
-             : strncmp(dir, "hf://", 5) == 0 ? hf_list(dir, &e, &cnt, err)
-                                             : httpdir_list(dir, &e, &cnt, err);
+    const remote_scheme *sc = remote_scheme_of(dir);
+    int rc = sc ? sc->list(dir, &e, &cnt, err)
+                : ckpt_fail(err, -EINVAL, "%s: not a remote name (http://, https://, s3://, hf://)",
+                            dir);
     if (cnt > 1) qsort(e, cnt, sizeof *e, entry_cmp);
     listing *l = calloc(1, sizeof *l);
     if (!l || !(l->dir = strdup(dir))) {
@@ -148,54 +157,27 @@ static bool dir_known(const char *dir) {
     return remote_list(parent, &e, &n, &err) == 0 && find_entry(e, n, slash + 1) == REMOTE_DIR;
 }
 
-/* What HEADs answered, by URL: index pages leave dot files out (nginx does), and the directory
- * probes ask for the same few names (.metadata, .hf_metadata/...) again and again. */
-typedef struct asked {
-    int kind;
-    struct asked *next;
-    char url[];
-} asked;
-
-static asked *asked_list;
-
-static int http_kind(const char *url) {
-    pthread_mutex_lock(&names_lock);
-    for (asked *a = asked_list; a; a = a->next)
-        if (strcmp(a->url, url) == 0) {
-            int k = a->kind;
-            pthread_mutex_unlock(&names_lock);
-            return k;
-        }
-    pthread_mutex_unlock(&names_lock);
-    int k = httpdir_kind(url);
-    size_t n = strlen(url);
-    asked *a = malloc(sizeof *a + n + 1);
-    if (a) {
-        a->kind = k;
-        memcpy(a->url, url, n + 1);
-        pthread_mutex_lock(&names_lock);
-        a->next = asked_list;
-        asked_list = a;
-        pthread_mutex_unlock(&names_lock);
-    }
-    return k;
+/* How many components follow scheme://authority in a normalized name ("/a/b": 2). */
+static size_t depth(const char *norm, size_t root) {
+    size_t n = 0;
+    for (const char *p = norm + root; *p; p++) n += *p == '/';
+    return n;
 }
 
 int remote_kind(const char *path) {
     char norm[4096];
-    if (remote_normalize(path, norm, sizeof norm) != 0) return REMOTE_MISSING;
+    const remote_scheme *sc = remote_scheme_of(path);
+    if (!sc || remote_normalize(path, norm, sizeof norm) != 0) return REMOTE_MISSING;
     size_t r = root_len(norm);
-    bool http = strncmp(norm, "http", 4) == 0;
     const remote_entry *e;
     size_t n;
     ckpt_err err;
-    /* hf://ORG/NAME@REV is the repo's top directory. */
-    if (strncmp(norm, "hf://", 5) == 0 && !strchr(norm + r + 1, '/')) return REMOTE_DIR;
-    if (strlen(norm) == r) {
-        if (!http) return REMOTE_DIR; /* a bucket or a repo */
-        int k = http_kind(norm);
+    /* a bucket, a Hub repo (ORG/NAME@REV) */
+    if (sc->top_dirs >= 0 && depth(norm, r) <= (size_t)sc->top_dirs) return REMOTE_DIR;
+    if (strlen(norm) == r) { /* a server's top: a file or an index page */
+        int k = sc->kind ? sc->kind(norm) : REMOTE_MISSING;
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
-        return k;
+        return k < 0 ? REMOTE_MISSING : k;
     }
     char *slash = strrchr(norm, '/');
     const char *name = slash + 1;
@@ -203,19 +185,15 @@ int remote_kind(const char *path) {
     size_t pl = (size_t)(slash - norm);
     memcpy(parent, norm, pl);
     parent[pl] = 0;
-    if (!http && strncmp(norm, "s3://", 5) == 0 && !dir_known(parent)) {
-        int k = s3_kind(norm);
+    if (sc->kind && !dir_known(parent)) {
+        int k = sc->kind(norm);
         if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err); /* its children are asked next */
         if (k >= 0) return k;
     }
-    if (http && !dir_known(parent)) {
-        int k = http_kind(norm);
-        if (k == REMOTE_DIR) remote_list(norm, &e, &n, &err);
-        return k;
-    }
-    if (remote_list(parent, &e, &n, &err) != 0) return http ? http_kind(norm) : REMOTE_MISSING;
+    if (remote_list(parent, &e, &n, &err) != 0)
+        return sc->partial_listings ? sc->kind(norm) : REMOTE_MISSING;
     int k = find_entry(e, n, name);
     /* Index pages often leave out dot files (nginx does): ask for those directly. */
-    if (k == REMOTE_MISSING && http && name[0] == '.') k = http_kind(norm);
+    if (k == REMOTE_MISSING && sc->partial_listings && name[0] == '.') k = sc->kind(norm);
     return k;
 }

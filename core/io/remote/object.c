@@ -56,15 +56,6 @@ const char *remote_last_error(void) {
     return last_error[0] ? last_error : "remote read failed";
 }
 
-bool remote_is_url(const char *p) {
-    return strncmp(p, "http://", 7) == 0 || strncmp(p, "https://", 8) == 0 ||
-           strncmp(p, "s3://", 5) == 0 || strncmp(p, "hf://", 5) == 0;
-}
-
-bool ckpt_is_url(const char *path) {
-    return remote_is_url(path);
-}
-
 int remote_configure(const ckpt_remote_options *o, ckpt_err *err) {
     static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&once);
@@ -141,7 +132,8 @@ static void log_once(remote_object *o, const char *msg) {
     if (!atomic_exchange(&o->logged, true)) fprintf(stderr, "ckptfs: %s\n", msg);
 }
 
-static void mark_changed(remote_object *o) {
+/* The object is no longer the version pinned: later reads fail, and its cached blocks go (once). */
+static void note_changed_drop_cache(remote_object *o) {
     if (!atomic_exchange(&o->changed, true)) bc_forget(o->bc.id);
 }
 
@@ -166,7 +158,7 @@ static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, 
         bool etag_differs = rs.etag[0] && o->etag[0] && strcmp(rs.etag, o->etag) != 0;
         if (rs.status == 206 && rs.has_range && rs.range_total != o->size) etag_differs = true;
         if (rs.status == 412 || etag_differs) {
-            mark_changed(o);
+            note_changed_drop_cache(o);
             snprintf(msg, cap, "%s: the object changed since it was mounted (%s)", o->shown,
                      rs.status == 412                            ? "precondition failed"
                      : rs.has_range && rs.range_total != o->size ? "other size"

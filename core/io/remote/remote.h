@@ -14,7 +14,36 @@
 
 typedef struct remote_object remote_object;
 
-/* http://, https://, s3:// or hf://. */
+/* One kind of remote name, as curl's protocol handlers are: a row of the table in schemes.c
+ * says what a name of it requests, how its directories are listed and its names pinned, and
+ * what its listings can be trusted for. A new kind of store is a row and its functions. */
+typedef struct remote_target remote_target;
+typedef struct remote_entry remote_entry;
+typedef struct remote_scheme {
+    const char *prefix; /* "s3://" */
+    /* The URL a name requests and how to authenticate (t->url is initialized, empty). */
+    int (*target)(const char *path, remote_target *t, ckpt_err *err);
+    /* The entries of one directory level, in any order. */
+    int (*list)(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
+    /* The name pinned to what it points at now (the Hub: a revision's commit) into out; NULL:
+     * a name is its own pin (normalized). */
+    int (*pin)(const char *path, char *out, size_t cap, ckpt_err *err);
+    /* The name as messages show it (no secrets); NULL: as it is. */
+    void (*shown)(const char *path, char *out, size_t cap);
+    /* What one name is when its parent is no listed directory: REMOTE_FILE, REMOTE_DIR,
+     * REMOTE_MISSING, or -1 to look in the parent's listing; NULL: always the listing. */
+    int (*kind)(const char *path);
+    /* Names of at most this many components after scheme://authority are directories (a
+     * bucket: 0, a Hub repo ORG/NAME@REV: 1); -1: none is known to be (a server's top). */
+    int top_dirs;
+    /* A listing may leave names out (index pages hide dot files) and one that failed says
+     * nothing: such names are asked for with kind. */
+    bool partial_listings;
+} remote_scheme;
+
+/* The scheme of a name (by its prefix), or NULL when it is no URL. */
+const remote_scheme *remote_scheme_of(const char *path);
+/* http://, https://, s3:// or hf://: a name with a scheme. */
 bool remote_is_url(const char *path);
 /* Applies the mount's options (cache, endpoints, timeouts); the first call wins for the
  * process-wide parts (cache folder, workers). */
@@ -47,25 +76,29 @@ void remote_set_boundaries(remote_object *o, const uint64_t *offsets, const bool
 void remote_warm(const char *const *paths, size_t n);
 
 /* Where a name points: the URL to request and how to authenticate. */
-typedef struct remote_target {
+struct remote_target {
     strbuf url;            /* the request URL (may hold secrets: never shown) */
     const http_auth *auth; /* NULL: anonymous */
-} remote_target;
+};
 int remote_target_of(const char *path, remote_target *t, ckpt_err *err);
-void remote_target_free(remote_target *t);
+static inline void remote_target_free(remote_target *t) {
+    sb_free(&t->url);
+}
 
 /* Directories. */
-typedef struct remote_entry {
+struct remote_entry {
     char *name;
     bool dir;
     uint64_t size; /* of a file, or REMOTE_SIZE_UNKNOWN (an http index page) */
-} remote_entry;
+};
 #define REMOTE_SIZE_UNKNOWN UINT64_MAX
 enum { REMOTE_MISSING, REMOTE_FILE, REMOTE_DIR };
 /* REMOTE_FILE, REMOTE_DIR or REMOTE_MISSING (also when it cannot be told). */
 int remote_kind(const char *path);
 /* The entries of a directory, sorted by name. *out belongs to the listing cache. */
 int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *err);
+/* The name a catalog's root shows, pinned (remote_scheme.pin) or normalized, into out. */
+int remote_pin(const char *path, char *out, size_t cap, ckpt_err *err);
 /* A path with "." and ".." components resolved, as realpath would for a local one. */
 int remote_normalize(const char *path, char *out, size_t cap);
 /* A name as every message, summary and sidecar shows it: no user:password@, no ?query. */
@@ -82,7 +115,12 @@ int hf_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
 /* Pins hf://org/name[@rev][/path] to a commit: the same name with @<sha> (in out). */
 int hf_pin(const char *path, char *out, size_t cap, ckpt_err *err);
 int httpdir_list(const char *dir, remote_entry **out, size_t *n, ckpt_err *err);
+/* What a HEAD of url says it is (kept: the directory probes ask for the same names again). */
 int httpdir_kind(const char *url);
+/* http(s) names (http_names.c): the real URL (user:password@ and ?query put back) and the
+ * shown name. */
+int http_target(const char *path, remote_target *t, ckpt_err *err);
+void http_shown(const char *path, char *out, size_t cap);
 void remote_set_s3_options(const ckpt_remote_options *o);
 
 /* Statistics as JSON members (no braces), for .ckptfs/cache.json. */

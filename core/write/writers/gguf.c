@@ -208,7 +208,7 @@ static int src_take(src *s, void *out, size_t n, const char *what) {
     if (s->pos < s->buf_at || s->pos + n > s->buf_at + s->buf_len) {
         uint64_t len = s->size - s->pos < COPY_CHUNK ? s->size - s->pos : COPY_CHUNK;
         s->buf_len = 0;
-        int rc = source_read(s->cat, s->source, s->pos, s->buf, (size_t)len, what, s->err);
+        int rc = ckpt_source_read(s->cat, s->source, s->pos, s->buf, (size_t)len, what, s->err);
         if (rc) return rc;
         s->buf_at = s->pos;
         s->buf_len = (size_t)len;
@@ -335,7 +335,7 @@ static int scan_kvs(src *s, kv_span **spans, size_t *nspans) {
 static int copy_span(out_file *f, src *s, kv_span sp) {
     for (uint64_t done = 0; done < sp.len && !f->failed;) {
         size_t n = sp.len - done < COPY_CHUNK ? (size_t)(sp.len - done) : COPY_CHUNK;
-        int rc = source_read(s->cat, s->source, sp.at + done, s->buf, n, "KV", s->err);
+        int rc = ckpt_source_read(s->cat, s->source, sp.at + done, s->buf, n, "KV", s->err);
         if (rc) return rc;
         out_bytes(f, s->buf, n);
         done += n;

@@ -185,7 +185,8 @@ static int crc_of_sources(const ckpt_catalog *cat, const size_t *sel, size_t n, 
         at = align_up(at);
         for (uint64_t off = 0; off < t->nbytes && !rc; off += READ_BACK) {
             size_t len = t->nbytes - off < READ_BACK ? (size_t)(t->nbytes - off) : READ_BACK;
-            if (!(rc = tensor_read(cat, t, off, buf, len, err))) crc = crc32(crc, buf, (uInt)len);
+            if (!(rc = out_tensor_read(cat, t, off, buf, len, err)))
+                crc = crc32(crc, buf, (uInt)len);
         }
         at += t->nbytes;
     }

@@ -372,8 +372,8 @@ void out_segments(out_file *f, const ckpt_catalog *cat, const ckpt_segment *seg,
     }
 }
 
-int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
-                ckpt_err *err) {
+int out_tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf,
+                    size_t len, ckpt_err *err) {
     char what[160];
     snprintf(what, sizeof what, "tensor \"%.*s\"", SHOWN_NAME(t->name, t->name_len));
     size_t got = 0;
@@ -396,8 +396,8 @@ int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, voi
                     return ckpt_fail(err, e, "%s: reading its strided piece from %s: %s", what,
                                      cat->sources[seg[i].source].path, strerror(-e));
             } else {
-                int rc =
-                    source_read(cat, seg[i].source, seg[i].offset, dst, seg[i].length, what, err);
+                int rc = ckpt_source_read(cat, seg[i].source, seg[i].offset, dst, seg[i].length,
+                                          what, err);
                 if (rc) return rc;
             }
             got += seg[i].length;

@@ -8,7 +8,6 @@
 #include "../../util/utf8.h"
 
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,17 +120,10 @@ static int write_dir(const ckpt_catalog *cat, const char *out, const ckpt_write_
     if ((rc = ckpt_hfview_build(cat, shard, &view, err))) return rc;
     uint64_t total = view_bytes(&view), done = 0;
     /* A directory appears whole or not at all: build it under a temporary name. */
-    /* ".OUT.partial-XXXXXX" beside OUT, like the file temporaries: hidden and plainly unfinished */
-    char tmp[PATH_MAX], *copy_dir = strdup(out), *copy_base = strdup(out);
-    int w = copy_dir && copy_base ? snprintf(tmp, sizeof tmp, "%s/.%s.partial-XXXXXX",
-                                             dirname(copy_dir), basename(copy_base))
-                                  : -1;
-    free(copy_dir);
-    free(copy_base);
-    if (w < 0 || w >= (int)sizeof tmp || !mkdtemp(tmp)) {
+    char tmp[PATH_MAX];
+    if ((rc = writer_dir_temp(out, tmp, sizeof tmp, err))) {
         ckpt_hfview_free(&view);
-        return ckpt_fail(err, -errno, "%s: cannot create a temporary directory: %s", out,
-                         strerror(errno));
+        return rc;
     }
     for (size_t i = 0; !rc && i < view.nfiles; i++) {
         char path[PATH_MAX];

@@ -8,11 +8,12 @@
 #include "writers.h"
 
 #include "../../formats/formats.h"
-#include "../../util/text.h"
+#include "../../views/st_layout.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,9 @@
 
 /* What the safetensors writer puts in a directory: an old copy is replaced, not kept. */
 static bool written_by_us(const char *name) {
-    if (str_ends_with(name, ".safetensors") || strcmp(name, "model.safetensors.index.json") == 0)
-        return true;
-    for (size_t i = 0; i < hf_aux_count; i++)
-        if (strcmp(name, hf_aux_names[i]) == 0) return true;
+    if (st_written_name(name)) return true;
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
     return false;
 }
 
@@ -94,6 +94,22 @@ static void settle_old(int old_fd, int new_fd, const char *tmp) {
     }
     closedir(d);
     unlinkat(AT_FDCWD, tmp, AT_REMOVEDIR);
+}
+
+int writer_dir_temp(const char *out, char *tmp, size_t cap, ckpt_err *err) {
+    /* ".OUT.partial-XXXXXX" beside OUT, like the file temporaries: hidden and plainly
+     * unfinished */
+    char *copy_dir = strdup(out), *copy_base = strdup(out);
+    int w = copy_dir && copy_base ? snprintf(tmp, cap, "%s/.%s.partial-XXXXXX", dirname(copy_dir),
+                                             basename(copy_base))
+                                  : -1;
+    free(copy_dir);
+    free(copy_base);
+    if (w < 0 || (size_t)w >= cap || !mkdtemp(tmp)) {
+        int e = w < 0 ? ENOMEM : (size_t)w >= cap ? ENAMETOOLONG : errno;
+        return ckpt_fail(err, -e, "%s: cannot create a temporary directory: %s", out, strerror(e));
+    }
+    return 0;
 }
 
 int writer_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,

@@ -63,8 +63,8 @@ void out_vfile(out_file *f, const ckpt_catalog *cat, const ckpt_vfile *vf);
 /* True when the output is compressed: what was written can be neither read back nor patched. */
 bool out_compressed(const out_file *f);
 /* Bytes [off, off+len) of the tensor's logical bytes, read from its sources. */
-int tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf, size_t len,
-                ckpt_err *err);
+int out_tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf,
+                    size_t len, ckpt_err *err);
 /* Flushes, fsyncs and renames into place; on any earlier error removes the temporary file. */
 int out_commit(out_file *f);
 void out_abort(out_file *f);
@@ -75,6 +75,10 @@ int out_fsync_dir_of(const char *path);
  * sources, unless opts says OUT is the caller's own source (safetensors_dir.c). */
 int writer_dir_guard(const ckpt_catalog *cat, const char *out, const ckpt_write_opts *opts,
                      ckpt_err *err);
+/* A new private directory beside out for a directory OUT built under a temporary name
+ * (".OUT.partial-XXXXXX", hidden and plainly unfinished) into tmp (cap bytes), or -errno with
+ * err filled (safetensors_dir.c). */
+int writer_dir_temp(const char *out, char *tmp, size_t cap, ckpt_err *err);
 /* Swaps the finished directory tmp in place of the existing directory out, keeping what the
  * writer does not write (safetensors_dir.c). On failure out is unchanged. */
 int writer_replace_dir(const char *tmp, const char *out, ckpt_err *err);

@@ -1,11 +1,13 @@
-/* The mounted tree: an immutable table of nodes built once from a catalog. Inode number =
- * node index + 1, so the root (index 0) is FUSE_ROOT_ID. */
-#ifndef CKPTFS_TREE_H
-#define CKPTFS_TREE_H
+/* The files a catalog shows, the same for the FUSE mount and serve: an immutable table of nodes
+ * built once from a catalog, and what each node holds (tree_node_size, tree_plan,
+ * tree_node_current). The mount's inode number = node index + 1, so the root (index 0) is
+ * FUSE_ROOT_ID. */
+#ifndef CKPT_TREE_H
+#define CKPT_TREE_H
 
-#include "core/util/arena.h"
-#include "core/ckpt.h"
-#include "core/views/hfview.h"
+#include "../util/arena.h"
+#include "../ckpt.h"
+#include "hfview.h"
 
 #include <stdatomic.h>
 
@@ -89,5 +91,35 @@ bool tree_has_npy(const tree *tr, uint32_t k);
 uint32_t tree_lookup(const tree *tr, uint32_t parent, const char *name, size_t len);
 /* The permission bits of a node's content: the intersection of its sources' modes. */
 mode_t tree_source_mode(const tree *tr, const node *n);
+
+/* What a node shows, the same for every front end (the mount and serve), so that a file has
+ * the size, bytes and freshness rule wherever it is read. */
+
+/* Whether the tree shows tensor t as F32, converted on read (built with as_f32). */
+bool tree_converted(const tree *tr, const ckpt_tensor *t);
+/* The size of node n's content for every kind but NODE_DOC, whose documents the front end makes
+ * and sizes (0 for it and for directories). A sidecar or .npy is sized by generating its text
+ * once; the size is kept in the node. */
+uint64_t tree_node_size(const tree *tr, node *n);
+/* The JSON text of sidecar node n as the tree shows it (converted tensors as F32): malloc'd,
+ * or NULL without memory. */
+char *tree_sidecar_text(const tree *tr, const node *n, size_t *len);
+/* Segments of [off, off+len) of a node whose bytes are the catalog's: a tensor as stored (a
+ * converted one's stored bytes: the front end converts), a view file, an auxiliary file. 0 at
+ * the end and for the other kinds, whose text the front end holds (tree_plan_text). */
+size_t tree_plan(const tree *tr, const node *n, uint64_t off, uint64_t len, ckpt_segment *seg,
+                 size_t cap, uint64_t *done);
+/* The one memory segment of [off, off+len) of text (text_len bytes), 0 at its end. */
+size_t tree_plan_text(const char *text, size_t text_len, uint64_t off, uint64_t len,
+                      ckpt_segment *seg, size_t cap, uint64_t *done);
+/* Whether every source the node's bytes come from is still the file the catalog read
+ * (ckpt_source_current): what opening it checks, so that a source changed in place, replaced
+ * or removed since the catalog was opened is refused rather than read through a descriptor of
+ * the old file. Generated files (sidecars, documents) and directories: true.
+ * With by_range, a view file (which spans many sources) asks only that none of its sources was
+ * replaced (ckpt_source_same_file): one changed in place then fails the reads of its own
+ * ranges, and the tensors of the other shards stay readable. A front end that can fail a read
+ * passes it (the mount); one that sends a status before the bytes cannot (serve). */
+bool tree_node_current(const tree *tr, const node *n, bool by_range);
 
 #endif

@@ -1,8 +1,8 @@
 #include "tree.h"
-#include "core/util/grow.h"
+#include "../util/grow.h"
 
-#include "core/read/dequant.h"
-#include "core/util/hashmap.h"
+#include "../read/dequant.h"
+#include "../util/hashmap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -502,4 +502,109 @@ static uint32_t lookup_stored(const tree *tr, uint32_t parent, const char *name,
             hi = mid;
     }
     return UINT32_MAX;
+}
+
+bool tree_converted(const tree *tr, const ckpt_tensor *t) {
+    return tr->as_f32 && ckpt_to_f32_supported(t->dtype);
+}
+
+uint64_t tree_node_size(const tree *tr, node *n) {
+    const ckpt_catalog *cat = tr->cat;
+    switch (n->kind) {
+    case NODE_DIR:
+    case NODE_DOC:
+        return 0;
+    case NODE_TENSOR: {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        return tree_converted(tr, t) ? t->numel * 4 : t->nbytes;
+    }
+    case NODE_AUX:
+        return cat->sources[n->ref].size;
+    case NODE_VIEW:
+        return tr->view->files[n->ref].vf.size;
+    case NODE_SIDECAR:
+    case NODE_NPY: {
+        uint32_t known = atomic_load_explicit(&n->size_plus1, memory_order_relaxed);
+        if (known) return known - 1;
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        size_t len;
+        char *text =
+            n->kind == NODE_NPY ? ckpt_npy_header(t, &len) : tree_sidecar_text(tr, n, &len);
+        if (!text) return 0;
+        free(text);
+        uint64_t size = n->kind == NODE_NPY ? len + t->nbytes : len;
+        if (size < UINT32_MAX)
+            atomic_store_explicit(&n->size_plus1, (uint32_t)size + 1, memory_order_relaxed);
+        return size;
+    }
+    }
+    return 0;
+}
+
+char *tree_sidecar_text(const tree *tr, const node *n, size_t *len) {
+    const ckpt_tensor *t = &tr->cat->tensors[n->ref];
+    return ckpt_sidecar_json_as(tr->cat, t, tree_converted(tr, t), len);
+}
+
+size_t tree_plan_text(const char *text, size_t text_len, uint64_t off, uint64_t len,
+                      ckpt_segment *seg, size_t cap, uint64_t *done) {
+    *done = 0;
+    if (!text || off >= text_len || cap == 0) return 0;
+    *done = len < text_len - off ? len : text_len - off;
+    seg[0] = (ckpt_segment){.kind = CKPT_SEG_MEM, .mem = text + off, .length = *done};
+    return 1;
+}
+
+size_t tree_plan(const tree *tr, const node *n, uint64_t off, uint64_t len, ckpt_segment *seg,
+                 size_t cap, uint64_t *done) {
+    const ckpt_catalog *cat = tr->cat;
+    *done = 0;
+    switch (n->kind) {
+    case NODE_TENSOR:
+        return ckpt_plan(&cat->tensors[n->ref], off, len, seg, cap, done);
+    case NODE_VIEW:
+        return ckpt_vfile_plan(&tr->view->files[n->ref].vf, off, len, seg, cap, done);
+    case NODE_AUX: {
+        uint64_t size = cat->sources[n->ref].size;
+        if (off >= size || cap == 0) return 0;
+        *done = len < size - off ? len : size - off;
+        seg[0] =
+            (ckpt_segment){.kind = CKPT_SEG_FILE, .source = n->ref, .offset = off, .length = *done};
+        return 1;
+    }
+    case NODE_DIR:
+    case NODE_SIDECAR:
+    case NODE_NPY:
+    case NODE_DOC:
+        break;
+    }
+    return 0;
+}
+
+static bool pieces_current(const ckpt_catalog *cat, const ckpt_tensor *t) {
+    for (uint32_t k = 0; k < t->npieces; k++)
+        if (!ckpt_source_current(&cat->sources[t->pieces[k].source])) return false;
+    return true;
+}
+
+bool tree_node_current(const tree *tr, const node *n, bool by_range) {
+    const ckpt_catalog *cat = tr->cat;
+    switch (n->kind) {
+    case NODE_TENSOR:
+    case NODE_NPY:
+        return pieces_current(cat, &cat->tensors[n->ref]);
+    case NODE_AUX:
+        return ckpt_source_current(&cat->sources[n->ref]);
+    case NODE_VIEW: /* the distinct sources of this file: one look at each, not one a tensor */
+        for (uint32_t i = tr->view_src_first[n->ref]; i < tr->view_src_first[n->ref + 1]; i++) {
+            const ckpt_source *s = &cat->sources[tr->view_srcs[i]];
+            if (!(by_range ? ckpt_source_same_file(s) : ckpt_source_current(s))) return false;
+        }
+        return true;
+    case NODE_DIR:
+    case NODE_SIDECAR:
+    case NODE_DOC:
+        break;
+    }
+    return true;
 }
