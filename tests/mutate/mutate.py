@@ -83,7 +83,8 @@ FIRST = {
     "hfview": ["32-hfview.t"], "cli_diff": ["27-diff.t"],
     "npz": ["96-npz.t"], "onnx": ["97-onnx.t"], "keras": ["98-keras.t"],
     # The remote client: the hostile servers first, then the real ones.
-    "object": ["49-remote-faults.t", "13-remote-prefetch.t", "46-remote-http.t"],
+    "object": ["49-remote-faults.t", "16-remote-listing-limits.t", "13-remote-prefetch.t",
+               "46-remote-http.t"],
     "http": ["49-remote-faults.t", "16-remote-listing-limits.t", "46-remote-http.t"],
     "names": ["unit/remote_listing.t", "46-remote-http.t", "16-remote-listing-limits.t"],
     "targets": ["46-remote-http.t", "48-remote-hub.t", "14-remote-s3-sigv4.t"],
