@@ -86,6 +86,7 @@ void serve_snapshot_put(serve_snapshot *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
     for (int d = 0; d < DOC_COUNT; d++) free(s->docs[d]);
     free(s->plot);
+    if (s->etags_free) s->etags_free(s->etags);
     pthread_mutex_destroy(&s->plot_lock);
     tree_free(&s->tr);
     ckpt_hfview_free(&s->view);

@@ -1,4 +1,4 @@
-"""What the real-client tests (tests/t/85-89) share: running under the pinned client venv
+"""What the real-client tests (tests/t/100-106) share: running under the pinned client venv
 ($CLIENTS_PY, `make deps-clients`), a failure that names a client that cannot be imported, a
 per-case deadline that names the case when it hangs, mounting quietly, and the tiny models.
 

@@ -9,12 +9,13 @@ shards + index) and a committed torch-written DCP fixture. The repo ids are the 
 gives today, ckptfs/NAME (serving under org/name ids is issue 28 item 5).
   - HfApi.model_info (with files_metadata) and list_repo_files: the id, a 40-hex sha, the
     siblings are the files of the mount's HF view with their sizes, list_repo_files is those
-    plus tensors/ and the mount's tree; at revision=sha the same.
+    (the recursive listing shows tensors/ as a directory only), list_repo_tree of tensors/
+    is the mount's tree; at revision=sha the same.
   - hf_hub_download of the view's files and of a raw tensor under tensors/: the bytes of the
     mount's files; the tensors of model.safetensors equal the original's (safetensors).
-  - snapshot_download into a cache_dir: every listed file, tensors/ included (2.x lists a
-    snapshot with the recursive tree, not the siblings); with ignore_patterns=tensors/* the
-    view's files, in a cache folder (snapshots/SHA, blobs) that ckptfs mounts, its HF view
+  - snapshot_download into a cache_dir: the view's files only, the model once (2.x lists a
+    snapshot with the recursive tree, which holds tensors/ as a directory); with
+    ignore_patterns=tensors/* the same view files, in a cache folder (snapshots/SHA, blobs) that ckptfs mounts, its HF view
     equal to the served files byte for byte. One cache serves both servers of a source (one
     file, shards), as a user's cache does: their commits must differ.
   - HfFileSystem: ls, info sizes and a ranged read.
@@ -85,10 +86,15 @@ def check_api(tap, srv, repo, want):
     tap.ok(sib == exp, "%s: model_info's siblings are the HF view's %d files with their sizes"
            % (repo, len(exp)), ["got %s" % sorted(sib.items()), "want %s" % sorted(exp.items())])
     files = set(api.list_repo_files(repo))
-    exp_files = set(want["view"]) | set(want["tree"])
-    tap.ok(files == exp_files, "%s: list_repo_files = the view + tensors/ (%d files)"
-           % (repo, len(exp_files)), ["extra %s" % sorted(files - exp_files)[:8],
-                                      "missing %s" % sorted(exp_files - files)[:8]])
+    exp_files = set(want["view"])
+    tap.ok(files == exp_files, "%s: list_repo_files = the view's %d files, tensors/ not pulled "
+           "in" % (repo, len(exp_files)), ["extra %s" % sorted(files - exp_files)[:8],
+                                          "missing %s" % sorted(exp_files - files)[:8]])
+    tree = {e.path for e in api.list_repo_tree(repo, path_in_repo="tensors", recursive=True)
+            if getattr(e, "size", None) is not None and not hasattr(e, "tree_id")}
+    tap.ok(tree == set(want["tree"]), "%s: list_repo_tree of tensors/ lists the mount's tree "
+           "(%d files)" % (repo, len(want["tree"])), ["extra %s" % sorted(tree - set(want["tree"]))[:8],
+                                                       "missing %s" % sorted(set(want["tree"]) - tree)[:8]])
     pinned = api.model_info(repo, revision=info.sha)
     tap.ok(pinned.sha == info.sha and {s.rfilename for s in pinned.siblings} == set(sib),
            "%s: model_info at revision=sha is the same commit" % repo)
@@ -126,14 +132,14 @@ def check_snapshot(tap, ckptfs, srv, repo, want, work, shard):
     with other files must give another commit, or the client's cached listing is stale."""
     from huggingface_hub import snapshot_download
     cache = os.path.join(work, "snap-" + repo.replace("/", "-"))
-    # huggingface_hub 2.x lists a snapshot with the recursive tree API, not the siblings, so
-    # it fetches tensors/ too (the model's bytes twice): what users are told to leave out.
+    # huggingface_hub 2.x lists a snapshot with the recursive tree API, not the siblings: serve's
+    # recursive listing holds tensors/ as a directory only, so the model is fetched once.
     snap = snapshot_download(repo, cache_dir=cache, endpoint=srv.url, token=False)
     got = {r: read(p) for r, p in files_under(snap, False).items()}
-    exp = dict(want["view"], **want["tree"])
+    exp = dict(want["view"])
     bad = sorted(r for r in set(got) | set(exp) if got.get(r) != exp.get(r))
-    tap.ok(not bad, "%s: snapshot_download writes the %d listed files, tensors/ included, "
-           "with the served bytes" % (repo, len(exp)), bad[:8])
+    tap.ok(not bad, "%s: snapshot_download writes the view's %d files, the model once, with "
+           "the served bytes" % (repo, len(exp)), bad[:8])
     cache = os.path.join(work, "snap-view-" + repo.replace("/", "-"))
     snap = snapshot_download(repo, cache_dir=cache, endpoint=srv.url, token=False,
                              ignore_patterns=["tensors/*"])
