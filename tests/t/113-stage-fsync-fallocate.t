@@ -42,7 +42,7 @@ def fallocate(fd, offset, length):
 def main():
     tap = Tap()
     ckptfs = os.environ.get("CKPTFS", "build/ckptfs")
-    tmp = tempfile.mkdtemp(prefix="ckptfs-t94.")
+    tmp = tempfile.mkdtemp(prefix="ckptfs-t113.")
     out = os.path.join(tmp, "out.safetensors")
     mnt = os.path.join(tmp, "mnt")
     os.mkdir(mnt)
