@@ -92,10 +92,10 @@ FIRST = {
     "hf": ["107-remote-listing-limits.t", "48-remote-hub.t"],
     "httpdir": ["107-remote-listing-limits.t", "46-remote-http.t"],
     "listing": ["unit/remote_listing.t", "107-remote-listing-limits.t"],
-    "blockcache": ["unit/blockcache.t", "112-remote-disk-cache.t", "13-remote-prefetch.t",
+    "blockcache": ["unit/blockcache.t", "116-remote-disk-cache.t", "13-remote-prefetch.t",
                    "49-remote-faults.t"],
     # serve's request checks and its connection guard.
-    "serve_http": ["111-serve-request-checks.t", "28-serve.t", "109-serve-slow-clients.t"],
+    "serve_http": ["115-serve-request-checks.t", "28-serve.t", "109-serve-slow-clients.t"],
     "serve_guard": ["109-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
     # The stage's journal and spool: the staging mounts (slow, so only where named).
     "stage_journal": ["74-stage-resume.t", "71-stage-faults.t", "70-stage.t"],

@@ -97,7 +97,7 @@ def body(tap, ckptfs):
     srv = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = "http://127.0.0.1:%d/model.safetensors" % srv.server_address[1]
-    work = tempfile.mkdtemp(prefix="ckptfs-t112.")
+    work = tempfile.mkdtemp(prefix="ckptfs-t116.")
     cache = os.path.join(work, "cache")
     opts = ["-o", "block_size=64KiB,prefetch=0,cache_dir=%s" % cache]
     State.body, data = model(1)

@@ -35,7 +35,7 @@ PAYLOAD = bytes(range(256)) * 16
 def main():
     tap = Tap()
     ckptfs = os.environ.get("CKPTFS", "build/ckptfs")
-    tmp = tempfile.mkdtemp(prefix="ckptfs-t110.")
+    tmp = tempfile.mkdtemp(prefix="ckptfs-t114.")
     out = os.path.join(tmp, "out.safetensors")
     mnt = os.path.join(tmp, "mnt")
     os.mkdir(mnt)

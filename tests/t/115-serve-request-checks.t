@@ -71,7 +71,7 @@ def raw_get(host, port, path, headers=(), head=False):
 def main():
     tap = Tap()
     ckptfs = os.environ.get("CKPTFS", "build/ckptfs")
-    tmp = tempfile.mkdtemp(prefix="ckptfs-t111.")
+    tmp = tempfile.mkdtemp(prefix="ckptfs-t115.")
     src = os.path.join(tmp, "model.safetensors")
     with open(src, "wb") as f:
         f.write(model_bytes())
