@@ -338,7 +338,7 @@ int mount_main(int argc, char **argv) {
         if (o.m.help)
             usage(stdout);
         else
-            printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
+            printf("ckptfs %s (libfuse %s)\n", ckpt_version(), fuse_pkgversion());
         status = 0;
         goto out;
     }
@@ -521,6 +521,10 @@ out:
     free(o.spool);
     free(o.read_only_opt);
     free(o.staging_opt);
+    free(o.uid);
+    free(o.gid);
+    free(o.log);
+    free(o.umask);
     mount_opts_free(&o.m);
     return status;
 }
