@@ -83,20 +83,20 @@ FIRST = {
     "hfview": ["32-hfview.t"], "cli_diff": ["27-diff.t"],
     "npz": ["96-npz.t"], "onnx": ["97-onnx.t"], "keras": ["98-keras.t"],
     # The remote client: the hostile servers first, then the real ones.
-    "object": ["49-remote-faults.t", "107-remote-listing-limits.t", "13-remote-prefetch.t",
+    "object": ["49-remote-faults.t", "117-remote-listing-limits.t", "13-remote-prefetch.t",
                "46-remote-http.t"],
-    "http": ["49-remote-faults.t", "107-remote-listing-limits.t", "46-remote-http.t"],
-    "names": ["unit/remote_listing.t", "46-remote-http.t", "107-remote-listing-limits.t"],
+    "http": ["49-remote-faults.t", "117-remote-listing-limits.t", "46-remote-http.t"],
+    "names": ["unit/remote_listing.t", "46-remote-http.t", "117-remote-listing-limits.t"],
     "targets": ["46-remote-http.t", "48-remote-hub.t", "14-remote-s3-sigv4.t"],
-    "s3": ["107-remote-listing-limits.t", "14-remote-s3-sigv4.t"],  # 47 needs build/node
-    "hf": ["107-remote-listing-limits.t", "48-remote-hub.t"],
-    "httpdir": ["107-remote-listing-limits.t", "46-remote-http.t"],
-    "listing": ["unit/remote_listing.t", "107-remote-listing-limits.t"],
+    "s3": ["117-remote-listing-limits.t", "14-remote-s3-sigv4.t"],  # 47 needs build/node
+    "hf": ["117-remote-listing-limits.t", "48-remote-hub.t"],
+    "httpdir": ["117-remote-listing-limits.t", "46-remote-http.t"],
+    "listing": ["unit/remote_listing.t", "117-remote-listing-limits.t"],
     "blockcache": ["unit/blockcache.t", "116-remote-disk-cache.t", "13-remote-prefetch.t",
                    "49-remote-faults.t"],
     # serve's request checks and its connection guard.
-    "serve_http": ["115-serve-request-checks.t", "28-serve.t", "109-serve-slow-clients.t"],
-    "serve_guard": ["109-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
+    "serve_http": ["115-serve-request-checks.t", "28-serve.t", "119-serve-slow-clients.t"],
+    "serve_guard": ["119-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
     # The stage's journal and spool: the staging mounts (slow, so only where named).
     "stage_journal": ["74-stage-resume.t", "71-stage-faults.t", "70-stage.t"],
     "stage_spool": ["77-stage-spool.t", "71-stage-faults.t", "70-stage.t"],

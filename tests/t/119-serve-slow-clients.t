@@ -210,7 +210,7 @@ def get_body(host, port, path, timeout):
 def main():
     tap = Tap()
     ckptfs = os.environ.get("CKPTFS", "build/ckptfs")
-    tmp = tempfile.mkdtemp(prefix="ckptfs-t109.")
+    tmp = tempfile.mkdtemp(prefix="ckptfs-t119.")
     src = os.path.join(tmp, "model.safetensors")
     write_model(src)
     tok = os.path.join(tmp, "token")

@@ -172,7 +172,7 @@ def run_capture_env(argv, env, timeout=60):
 
 def peak_run(argv, timeout, env):
     """(rc, stderr text, peak RSS MiB) of argv under the peak RSS tool."""
-    fd, out = tempfile.mkstemp(prefix="ckptfs-t107.")
+    fd, out = tempfile.mkstemp(prefix="ckptfs-t117.")
     os.close(fd)
     old = dict(os.environ)
     os.environ.update(env)

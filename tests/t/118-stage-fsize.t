@@ -48,7 +48,7 @@ def write_file(path, total, chunk=1 << 20):
 def main():
     tap = Tap()
     ckptfs = os.environ.get("CKPTFS", "build/ckptfs")
-    tmp = tempfile.mkdtemp(prefix="ckptfs-t108.")
+    tmp = tempfile.mkdtemp(prefix="ckptfs-t118.")
     out, mnt = os.path.join(tmp, "out.safetensors"), os.path.join(tmp, "mnt")
     os.mkdir(mnt)
     spool = staging.spool_of(out)
