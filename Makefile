@@ -90,7 +90,7 @@ $(B)/bench/mmapload: tests/bench/mmapload.c
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd libhdf5-dev \
             python3 python3-numpy python3-torch python3-venv perl attr mandoc procps bash-completion libcurl4-openssl-dev \
-            nginx libmicrohttpd-dev curl xfsprogs
+            nginx libmicrohttpd-dev curl xfsprogs iproute2 util-linux
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -146,6 +146,7 @@ $(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
 	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --require-hashes -r $(CLIENTS_LOCK) \
 	  || { echo "deps-clients: pip install -r $(CLIENTS_LOCK) failed"; exit 1; }
+	$(CLIENTS_VENV)/bin/python tests/clients/check_clients.py tests/clients/requirements.in
 	@touch $@
 
 demo: deps $(B)/ckptfs
@@ -170,6 +171,7 @@ bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor
 	$(PYTHON) tests/bench/remote_bench.py $(B)/ckptfs $(B)/bench-out $(B)/bench/delayproxy
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 	$(CLIENTS_VENV)/bin/python tests/bench/dcp_consolidate_bench.py $(B)/ckptfs $(B)/bench-out
+	$(CLIENTS_VENV)/bin/python tests/bench/clients_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
 #   make mutate MUTATE_FILES=core/model/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]

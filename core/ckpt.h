@@ -116,6 +116,10 @@ typedef struct ckpt_source {
     /* The inode's change time at open: a rewrite whose mtime was put back (`cp -p`, `touch -r`,
      * `rsync --inplace -t`) still moves it. So do chmod, chown, ln and rm of the file. */
     struct timespec ctime;
+    /* The link count that goes with ctime: a link or unlink of the file (a commit linking an
+     * unchanged shard into its output) moves ctime and the count but no byte, so a ctime that
+     * moved together with the count is taken as the file's, with the count (ckptfs(1) NOTES). */
+    uint64_t nlink;
     mode_t mode;
     dev_t dev;
     ino_t ino;
@@ -179,7 +183,9 @@ bool ckpt_is_url(const char *path);
  * ckpt_source_mark_changed was called. */
 bool ckpt_source_unchanged(const ckpt_source *s);
 struct stat;
-/* Whether st (an fstat or stat of the source's file) shows the size and times recorded at open. */
+/* Whether st (an fstat or stat of the source's file) shows the size and times recorded at open.
+ * A ctime that moved while the link count changed is recorded as the file's (a link, not a
+ * write); a ctime that moved with the same count (`cp -p`, chmod) is a change. */
 bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st);
 /* Whether the file at the source's path is still the one the catalog read: the same device,
  * inode, size, modification and change time (ckpt_source_stat_matches on a stat of the path),

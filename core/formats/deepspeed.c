@@ -31,6 +31,7 @@
  * through builtins.getattr): any deepspeed.* global and builtins.getattr are read as inert data,
  * never imported or called. */
 #include "../io/place.h"
+#include "../read/f32_source.h"
 #include "formats.h"
 
 #include "../util/hashmap.h"
@@ -776,33 +777,108 @@ static bool is_buffer(const json_value *names, const char *name, size_t len) {
     return false;
 }
 
+/* A buffer zero_to_fp32 returns: one of the module's state_dict named in buffer_names, not
+ * already shown (a frozen or trainable parameter of that name wins). */
+static bool returned_buffer(ds *d, const json_value *buffers, const torch_embedded_tensor *t,
+                            const char **name, size_t *len) {
+    static const char key[] = "module.";
+    const size_t kl = sizeof key - 1;
+    if (t->name_len <= kl || memcmp(t->name, key, kl) != 0) return false;
+    *name = t->name + kl;
+    *len = t->name_len - kl;
+    return is_buffer(buffers, *name, *len) && !hm_get(&d->shown, *name, *len);
+}
+
+/* zero_to_fp32 takes buffers from the module's state_dict as `v.float()`: F32 whatever they
+ * were saved as (bf16 rotary inv_freq, int64 position_ids). Those stored otherwise are read
+ * through a source that converts them; a strided one is shown as stored (none is saved so). */
+static bool buffer_converts(const torch_embedded_tensor *t) {
+    return t->dtype != CKPT_F32 && t->row_major && f32_source_converts(t->dtype);
+}
+
+static int add_buffer_as_f32(ds *d, const ds_file *f, const torch_embedded_tensor *t,
+                             const char *name, size_t len, uint32_t vsrc, uint64_t at) {
+    size_t index;
+    int rc = add_tensor_named(d, NULL, name, len, NULL, CKPT_F32, t->ndim, t->shape, &index);
+    if (!rc) rc = catalog_add_piece(d->cat, index, vsrc, at, NULL, NULL, NULL, d->err);
+    if (!rc) {
+        strbuf sb;
+        sb_init(&sb);
+        sb_printf(&sb, "\"deepspeed_stored\": {\"dtype\": \"%s\", \"file\": ",
+                  ckpt_dtype_info_of(t->dtype)->name);
+        sb_json_str(&sb, f->name, strlen(f->name));
+        sb_printf(&sb, ", \"offset\": %llu}", (unsigned long long)t->file_offset);
+        rc = sb.failed ? ckpt_fail(d->err, -ENOMEM, "out of memory")
+                       : catalog_set_extra(d->cat, index, sb.data, d->err);
+        sb_free(&sb);
+    }
+    bool added;
+    if (!rc && !hm_put(&d->shown, name, len, index, &added))
+        rc = ckpt_fail(d->err, -ENOMEM, "out of memory");
+    return rc;
+}
+
 static int add_module(ds *d) {
     const ds_file *f = &d->model[0];
     const json_value *buffers = value(f, "buffer_names");
     static const char key[] = "module.";
     const size_t kl = sizeof key - 1;
-    for (size_t i = 0; i < f->e.ntensors; i++) {
+    const char *name;
+    size_t len, nconv = 0;
+    for (size_t i = 0; i < f->e.ntensors; i++)
+        if (returned_buffer(d, buffers, &f->e.tensors[i], &name, &len) &&
+            buffer_converts(&f->e.tensors[i]))
+            nconv++;
+    uint32_t vsrc = 0;
+    uint64_t *at = NULL;
+    if (nconv) {
+        f32_source *conv = f32_source_new(d->cat, nconv);
+        at = calloc(nconv, sizeof *at);
+        if (!conv || !at) {
+            free(at);
+            if (conv) f32_source_attach(d->cat, conv, &vsrc, d->err); /* frees it */
+            return ckpt_fail(d->err, -ENOMEM, "out of memory");
+        }
+        int rc = 0;
+        size_t k = 0;
+        for (size_t i = 0; !rc && i < f->e.ntensors; i++) {
+            const torch_embedded_tensor *t = &f->e.tensors[i];
+            if (!returned_buffer(d, buffers, t, &name, &len) || !buffer_converts(t)) continue;
+            uint64_t numel = 1;
+            for (uint32_t j = 0; j < t->ndim; j++) numel *= t->shape[j];
+            rc = f32_source_add(conv, f->source, t->file_offset, t->dtype, numel, &at[k++], d->err);
+        }
+        /* registered even after a failed add: the catalog frees it with the rest */
+        int attached = f32_source_attach(d->cat, conv, &vsrc, d->err);
+        if (!rc) rc = attached;
+        if (rc) {
+            free(at);
+            return rc;
+        }
+    }
+    size_t k = 0;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < f->e.ntensors; i++) {
         const torch_embedded_tensor *t = &f->e.tensors[i];
         if (t->name_len <= kl || memcmp(t->name, key, kl) != 0) continue;
-        const char *name = t->name + kl;
-        size_t len = t->name_len - kl, index;
+        name = t->name + kl;
+        len = t->name_len - kl;
+        size_t index;
         uint64_t numel = 1;
-        for (uint32_t k = 0; k < t->ndim; k++) numel *= t->shape[k];
-        int rc = 0;
+        for (uint32_t j = 0; j < t->ndim; j++) numel *= t->shape[j];
         if (is_buffer(buffers, name, len)) {
-            /* zero_to_fp32 takes buffers from the module's state_dict (and casts them to
-             * float: they are shown as stored). */
             if (hm_get(&d->shown, name, len)) continue;
-            rc = add_whole(d, f, t, NULL, name, len, &index);
+            rc = buffer_converts(t) ? add_buffer_as_f32(d, f, t, name, len, vsrc, at[k++])
+                                    : add_whole(d, f, t, NULL, name, len, &index);
             d->nbuffers++;
         } else if (numel || t->ndim == 0 || d->stage <= 2) {
             /* Stage 3 keeps empty placeholders of partitioned weights here: left out. */
             rc = add_whole(d, f, t, "module/", name, len, &index);
             d->nmodule++;
         }
-        if (rc) return rc;
     }
-    return 0;
+    free(at);
+    return rc;
 }
 
 static int add_shared(ds *d) {

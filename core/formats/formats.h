@@ -82,6 +82,9 @@ int nemo_step_load(ckpt_catalog *cat, ckpt_err *err);
 bool hf_cache_probe(const char *dir);
 int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
                      strbuf *doc, ckpt_err *err);
+/* A folder holding HF cache repo folders (~/.cache/huggingface/hub itself): how many models--*
+ * repos it holds (0: none), their names into out (", " between, cut with "..."). */
+int hf_cache_root_repos(const char *dir, char *out, size_t cap);
 
 /* Meta's model-parallel consolidated.NN.pth + params.json (meta_mp.c): consolidated on read,
  * with a Llama-named HF view. */

@@ -77,6 +77,71 @@ static int read_ref(const char *path, char *commit, size_t cap, ckpt_err *err) {
     return 0;
 }
 
+/* A commit hash shortened as git allows (4 to 39 hex digits) that starts exactly one snapshot's
+ * name: that name into commit. 0, -ENOENT (none starts so: not a short id) or -EINVAL (several
+ * do, named in err). */
+static int short_commit(const char *repo, const char *rev, char *commit, size_t cap,
+                        ckpt_err *err) {
+    size_t n = strlen(rev);
+    if (n < 4 || n >= 40) return -ENOENT;
+    for (size_t i = 0; i < n; i++)
+        if (!((rev[i] >= '0' && rev[i] <= '9') || (rev[i] >= 'a' && rev[i] <= 'f'))) return -ENOENT;
+    char snaps[PATH_MAX];
+    if (snprintf(snaps, sizeof snaps, "%s/snapshots", repo) >= (int)sizeof snaps) return -ENOENT;
+    place_entry *e = NULL;
+    size_t count = 0, found = 0, first = 0, second = 0;
+    if (place_list(snaps, &e, &count) != 0) return -ENOENT;
+    for (size_t i = 0; i < count; i++) {
+        if (e[i].kind != PLACE_DIR || strncmp(e[i].name, rev, n) != 0) continue;
+        if (found == 0) first = i;
+        if (found == 1) second = i;
+        found++;
+    }
+    int rc = -ENOENT;
+    if (found == 1 && strlen(e[first].name) < cap) {
+        snprintf(commit, cap, "%s", e[first].name);
+        rc = 0;
+    } else if (found > 1) {
+        rc = ckpt_fail(err, -EINVAL,
+                       "%s: revision \"%s\" is ambiguous: %zu snapshots start with it (%.60s, "
+                       "%.60s%s); give more of the commit hash",
+                       repo, rev, found, e[first].name, e[second].name, found > 2 ? ", ..." : "");
+    }
+    place_list_free(e, count);
+    return rc;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const place_entry *)a)->name, ((const place_entry *)b)->name);
+}
+
+int hf_cache_root_repos(const char *dir, char *out, size_t cap) {
+    place_entry *e = NULL;
+    size_t count = 0, repos = 0, o = 0;
+    if (cap) out[0] = '\0';
+    if (place_list(dir, &e, &count) != 0) return 0;
+    qsort(e, count, sizeof *e, by_name);
+    for (size_t i = 0; i < count; i++) {
+        if (e[i].kind != PLACE_DIR || strncmp(e[i].name, "models--", 8) != 0) continue;
+        char repo[PATH_MAX];
+        if (snprintf(repo, sizeof repo, "%s/%s", dir, e[i].name) >= (int)sizeof repo ||
+            !hf_cache_probe(repo))
+            continue;
+        repos++;
+        if (o + 4 < cap) {
+            int w = snprintf(out + o, cap - o, "%s%s", o ? ", " : "", e[i].name);
+            if (w < 0 || (size_t)w >= cap - o) {
+                snprintf(out + o, cap - o, "%s...", o ? ", " : "");
+                o = cap;
+            } else {
+                o += (size_t)w;
+            }
+        }
+    }
+    place_list_free(e, count);
+    return (int)repos;
+}
+
 int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, size_t cap,
                      strbuf *doc, ckpt_err *err) {
     const char *rev = revision ? revision : "main";
@@ -92,9 +157,15 @@ int hf_cache_resolve(const char *repo, const char *revision, char *snapshot, siz
     int rc = read_ref(ref, commit, sizeof commit, err);
     bool from_ref = rc == 0;
     if (rc == -ENOENT || rc == -ENOTDIR || rc == -EISDIR) {
-        /* Not a ref: a commit hash whose snapshot is there. */
+        /* Not a ref: a commit hash whose snapshot is there, or the start of exactly one. */
         snprintf(commit, sizeof commit, "%.*s", (int)sizeof commit - 1, rev);
         rc = 0;
+        char full[PATH_MAX];
+        n = snprintf(full, sizeof full, "%s/snapshots/%s", repo, commit);
+        if (n > 0 && (size_t)n < sizeof full && !is_dir(full)) {
+            rc = short_commit(repo, rev, commit, sizeof commit, err);
+            if (rc == -ENOENT) rc = 0; /* said below: neither a ref nor a snapshot */
+        }
     }
     if (rc) return rc;
     n = snprintf(snapshot, cap, "%s/snapshots/%s", repo, commit);

@@ -173,45 +173,12 @@ static herr_t visit(hid_t obj, const char *name, const H5O_info_t *info, void *c
     return dataset(l, name) ? -1 : 0;
 }
 
-typedef struct decoded_source {
-    unsigned char *bytes;
-    size_t len;
-} decoded_source;
-
-static ssize_t dec_pread(void *ctx, void *buf, size_t len, uint64_t off) {
-    const decoded_source *s = ctx;
-    if (off >= s->len) return 0;
-    size_t n = s->len - (size_t)off < len ? s->len - (size_t)off : len;
-    memcpy(buf, s->bytes + off, n);
-    return (ssize_t)n;
-}
-
-static const char *dec_last_error(void) {
-    return "no error";
-}
-
-static void dec_release(void *ctx) {
-    decoded_source *s = ctx;
-    free(s->bytes);
-    free(s);
-}
-
-static const ckpt_virtual_ops dec_ops = {dec_pread, dec_last_error, dec_release};
-
 static int add_decoded(loader *l) {
     if (!l->ndec) return 0;
-    decoded_source *s = malloc(sizeof *s);
-    if (!s) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    s->bytes = l->mem;
-    s->len = l->mem_len;
-    l->mem = NULL;
     uint32_t src;
-    int rc = catalog_add_virtual_source(l->cat, "(hdf5 decoded datasets)", s->len, &dec_ops, s,
-                                        &src, l->err);
-    if (rc) {
-        dec_release(s);
-        return rc;
-    }
+    int rc = catalog_add_memory_source(l->cat, "(hdf5 decoded datasets)", l->mem, l->mem_len, &src,
+                                       l->err);
+    l->mem = NULL;
     for (size_t i = 0; !rc && i < l->ndec; i++)
         rc = catalog_add_piece(l->cat, l->dec[i].tensor, src, l->dec[i].at, NULL, NULL, NULL,
                                l->err);

@@ -59,7 +59,8 @@ static int pb_byte(pbuf *b, uint64_t at, uint64_t end, unsigned char *c) {
     if (at >= end) return pb_bad(b, at, "a field runs past the end of its message");
     if (at < b->win_at || at >= b->win_at + b->win_len) {
         uint64_t n = b->size - at < WINDOW ? b->size - at : WINDOW;
-        int rc = ckpt_source_read(b->cat, b->source, at, b->win, (size_t)n, "protobuf field", b->err);
+        int rc =
+            ckpt_source_read(b->cat, b->source, at, b->win, (size_t)n, "protobuf field", b->err);
         if (rc) return rc;
         b->win_at = at;
         b->win_len = (size_t)n;
@@ -503,45 +504,12 @@ static int graph(loader *l, const pb_field *g) {
     return rc;
 }
 
-typedef struct typed_source {
-    unsigned char *bytes;
-    size_t len;
-} typed_source;
-
-static ssize_t typed_pread(void *ctx, void *buf, size_t len, uint64_t off) {
-    const typed_source *t = ctx;
-    if (off >= t->len) return 0;
-    size_t n = t->len - (size_t)off < len ? t->len - (size_t)off : len;
-    memcpy(buf, t->bytes + off, n);
-    return (ssize_t)n;
-}
-
-static const char *typed_last_error(void) {
-    return "no error";
-}
-
-static void typed_release(void *ctx) {
-    typed_source *t = ctx;
-    free(t->bytes);
-    free(t);
-}
-
-static const ckpt_virtual_ops typed_ops = {typed_pread, typed_last_error, typed_release};
-
 static int add_typed_source(loader *l) {
     if (!l->ntyped) return 0;
-    typed_source *t = malloc(sizeof *t);
-    if (!t) return ckpt_fail(l->err, -ENOMEM, "out of memory");
-    t->bytes = l->typed;
-    t->len = l->typed_len;
-    l->typed = NULL;
     uint32_t src;
-    int rc = catalog_add_virtual_source(l->cat, "(onnx typed fields)", t->len, &typed_ops, t, &src,
-                                        l->err);
-    if (rc) {
-        typed_release(t);
-        return rc;
-    }
+    int rc = catalog_add_memory_source(l->cat, "(onnx typed fields)", l->typed, l->typed_len, &src,
+                                       l->err);
+    l->typed = NULL;
     for (size_t i = 0; !rc && i < l->ntyped; i++)
         rc = catalog_add_piece(l->cat, l->typed_tensors[i].tensor, src, l->typed_tensors[i].at,
                                NULL, NULL, NULL, l->err);

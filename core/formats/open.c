@@ -121,6 +121,13 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
             cat->format = (*t)->name;
             return (*t)->load_dir(cat, err);
         }
+    char repos[512];
+    int nrepos = hf_cache_root_repos(cat->root, repos, sizeof repos);
+    if (nrepos > 0)
+        return ckpt_fail(err, -ENOENT,
+                         "%s: a Hugging Face cache folder holding %d model repo%s, not one "
+                         "checkpoint: give one of them as the SOURCE (%s)",
+                         cat->root, nrepos, nrepos == 1 ? "" : "s", repos);
     char looked[1024];
     list_labels(looked, sizeof looked, true);
     return ckpt_fail(err, -ENOENT, "%s: no checkpoint in this directory (looked for %s)", cat->root,

@@ -110,6 +110,7 @@ int source_open(ckpt_source *s, const char *path, char *shown, size_t shown_cap,
     s->size = size;
     s->mtime = st.st_mtim;
     s->ctime = st.st_ctim;
+    s->nlink = (uint64_t)st.st_nlink;
     s->mode = st.st_mode;
     s->dev = st.st_dev;
     s->ino = st.st_ino;
@@ -166,23 +167,44 @@ static bool same_time(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
 }
 
+/* Takes st's ctime and link count as the file's: a link or unlink moved them, no write did.
+ * Under the same seqlock as the owner's own links (odd while the pair is written), so a reader
+ * never compares a new ctime with an old count; a writer already at it makes this one a no-op. */
+static void adopt_link(ckpt_source *s, unsigned gen, const struct stat *st) {
+    if (!__atomic_compare_exchange_n(&s->own_ctime_gen, &gen, gen + 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&s->ctime.tv_sec, st->st_ctim.tv_sec, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->ctime.tv_nsec, st->st_ctim.tv_nsec, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->nlink, (uint64_t)st->st_nlink, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->own_ctime_gen, 1, __ATOMIC_RELEASE);
+}
+
 /* ctime as the catalog knows it, unless the owner's own link or unlink is under way or ended
- * while it was read (a seqlock: the generation before and after must be the same even one). */
-static bool ctime_matches(const ckpt_source *s, const struct timespec *now) {
+ * while it was read (a seqlock: the generation before and after must be the same even one).
+ * Any link or unlink by others (another process's commit linking the file into its output)
+ * moves ctime and st_nlink but never size, mtime or inode, which the caller compared first;
+ * a rewrite, even one that puts mtime back (`cp -p`), and a chmod leave the count as it was. */
+static bool ctime_matches(const ckpt_source *s, const struct stat *st) {
     unsigned gen = __atomic_load_n(&s->own_ctime_gen, __ATOMIC_ACQUIRE);
     if (gen & 1) return true;
     struct timespec known = {__atomic_load_n(&s->ctime.tv_sec, __ATOMIC_RELAXED),
                              __atomic_load_n(&s->ctime.tv_nsec, __ATOMIC_RELAXED)};
+    uint64_t known_nlink = __atomic_load_n(&s->nlink, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&s->own_ctime_gen, __ATOMIC_RELAXED) != gen) return true;
-    return same_time(now, &known);
+    if (same_time(&st->st_ctim, &known)) return true;
+    if ((uint64_t)st->st_nlink == known_nlink) return false;
+    /* The catalog's sources are never const objects, only seen through const pointers. */
+    adopt_link((ckpt_source *)s, gen, st);
+    return true;
 }
 
 bool ckpt_source_stat_matches(const ckpt_source *s, const struct stat *st) {
     if (st->st_dev != s->dev || st->st_ino != s->ino) return false;
     if (s->owned) return true;
     return (uint64_t)st->st_size == ckpt_source_stored_size(s) &&
-           same_time(&st->st_mtim, &s->mtime) && ctime_matches(s, &st->st_ctim);
+           same_time(&st->st_mtim, &s->mtime) && ctime_matches(s, st);
 }
 
 /* The stat may predate an own link that ended before the comparison (the catalog then knows
@@ -249,6 +271,7 @@ void ckpt_source_own_ctime_end(ckpt_source *s) {
     if (got && ckpt_source_stat_matches(s, &st)) { /* ctime is not compared while odd */
         __atomic_store_n(&s->ctime.tv_sec, st.st_ctim.tv_sec, __ATOMIC_RELAXED);
         __atomic_store_n(&s->ctime.tv_nsec, st.st_ctim.tv_nsec, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->nlink, (uint64_t)st.st_nlink, __ATOMIC_RELAXED);
     } else {
         ckpt_source_mark_changed(s);
     }

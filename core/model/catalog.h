@@ -36,6 +36,10 @@ int catalog_add_source(ckpt_catalog *cat, const char *path, const char *relpath,
 int catalog_add_virtual_source(ckpt_catalog *cat, const char *name, uint64_t size,
                                const ckpt_virtual_ops *ops, void *ctx, uint32_t *index,
                                ckpt_err *err);
+/* A virtual source holding `bytes` (len of them, malloc'd): the catalog owns them from this call
+ * on, whether it succeeds or not (memory_source.c). */
+int catalog_add_memory_source(ckpt_catalog *cat, const char *name, unsigned char *bytes, size_t len,
+                              uint32_t *index, ckpt_err *err);
 /* Registers the member `name` of the tar archive `archive` (a registered source): its `size`
  * bytes at `base` of the archive file, read in place through a descriptor of its own. */
 int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, uint64_t base,
@@ -84,7 +88,7 @@ int catalog_finish(ckpt_catalog *cat, ckpt_err *err);
 
 /* numel and nbytes of a shape, with overflow checks; false on overflow or a partial byte. */
 bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
-                  uint64_t *nbytes);
+                          uint64_t *nbytes);
 
 /* Planner internals used by catalog_finish. */
 int planner_piece_index_build(ckpt_catalog *cat, ckpt_tensor *t, ckpt_err *err);

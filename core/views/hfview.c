@@ -15,6 +15,7 @@
 #include "../util/search.h"
 
 #include "../model/catalog.h"
+#include "hf_tied.h"
 #include "../util/strbuf.h"
 #include "../util/utf8.h"
 
@@ -475,9 +476,12 @@ static int build_view(const ckpt_catalog *cat, uint64_t max_shard_size, bool spa
     /* Only what a safetensors reader can load completely. */
     bool renamed = false;
     for (size_t i = 0; i < cat->ntensors && !renamed; i++) renamed = cat->tensors[i].hf_view;
+    size_t tied = ckpt_hf_tied_head(cat); /* written once, as save_pretrained does */
+    v->tied_head_left_out = tied != SIZE_MAX;
     for (size_t i = 0; i < cat->ntensors; i++) {
         const ckpt_tensor *t = &cat->tensors[i];
         if (renamed ? !t->hf_view : t->aside) continue; /* per-rank copies, optimizer state */
+        if (i == tied) continue;
         if (!utf8_valid(t->name, t->name_len) ||
             ckpt_safetensors_reserved_name(t->name, t->name_len)) {
             v->skipped_name++; /* safetensors names are JSON strings other than __metadata__ */

@@ -31,6 +31,7 @@ typedef struct ckpt_hfview {
     size_t norder;
     size_t skipped_dtype;      /* tensors whose dtype safetensors cannot hold */
     size_t skipped_incomplete; /* tensors with holes */
+    bool tied_head_left_out;   /* lm_head.weight, tied to the embedding as config.json says */
     size_t skipped_name;       /* names that are not UTF-8 */
 } ckpt_hfview;
 

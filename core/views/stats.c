@@ -770,9 +770,71 @@ size_t ckpt_stats_json_members(const ckpt_stats *s, char *buf) {
     return n;
 }
 
-/* One tensor's entry of stats.json, with the separator before it. */
+/* The members of a mount's stats.json entry at a width known before any statistic is: every
+ * count right-aligned in 20 characters (any uint64), every figure in 24 (any %.17g double, or
+ * null), so the file's size is right before its first read (tar and rsync copy what stat says);
+ * JSON takes the spaces. fixed_width() is the length of every such members text. */
+enum { COUNT_W = 20, FIGURE_W = 24 };
+static const char *const COUNT_KEYS[] = {"count", "finite", "nan", "posinf", "neginf", "zeros"};
+static const char *const FIGURE_KEYS[] = {"min", "max", "mean", "std", "absmax", "l2norm"};
+
+static void put_fixed_members(strbuf *sb, const ckpt_stats *s) {
+    uint64_t counts[6] = {s->count, s->finite, s->nan, s->posinf, s->neginf, s->zeros};
+    bool any = s->finite > 0;
+    double figures[6] = {s->min,    s->max,          ckpt_stats_mean(s), ckpt_stats_std(s),
+                         s->absmax, ckpt_stats_l2(s)};
+    bool defined[6] = {any, any, any, any, any, true};
+    for (int i = 0; i < 6; i++)
+        sb_printf(sb, "%s\"%s\": %*llu", i ? ", " : "", COUNT_KEYS[i], COUNT_W,
+                  (unsigned long long)counts[i]);
+    for (int i = 0; i < 6; i++) {
+        if (!defined[i] || !isfinite(figures[i]))
+            sb_printf(sb, ", \"%s\": %*s", FIGURE_KEYS[i], FIGURE_W, "null");
+        else
+            sb_printf(sb, ", \"%s\": %*.17g", FIGURE_KEYS[i], FIGURE_W, figures[i]);
+    }
+}
+
+/* "error": MSG in the same width: the message cut (at a character) to fit, then spaces. */
+static void put_fixed_error(strbuf *sb, const char *msg, size_t width) {
+    size_t start = sb->len, n = strlen(msg);
+    for (;;) {
+        sb->len = start;
+        sb_puts(sb, "\"error\": ");
+        sb_json_str(sb, msg, n);
+        if (sb->failed || sb->len - start <= width || n == 0) break;
+        n = n > 8 ? n - 8 : 0;
+        while (n && ((unsigned char)msg[n] & 0xC0) == 0x80) n--; /* not inside a UTF-8 char */
+    }
+    while (!sb->failed && sb->len - start < width) sb_putc(sb, ' ');
+}
+
+/* One tensor's entry of stats.json, with the separator before it; with fixed the members take
+ * the fixed width (a mount's document), else the short form (ckptfs stats --json). */
+static void put_entry_as(strbuf *sb, const ckpt_tensor *t, const ckpt_stats *s, int status,
+                         const char *msg, bool first, bool fixed);
+
 static void put_entry(strbuf *sb, const ckpt_tensor *t, const ckpt_stats *s, int status,
                       const char *msg, bool first) {
+    put_entry_as(sb, t, s, status, msg, first, false);
+}
+
+static size_t fixed_width(void) {
+    static size_t w;
+    if (!w) { /* measured once: the members of an all-zero result */
+        strbuf sb;
+        sb_init(&sb);
+        ckpt_stats zero;
+        memset(&zero, 0, sizeof zero);
+        put_fixed_members(&sb, &zero);
+        w = sb.len;
+        sb_free(&sb);
+    }
+    return w;
+}
+
+static void put_entry_as(strbuf *sb, const ckpt_tensor *t, const ckpt_stats *s, int status,
+                         const char *msg, bool first, bool fixed) {
     sb_puts(sb, first ? "\n {\"name\": " : ",\n {\"name\": ");
     sb_json_str(sb, t->name, t->name_len);
     if (t->prefix) {
@@ -783,7 +845,14 @@ static void put_entry(strbuf *sb, const ckpt_tensor *t, const ckpt_stats *s, int
     for (uint32_t d = 0; d < t->ndim; d++)
         sb_printf(sb, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
     sb_puts(sb, "], ");
-    if (status) {
+    if (fixed) {
+        if (status)
+            put_fixed_error(sb, msg ? msg : strerror(-status), fixed_width());
+        else if (s)
+            put_fixed_members(sb, s);
+        else /* not computed yet: only measured */
+            for (size_t k = fixed_width(); k; k--) sb_putc(sb, ' ');
+    } else if (status) {
         sb_puts(sb, "\"error\": ");
         const char *m = msg ? msg : strerror(-status);
         sb_json_str(sb, m, strlen(m));
@@ -835,16 +904,34 @@ static const failed_tensor *failure_of(const ckpt_stats_pages *p, size_t i) {
     return lo < p->nfailed && p->failed[lo].index == i ? &p->failed[lo] : NULL;
 }
 
-/* Page k's text, appended to sb. */
+/* Page k's text, appended to sb (with p->s NULL: of the right length, to measure it). */
 static void put_page(const ckpt_stats_pages *p, size_t k, strbuf *sb) {
     size_t n = p->cat->ntensors, first = k * CKPT_STATS_PAGE;
     size_t end = first + CKPT_STATS_PAGE < n ? first + CKPT_STATS_PAGE : n;
     if (k == 0) sb_puts(sb, DOC_HEAD);
     for (size_t i = first; i < end; i++) {
-        const failed_tensor *f = failure_of(p, i);
-        put_entry(sb, &p->cat->tensors[i], &p->s[i], f ? -EIO : 0, f ? f->msg : NULL, i == 0);
+        const failed_tensor *f = p->s ? failure_of(p, i) : NULL;
+        put_entry_as(sb, &p->cat->tensors[i], p->s ? &p->s[i] : NULL, f ? -EIO : 0,
+                     f ? f->msg : NULL, i == 0, true);
     }
     if (k + 1 == p->npages) sb_puts(sb, DOC_TAIL);
+}
+
+uint64_t ckpt_stats_pages_size_of(const ckpt_catalog *cat) {
+    ckpt_stats_pages p = {.cat = cat};
+    size_t n = cat->ntensors;
+    p.npages = n ? (n + CKPT_STATS_PAGE - 1) / CKPT_STATS_PAGE : 1;
+    strbuf sb;
+    sb_init(&sb);
+    uint64_t at = 0;
+    for (size_t k = 0; k < p.npages && !sb.failed; k++) {
+        sb_clear(&sb);
+        put_page(&p, k, &sb);
+        at += sb.len;
+    }
+    bool failed = sb.failed;
+    sb_free(&sb);
+    return failed ? 0 : at;
 }
 
 void ckpt_stats_pages_free(ckpt_stats_pages *p) {

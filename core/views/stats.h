@@ -79,15 +79,19 @@ size_t ckpt_stats_json_members(const ckpt_stats *s, char *buf);
 char *ckpt_stats_document(const ckpt_tensor *const *t, const ckpt_stats *s, const int *status,
                           const ckpt_err *msgs, size_t n, size_t *len);
 
-/* .ckptfs/stats.json of every tensor of cat without holding its text: the document
- * (ckpt_stats_document's, byte for byte) is rendered a page of CKPT_STATS_PAGE tensors at a
- * time when read, from the results s (which must outlive it and not change) and the messages
- * of the tensors that failed (kept). It holds 8 bytes a page and those messages. */
+/* .ckptfs/stats.json of every tensor of cat without holding its text: ckpt_stats_document's
+ * entries with their members at a fixed width (counts in 20 characters, figures in 24, an
+ * error cut to the same width), so its size is known before anything is computed
+ * (ckpt_stats_pages_size_of). It is rendered a page of CKPT_STATS_PAGE tensors at a time when
+ * read, from the results s (which must outlive it and not change) and the messages of the
+ * tensors that failed (kept). It holds 8 bytes a page and those messages. */
 enum { CKPT_STATS_PAGE = 256 };
 typedef struct ckpt_stats_pages ckpt_stats_pages;
 ckpt_stats_pages *ckpt_stats_pages_new(const ckpt_catalog *cat, const ckpt_stats *s,
                                        const int *status, const ckpt_err *msgs);
 uint64_t ckpt_stats_pages_size(const ckpt_stats_pages *p);
+/* The size the pages of cat's statistics will have, without computing any (0 on ENOMEM). */
+uint64_t ckpt_stats_pages_size_of(const ckpt_catalog *cat);
 /* Bytes [off, off + len) of the document into dst: how many (0 past its end), or -ENOMEM. */
 ssize_t ckpt_stats_pages_read(const ckpt_stats_pages *p, uint64_t off, char *dst, size_t len);
 void ckpt_stats_pages_free(ckpt_stats_pages *p);

@@ -258,9 +258,10 @@ static int link_children(tree *tr, ckpt_err *err) {
     return 0;
 }
 
-/* .npy files carry stored bytes, so tensors converted on read get none. */
+/* A .npy where numpy can hold the bytes read: the stored dtype's, or with -o as_dtype=f32 the
+ * float32 a BF16, F8 or ggml tensor is read as (its .npy then holds those, '<f4'). */
 static bool shows_npy(const ckpt_tensor *t, bool as_f32) {
-    return ckpt_dtype_info_of(t->dtype)->numpy && !(as_f32 && ckpt_to_f32_supported(t->dtype));
+    return ckpt_dtype_info_of(t->dtype)->numpy || (as_f32 && ckpt_to_f32_supported(t->dtype));
 }
 
 /* Adds dir + name, a path the builder allocates and keeps (b->owned has room for it). */
@@ -529,16 +530,25 @@ uint64_t tree_node_size(const tree *tr, node *n) {
         const ckpt_tensor *t = &cat->tensors[n->ref];
         size_t len;
         char *text =
-            n->kind == NODE_NPY ? ckpt_npy_header(t, &len) : tree_sidecar_text(tr, n, &len);
+            n->kind == NODE_NPY ? tree_npy_header(tr, t, &len) : tree_sidecar_text(tr, n, &len);
         if (!text) return 0;
         free(text);
-        uint64_t size = n->kind == NODE_NPY ? len + t->nbytes : len;
+        uint64_t data = tree_converted(tr, t) ? t->numel * 4 : t->nbytes;
+        uint64_t size = n->kind == NODE_NPY ? len + data : len;
         if (size < UINT32_MAX)
             atomic_store_explicit(&n->size_plus1, (uint32_t)size + 1, memory_order_relaxed);
         return size;
     }
     }
     return 0;
+}
+
+char *tree_npy_header(const tree *tr, const ckpt_tensor *t, size_t *len) {
+    if (!tree_converted(tr, t)) return ckpt_npy_header(t, len);
+    ckpt_tensor f = *t;
+    f.dtype = CKPT_F32;
+    f.nbytes = t->numel * 4;
+    return ckpt_npy_header(&f, len);
 }
 
 char *tree_sidecar_text(const tree *tr, const node *n, size_t *len) {

@@ -101,6 +101,9 @@ bool tree_converted(const tree *tr, const ckpt_tensor *t);
  * and sizes (0 for it and for directories). A sidecar or .npy is sized by generating its text
  * once; the size is kept in the node. */
 uint64_t tree_node_size(const tree *tr, node *n);
+/* The .npy header of t as the tree shows it: of its float32 form when it is read as F32
+ * (-o as_dtype=f32), whose .npy then holds the converted values. */
+char *tree_npy_header(const tree *tr, const ckpt_tensor *t, size_t *len);
 /* The JSON text of sidecar node n as the tree shows it (converted tensors as F32): malloc'd,
  * or NULL without memory. */
 char *tree_sidecar_text(const tree *tr, const node *n, size_t *len);

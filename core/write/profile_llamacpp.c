@@ -4,7 +4,8 @@
  *
  * Llama: q_proj and k_proj rows are reordered from Hugging Face's rotate-half RoPE layout to
  * the interleaved pairs llama.cpp's "llama" rope uses (rows h*D + 2i + j come from
- * h*D + j*D/2 + i, D the head dimension): one piece per row, a view of the same bytes.
+ * h*D + j*D/2 + i, D the head dimension): one piece per row of each stored piece, a view of the
+ * same bytes, so chunks of a DCP or NeMo tensor and strided torch views need no copy.
  * GPT-2: the Conv1D weights, stored [in, out], become [out, in] as a strided view.
  * Buffers (rotary inv_freq and position_ids, attn.bias, attn.masked_bias) are left out; any
  * other tensor without a llama.cpp name is refused by name. */
@@ -25,7 +26,7 @@ enum { FAMILY_NONE, FAMILY_LLAMA, FAMILY_GPT2 };
 typedef struct hparams {
     int family;
     uint64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab, head_dim;
-    const json_value *eps, *rope_theta, *bos, *eos;
+    const json_value *eps, *rope_theta, *rope_scaling;
 } hparams;
 
 static bool starts_with(const char *s, size_t n, const char *p) {
@@ -57,6 +58,7 @@ static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckp
         h->head_dim = u64_or(cfg, "head_dim", h->n_head ? h->n_embd / h->n_head : 0);
         h->eps = json_member(cfg, "rms_norm_eps");
         h->rope_theta = json_member(cfg, "rope_theta");
+        h->rope_scaling = json_member(cfg, "rope_scaling");
     } else if (json_str_eq(mt, "gpt2")) {
         h->family = FAMILY_GPT2;
         h->n_embd = u64_or(cfg, "n_embd", 0);
@@ -70,8 +72,6 @@ static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckp
         return 0;
     }
     h->n_vocab = u64_or(cfg, "vocab_size", 0);
-    h->bos = json_member(cfg, "bos_token_id");
-    h->eos = json_member(cfg, "eos_token_id");
     if (!h->n_embd || !h->n_layer || !h->n_head || !h->n_ff || !h->head_dim ||
         (h->family == FAMILY_LLAMA &&
          (!h->n_head_kv || h->n_head % h->n_head_kv || h->head_dim % 2)))
@@ -180,15 +180,28 @@ static bool map_gpt2(const char *s, size_t n, mapped *m) {
     return false;
 }
 
-static bool one_plain_piece(const ckpt_tensor *t) {
-    if (t->npieces != 1 || t->pieces[0].strides) return false;
-    for (uint32_t d = 0; d < t->ndim; d++)
-        if ((t->pieces[0].offsets && t->pieces[0].offsets[d]) ||
-            (t->pieces[0].sizes && t->pieces[0].sizes[d] != t->shape[d]))
-            return false;
-    return ckpt_dtype_elem_size(t->dtype) != 0;
+/* A 2-dim piece as a box of the tensor: first row and column, rows and columns, and the
+ * element strides of its rows and columns in the file (row-major when the piece has none). */
+typedef struct box {
+    uint64_t row, col, rows, cols, srow, scol;
+} box;
+
+static box box_of(const ckpt_tensor *t, const ckpt_piece *p) {
+    box b = {p->offsets ? p->offsets[0] : 0,
+             p->offsets ? p->offsets[1] : 0,
+             p->sizes ? p->sizes[0] : t->shape[0],
+             p->sizes ? p->sizes[1] : t->shape[1],
+             0,
+             1};
+    b.srow = p->strides ? p->strides[0] : b.cols;
+    if (p->strides) b.scol = p->strides[1];
+    return b;
 }
 
+/* The tensor under llama.cpp's name: as it is, transposed (GPT-2's Conv1D) or with the q/k rows
+ * in llama.cpp's rope order. Each piece of the source (a rank's chunk of a DCP or NeMo tensor,
+ * a strided torch view, a whole safetensors tensor) is carried over as pieces of the new
+ * tensor at the same bytes, so any layout is assembled while it is written. */
 static int add_mapped(ckpt_catalog *out, const ckpt_tensor *t, const mapped *m, ckpt_err *err) {
     size_t idx;
     size_t len = strlen(m->name);
@@ -202,31 +215,43 @@ static int add_mapped(ckpt_catalog *out, const ckpt_tensor *t, const mapped *m, 
         }
         return rc;
     }
-    if (t->ndim != 2 || !one_plain_piece(t))
+    uint64_t esz = ckpt_dtype_elem_size(t->dtype);
+    if (t->ndim != 2 || !esz)
         return ckpt_fail(err, -EINVAL,
-                         "tensor \"%.*s\": only a 2-dim tensor stored in one contiguous piece can "
-                         "be laid out as llama.cpp expects",
-                         SHOWN(t->name_len), t->name);
-    uint64_t esz = ckpt_dtype_elem_size(t->dtype), base = t->pieces[0].file_offset;
-    uint32_t src = t->pieces[0].source;
+                         "tensor \"%.*s\": only a 2-dim tensor of whole elements can be laid out "
+                         "as llama.cpp expects (it is %u-dim %s)",
+                         SHOWN(t->name_len), t->name, t->ndim, ckpt_dtype_info_of(t->dtype)->name);
     if (m->transpose) {
-        uint64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {1, t->shape[1]};
+        uint64_t shape[2] = {t->shape[1], t->shape[0]};
         rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, shape, &idx, err);
-        if (!rc) rc = catalog_add_piece(out, idx, src, base, NULL, NULL, strides, err);
+        for (uint32_t k = 0; !rc && k < t->npieces; k++) {
+            box b = box_of(t, &t->pieces[k]);
+            uint64_t offsets[2] = {b.col, b.row}, sizes[2] = {b.cols, b.rows};
+            uint64_t strides[2] = {b.scol, b.srow};
+            rc = catalog_add_piece(out, idx, t->pieces[k].source, t->pieces[k].file_offset, offsets,
+                                   sizes, strides, err);
+        }
         return rc;
     }
-    uint64_t rows = t->shape[0], cols = t->shape[1], heads = (uint64_t)m->permute_heads;
+    uint64_t rows = t->shape[0], heads = (uint64_t)m->permute_heads;
     if (!heads || rows % heads || (rows / heads) % 2)
         return ckpt_fail(err, -EINVAL, "tensor \"%.*s\": %llu rows are not %llu heads of pairs",
                          SHOWN(t->name_len), t->name, (unsigned long long)rows,
                          (unsigned long long)heads);
     uint64_t D = rows / heads;
     rc = catalog_add_tensor(out, m->name, len, t->dtype, 2, t->shape, &idx, err);
-    for (uint64_t r = 0; !rc && r < rows; r++) {
-        uint64_t h = r / D, q = r % D, i = q / 2, j = q % 2;
-        uint64_t from = h * D + j * (D / 2) + i;
-        uint64_t offsets[2] = {r, 0}, sizes[2] = {1, cols};
-        rc = catalog_add_piece(out, idx, src, base + from * cols * esz, offsets, sizes, NULL, err);
+    /* Row x of the source (head h, half j, index i of the half) is row h*D + 2i + j of llama.cpp's
+     * order: each row of each piece becomes a one-row piece there. */
+    for (uint32_t k = 0; !rc && k < t->npieces; k++) {
+        const ckpt_piece *p = &t->pieces[k];
+        box b = box_of(t, p);
+        for (uint64_t x = b.row; !rc && x < b.row + b.rows; x++) {
+            uint64_t h = x / D, y = x % D, j = y / (D / 2), i = y % (D / 2);
+            uint64_t offsets[2] = {h * D + 2 * i + j, b.col}, sizes[2] = {1, b.cols};
+            uint64_t strides[2] = {b.srow, b.scol};
+            rc = catalog_add_piece(out, idx, p->source, p->file_offset + (x - b.row) * b.srow * esz,
+                                   offsets, sizes, p->strides ? strides : NULL, err);
+        }
     }
     return rc;
 }
@@ -258,6 +283,43 @@ static void kv_str(strbuf *sb, const char *key, const char *v) {
     sb_putc(sb, ']');
 }
 
+/* gguf-py's model_weight_count_rounded_notation: "8.0B", "124M", "15K" (two digits at least). */
+static void size_label(uint64_t params, char *out, size_t n) {
+    static const struct {
+        double at;
+        char suffix;
+    } scales[] = {{1e12, 'T'}, {1e9, 'B'}, {1e6, 'M'}, {0, 'K'}};
+    size_t k = 0;
+    while (scales[k].at && !((double)params > scales[k].at)) k++;
+    double v = (double)params / (scales[k].at ? scales[k].at : 1e3);
+    char whole[32];
+    snprintf(whole, sizeof whole, "%.0f", v);
+    const char *digits = whole;
+    while (*digits == '0') digits++;
+    int fix = 2 - (int)strlen(digits);
+    snprintf(out, n, "%.*f%c", fix > 0 ? fix : 0, v, scales[k].suffix);
+}
+
+/* What llama.cpp's converter writes about any model: general.type, general.name (here the
+ * folder's name), general.size_label from the parameter count, the quantization version.
+ * general.file_type is the GGUF writer's (it knows the dtypes after --dtype). */
+static void general_kvs(strbuf *sb, const ckpt_catalog *in, const ckpt_catalog *out) {
+    kv_str(sb, "general.type", "model");
+    const char *base = strrchr(in->root, '/');
+    base = base && base[1] ? base + 1 : in->root;
+    char name[256];
+    size_t len = strlen(base);
+    while (len > 1 && base[len - 1] == '/') len--;
+    snprintf(name, sizeof name, "%.*s", (int)(len < 255 ? len : 255), base);
+    kv_str(sb, "general.name", name);
+    uint64_t params = 0;
+    for (size_t i = 0; i < out->ntensors; i++) params += out->tensors[i].numel;
+    char label[48];
+    size_label(params, label, sizeof label);
+    kv_str(sb, "general.size_label", label);
+    kv_u32(sb, "general.quantization_version", 2);
+}
+
 static void hparam_kvs(strbuf *sb, const hparams *h) {
     const char *a = h->family == FAMILY_LLAMA ? "llama" : "gpt2";
     char key[96];
@@ -277,6 +339,15 @@ static void hparam_kvs(strbuf *sb, const hparams *h) {
         }
         kv_f32(sb, K("attention.layer_norm_rms_epsilon"), h->eps, "1e-6");
         kv_f32(sb, K("rope.freq_base"), h->rope_theta, "10000");
+        /* linear rope scaling, as the converter writes it (llama3's rope type needs a
+         * rope_freqs tensor made from the formula, which is not written) */
+        const json_value *type = json_member(h->rope_scaling, "type");
+        if (!type) type = json_member(h->rope_scaling, "rope_type");
+        const json_value *factor = json_member(h->rope_scaling, "factor");
+        if (json_str_eq(type, "linear") && factor && factor->type == JSON_NUMBER) {
+            kv_str(sb, K("rope.scaling.type"), "linear");
+            kv_f32(sb, K("rope.scaling.factor"), factor, "1");
+        }
     } else {
         kv_f32(sb, K("attention.layer_norm_epsilon"), h->eps, "1e-5");
     }
@@ -331,8 +402,9 @@ int ckpt_profile_llamacpp(const ckpt_catalog *in, ckpt_catalog **result, char **
     }
     if (!rc) {
         hparam_kvs(&kv, &h);
+        general_kvs(&kv, in, out);
         rc = ckpt_gguf_vocab_kvs(in, h.family == FAMILY_LLAMA ? "default" : "gpt-2", h.n_vocab,
-                                 h.bos, h.eos, &kv, note, err);
+                                 cfg.root, &kv, note, err);
     }
     sb_puts(&kv, "\n]");
     if (!rc && kv.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");

@@ -757,10 +757,11 @@ static int add_plan(builder *b, ckpt_catalog *cat, const plan *p, uint32_t *lowe
                                                          s->size, &lower_src[ls], b->err)))
                 return rc;
             const ckpt_source *now = &cat->sources[lower_src[ls]];
-            if (now->size != s->size || now->mtime.tv_sec != s->mtime.tv_sec ||
-                now->mtime.tv_nsec != s->mtime.tv_nsec || now->ctime.tv_sec != s->ctime.tv_sec ||
-                now->ctime.tv_nsec != s->ctime.tv_nsec || now->ino != s->ino ||
-                !ckpt_source_unchanged(s))
+            /* unchanged() first: it takes a link made since (ctime and count) as s's own */
+            if (!ckpt_source_unchanged(s) || now->size != s->size ||
+                now->mtime.tv_sec != s->mtime.tv_sec || now->mtime.tv_nsec != s->mtime.tv_nsec ||
+                now->ctime.tv_sec != s->ctime.tv_sec || now->ctime.tv_nsec != s->ctime.tv_nsec ||
+                now->ino != s->ino)
                 problem(b, s->path,
                         "the source file changed since the stage was mounted (the "
                         "staged tree refers to its old bytes)");

@@ -1,10 +1,7 @@
-/* `ckptfs ls|info|cat|verify|convert SOURCE ...`: reading a checkpoint without mounting it (no
- * /dev/fuse needed, for containers and CI). This file dispatches, prints the overview help and
- * holds what every subcommand shares: -o options, opening the source, messages, output. */
-#include "cli.h"
+/* What every command of fs/cli shares: the process setup, -o options, opening the source,
+ * messages, output. (fs/main.c's table dispatches to the commands.) */
 #include "common/heap.h"
 #include "cli_internal.h"
-#include "serve/serve.h"
 #include "core/read/segread.h"
 
 #include <errno.h>
@@ -14,85 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static const struct command {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} commands[] = {
-    {"ls", cli_ls, "list tensors (names; -l dtype, shape, size; --json)"},
-    {"info", cli_info, "summary: format, files, tensor and parameter counts, dtypes"},
-    {"cat", cli_cat, "write one tensor's raw bytes to standard output"},
-    {"verify", cli_verify, "hash every tensor; compare with or write a manifest"},
-    {"convert", cli_convert, "write the tensors into a new archive (format from OUT's name)"},
-    {"stats", cli_stats, "min, max, mean, std, norm, NaN/Inf counts per tensor; --plot SVG"},
-    {"diff", cli_diff, "compare two checkpoints tensor by tensor (exit 0 same, 1 different)"},
-};
-enum { NCOMMANDS = sizeof commands / sizeof *commands };
-
-static void overview(strbuf *sb) {
-    sb_puts(sb, "Usage: ckptfs COMMAND SOURCE [ARGS...] [-o OPTION[,OPTION...]]\n"
-                "Read a checkpoint without mounting it (no /dev/fuse needed).\n\n");
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        sb_printf(sb, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    sb_printf(sb, "  %-8s %s\n", "serve",
-              "serve checkpoints over HTTP as Hub repos (ckptfs serve --help)");
-    sb_printf(sb, "  %-8s %s\n", "help", "this overview; `ckptfs help COMMAND` for one command");
-    sb_puts(sb, "\n"
-                "SOURCE is what `ckptfs SOURCE MOUNTPOINT` mounts: a checkpoint file or a model\n"
-                "directory. -o tp_split=RULES works as for the mount; other mount options are\n"
-                "accepted and ignored. COMMAND --help describes each command.\n\n"
-                "Exit status: 0 success, 1 usage error, 2 the source cannot be read or is\n"
-                "invalid, or no such tensor, 3 verify found mismatches, 4 output error.\n"
-                "Mounting: ckptfs SOURCE MOUNTPOINT (see ckptfs --help). See ckptfs(1).\n");
-}
-
-static int help(int argc, char **argv) {
-    if (argc < 2) {
-        cli_out o;
-        cli_out_init(&o, "help");
-        overview(&o.sb);
-        return cli_out_finish(&o);
-    }
-    if (argc > 2) {
-        cli_error("help", "expected at most one COMMAND");
-        return CLI_USAGE;
-    }
-    if (strcmp(argv[1], "serve") == 0) { /* not a catalog command: dispatched by main.c */
-        char *args[] = {argv[1], "--help", NULL};
-        return serve_main(2, args);
-    }
-    for (size_t i = 0; i < NCOMMANDS; i++) {
-        if (strcmp(argv[1], commands[i].name) == 0) {
-            char *args[] = {argv[1], "--help", NULL};
-            return commands[i].run(2, args);
-        }
-    }
-    cli_error("help",
-              "no command named %.100s (commands: ls, info, cat, verify, convert, stats, diff)",
-              argv[1]);
-    return CLI_USAGE;
-}
-
-bool cli_is_command(const char *word) {
-    if (strcmp(word, "help") == 0) return true;
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(word, commands[i].name) == 0) return true;
-    return false;
-}
-
-int cli_main(int argc, char **argv) {
+void cli_start(void) {
     /* A closed pipe must end the output quietly (`ckptfs cat ... | head -c 10`): writes then
      * fail with EPIPE, which cli_write_all turns into a silent exit status 4. */
     signal(SIGPIPE, SIG_IGN);
     heap_for_loading(); /* a command opens one catalog and exits: no need to give memory back */
     /* No command forks after this point, so reads may decode .zst frames ahead and fill
-     * strided bands on worker threads, as a mount does (cat, convert, verify, serve). */
+     * strided bands on worker threads, as a mount does (cat, convert, verify). */
     ckpt_read_workers_allow();
-    if (strcmp(argv[0], "help") == 0) return help(argc, argv);
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[0], commands[i].name) == 0) return commands[i].run(argc, argv);
-    cli_error(argv[0], "unknown command (try: ckptfs help)");
-    return CLI_USAGE;
 }
 
 /* ---- messages ---- */

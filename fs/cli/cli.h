@@ -1,11 +1,15 @@
-/* Subcommands that read a checkpoint without mounting it: ls, info, cat, verify, convert. */
+/* Commands that read a checkpoint without mounting it (no /dev/fuse needed, for containers and
+ * CI): ls, info, cat, verify, convert, stats, diff. fs/main.c's table dispatches to them. */
 #ifndef CKPTFS_CLI_H
 #define CKPTFS_CLI_H
 
-#include <stdbool.h>
-
-bool cli_is_command(const char *word);
-/* argv[0] is the subcommand. Returns the process exit status. */
-int cli_main(int argc, char **argv);
+/* argv[0] is the command's name. Each returns the process exit status (cli_internal.h). */
+int cli_ls(int argc, char **argv);
+int cli_info(int argc, char **argv);
+int cli_cat(int argc, char **argv);
+int cli_verify(int argc, char **argv);
+int cli_convert(int argc, char **argv);
+int cli_stats(int argc, char **argv);
+int cli_diff(int argc, char **argv);
 
 #endif

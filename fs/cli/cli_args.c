@@ -2,6 +2,8 @@
  * the same way; only its own options differ, so those are the one thing a subcommand hands in. */
 #include "cli_internal.h"
 
+#include "common/command.h"
+
 #include <getopt.h>
 
 int cli_parse_threads(const char *cmd, const char *value, uint64_t *threads) {
@@ -14,6 +16,7 @@ int cli_parse_threads(const char *cmd, const char *value, uint64_t *threads) {
 
 int cli_parse_args(cli_common *c, const cli_args *a, int argc, char **argv, bool *help_shown) {
     *help_shown = false;
+    cli_start();
     int rc = 0, opt;
     opterr = 0; /* our messages name the subcommand and point at its --help */
     optind = 0; /* 0, not 1: getopt re-initialises, as the dispatcher may have parsed before */
@@ -26,6 +29,9 @@ int cli_parse_args(cli_common *c, const cli_args *a, int argc, char **argv, bool
         else if (letter == 'h') {
             cli_out o;
             cli_out_init(&o, c->cmd);
+            char line[512];
+            command_usage_line(c->cmd, line, sizeof line);
+            sb_puts(&o.sb, line);
             sb_puts(&o.sb, a->usage);
             *help_shown = true;
             return cli_out_finish(&o);

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: ckptfs cat SOURCE NAME [--offset N] [--length N] [--force] [-o OPTIONS]\n"
     "Write one tensor's raw bytes to standard output: row-major, little-endian, in\n"
     "the stored dtype (what the mounted file holds; dtype and shape: ckptfs ls -l).\n"
     "\n"

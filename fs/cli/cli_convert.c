@@ -1,6 +1,7 @@
 /* ckptfs convert IN OUT: any readable checkpoint into a new archive, through core/write/writer.c
  * (temporary file next to OUT, fsync, rename: OUT is complete or untouched). */
 #include "cli_convert.h"
+#include "common/message.h"
 #include "common/size.h"
 
 #include "core/write/cast.h"
@@ -17,7 +18,6 @@
 
 /* %s: the writer table's suffixes */
 static const char usage[] =
-    "Usage: ckptfs convert SOURCE OUT [OPTIONS]\n"
     "Write the tensors of SOURCE into a new archive whose format follows OUT's name:\n"
     "  %s\n"
     "                 (each also as NAME.EXT.zst: the seekable zstd form)\n"
@@ -90,10 +90,10 @@ static void note_left_behind(const ckpt_catalog *cat, const char *out) {
         sb_puts(&sb, cat->aux[i].name);
     }
     if (cat->naux > 6) sb_printf(&sb, " and %zu more", cat->naux - 6);
-    fprintf(stderr,
-            "ckptfs convert: note: %s holds tensors only; %s of the source %s not in it "
-            "(convert to a directory, OUT/, to keep them)\n",
-            out, sb.data ? sb.data : "", cat->naux == 1 ? "is" : "are");
+    msg_error("convert",
+              "note: %s holds tensors only; %s of the source %s not in it "
+              "(convert to a directory, OUT/, to keep them)",
+              out, sb.data ? sb.data : "", cat->naux == 1 ? "is" : "are");
     sb_free(&sb);
 }
 
@@ -117,7 +117,7 @@ static int for_llamacpp(const cli_common *c, ckpt_catalog **cat, convert_opts *o
         cli_error(c->cmd, "%s", err.msg);
         return CLI_SOURCE;
     }
-    if (note) fprintf(stderr, "ckptfs convert: note: %s\n", note);
+    if (note) msg_error("convert", "note: %s", note);
     free(note);
     if (!mapped) return CLI_OK; /* another family: a tensor container */
     ckpt_close(*cat);
@@ -139,10 +139,10 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
     }
     if (!writes_directory(out, &o->wo) && !o->for_llamacpp) note_left_behind(cat, out);
     if (is_gguf(out) && !o->for_llamacpp && !strstr(cat->format ? cat->format : "", "gguf"))
-        fprintf(stderr,
-                "ckptfs convert: note: %s is a tensor container: llama.cpp runs GGUF "
-                "files made from Hugging Face llama and gpt2 folders (config.json)\n",
-                out);
+        msg_error("convert",
+                  "note: %s is a tensor container: llama.cpp runs GGUF "
+                  "files made from Hugging Face llama and gpt2 folders (config.json)",
+                  out);
     uint64_t total = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
         if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;

@@ -12,8 +12,9 @@ int convert_guard_out(const char *cmd, const char *source, const char *out, bool
 /* After opening: OUT is none of the catalog's files (shards reached through symlinks too). */
 int convert_guard_sources(const char *cmd, const ckpt_catalog *cat, const char *out);
 /* Leaves out (marks aside) every model tensor that matches no --include (when there are some)
- * or matches an --exclude; fnmatch(3) patterns on the names ckptfs ls shows. Returns how many
- * are kept. */
+ * or matches an --exclude, and takes in state set aside (optim/) that an --include names with
+ * its directory; fnmatch(3) patterns on the name, the form ckptfs ls prints or the tree path
+ * (cli_glob_match). Returns how many are kept. */
 size_t convert_select(ckpt_catalog *cat, char *const *include, size_t ninclude,
                       char *const *exclude, size_t nexclude);
 

@@ -2,6 +2,7 @@
  * the source directory, an existing OUT is replaced only when asked, and the --include /
  * --exclude patterns pick the tensors. */
 #include "cli_convert.h"
+#include "cli_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -103,24 +104,41 @@ int convert_guard_sources(const char *cmd, const ckpt_catalog *cat, const char *
     return CLI_OK;
 }
 
-static bool matches_any(char *const *globs, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (fnmatch(globs[i], name, 0) == 0) return true;
-    return false;
+/* The best way any of globs names t (CLI_GLOB_*). */
+static int matches_any(char *const *globs, size_t n, const ckpt_tensor *t, strbuf *scratch) {
+    int best = CLI_GLOB_NO;
+    for (size_t i = 0; i < n && best != CLI_GLOB_NAME; i++) {
+        int m = cli_glob_match(globs[i], t, scratch);
+        if (m && (!best || m < best)) best = m;
+    }
+    return best;
 }
 
 size_t convert_select(ckpt_catalog *cat, char *const *include, size_t ninclude,
                       char *const *exclude, size_t nexclude) {
     size_t kept = 0;
+    strbuf scratch;
+    sb_init(&scratch);
     for (size_t i = 0; i < cat->ntensors; i++) {
         ckpt_tensor *t = &cat->tensors[i];
-        if (t->aside) continue;
+        if (t->aside) {
+            /* State kept beside the model (optim/) is written when an --include names it
+             * with its directory, as `ckptfs ls` prints it; per-rank copies never are. */
+            if (!ninclude || cli_hidden(t) || !t->prefix ||
+                matches_any(include, ninclude, t, &scratch) != CLI_GLOB_PREFIXED ||
+                matches_any(exclude, nexclude, t, &scratch))
+                continue;
+            t->aside = false;
+            kept++;
+            continue;
+        }
         /* left out = not part of what is written, as per-rank copies are */
-        if ((ninclude && !matches_any(include, ninclude, t->name)) ||
-            matches_any(exclude, nexclude, t->name))
+        if ((ninclude && !matches_any(include, ninclude, t, &scratch)) ||
+            matches_any(exclude, nexclude, t, &scratch))
             t->aside = true;
         else
             kept++;
     }
+    sb_free(&scratch);
     return kept;
 }

@@ -13,7 +13,6 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs diff A B [--map MAP] [--atol X] [--rtol X] [--json] [--plot SVG]\n"
     "Compare two checkpoints (any formats and layouts) tensor by tensor, matched by\n"
     "name: tensors only in A (removed) or B (added), dtype and shape changes, then\n"
     "per tensor: same bytes, or max abs/rel difference, RMS difference, cosine\n"

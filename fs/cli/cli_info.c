@@ -8,7 +8,6 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs info SOURCE [--json] [-o OPTIONS]\n"
     "Summarize a checkpoint: format, source files and sizes, tensor count, parameter\n"
     "count, bytes by dtype, incomplete tensors, warnings.\n"
     "\n"

@@ -3,6 +3,7 @@
 #ifndef CKPTFS_CLI_INTERNAL_H
 #define CKPTFS_CLI_INTERNAL_H
 
+#include "cli.h"
 #include "core/ckpt.h"
 #include "core/util/strbuf.h"
 #include "core/util/text.h"
@@ -53,17 +54,19 @@ int cli_bad_option(const char *cmd, int optopt_value, const char *word, bool mis
 typedef struct cli_args {
     const char *shortopts;
     const struct option *longopts;
-    const char *usage;
+    const char *usage; /* the --help text after the Usage line, which fs/main.c's table holds */
     int min_operands, max_operands;
     const char *operands; /* "SOURCE", "one SOURCE", "SOURCE and NAME" */
     /* Each of the subcommand's own options, by letter: 0, or CLI_USAGE after a message. */
     int (*on_option)(void *ctx, const char *cmd, int letter, const char *value);
     void *ctx;
 } cli_args;
-/* Parses argv: -o goes to cli_parse_o, --help prints the usage (*help_shown: the caller stops
- * and returns the result), any other option to on_option; then checks the operand count. Returns
- * 0 with optind at the first operand, CLI_USAGE after a one-line message, or CLI_OUTPUT when the
- * usage could not be written. */
+/* The process setup every command shares, then parses argv: -o goes to cli_parse_o, --help prints
+ * the usage (*help_shown: the caller stops and returns the result), any other option to on_option;
+ * then checks the operand count. Returns 0 with optind at the first operand, CLI_USAGE after a
+ * one-line message, or CLI_OUTPUT when the usage could not be written. */
+/* cli_start is its first step (exported for commands that take no arguments). */
+void cli_start(void);
 int cli_parse_args(cli_common *c, const cli_args *a, int argc, char **argv, bool *help_shown);
 /* --threads N: 1 to 256. 0, or CLI_USAGE after a message. */
 int cli_parse_threads(const char *cmd, const char *value, uint64_t *threads);
@@ -78,6 +81,12 @@ void cli_put_display_name(strbuf *sb, const ckpt_tensor *t);
 /* Under a directory whose name starts with '.' (per-rank copies in .ckptfs/ranks/): listed
  * only on request, as ls -a shows dot files. */
 bool cli_hidden(const ckpt_tensor *t);
+/* Whether the fnmatch(3) pattern glob names t in one of the spellings a user meets: the name
+ * (model.norm.weight), the form `ckptfs ls` prints (prefix + name: model/model.norm.weight,
+ * optim/...), or the tree path of the mount (model/model/norm/weight, with or without its
+ * ".raw"). CLI_GLOB_PREFIXED when only a spelling with the prefix matched. name is scratch. */
+enum { CLI_GLOB_NO = 0, CLI_GLOB_NAME = 1, CLI_GLOB_PREFIXED = 2 };
+int cli_glob_match(const char *glob, const ckpt_tensor *t, strbuf *name);
 /* The tensor a user named: its exact name (the unprefixed tensor first, then one in the
  * model), its prefix + name, its tree path, or the %XX form printed by `ckptfs ls`. NULL when
  * none matches. */
@@ -113,14 +122,5 @@ int cli_out_maybe_flush(cli_out *o);
 /* Writes what is left and frees the buffer; returns o->status (CLI_OUTPUT also when the
  * buffer could not grow). */
 int cli_out_finish(cli_out *o);
-
-/* The subcommands. argv[0] is the subcommand's name. */
-int cli_ls(int argc, char **argv);
-int cli_info(int argc, char **argv);
-int cli_cat(int argc, char **argv);
-int cli_verify(int argc, char **argv);
-int cli_convert(int argc, char **argv);
-int cli_stats(int argc, char **argv);
-int cli_diff(int argc, char **argv);
 
 #endif

@@ -6,7 +6,6 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs ls SOURCE [-l] [--json] [-a] [-o OPTIONS] [GLOB...]\n"
     "List the tensors of a checkpoint, one name per line, sorted by name.\n"
     "\n"
     "  -l, --long    also dtype, shape and size:  F32  [4096,4096]  64.0 MiB  NAME\n"
@@ -77,14 +76,9 @@ static int run(const listing *l, const ckpt_catalog *cat, const char *cmd) {
         if (l->nglobs) {
             /* The printed form, or the bare name of a prefixed tensor ('lm_head*' finds
              * model/lm_head.weight too). */
-            sb_clear(&name);
-            if (t->prefix) text_pct_escape(&name, t->prefix, strlen(t->prefix), false);
-            size_t bare = name.len; /* where the name starts */
-            text_pct_escape(&name, t->name, t->name_len, false);
             bool keep = false;
-            for (int g = 0; g < l->nglobs && !name.failed && name.data; g++) {
-                if (fnmatch(l->globs[g], name.data, 0) == 0 ||
-                    (bare && fnmatch(l->globs[g], name.data + bare, 0) == 0)) {
+            for (int g = 0; g < l->nglobs; g++) {
+                if (cli_glob_match(l->globs[g], t, &name)) {
                     matched[g] = true;
                     keep = true;
                 }

@@ -6,6 +6,7 @@
  * "qualified" name, e.g. "optim/state.lm_head.weight.exp_avg". */
 #include "cli_internal.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,34 @@ void cli_put_display_name(strbuf *sb, const ckpt_tensor *t) {
 
 bool cli_hidden(const ckpt_tensor *t) {
     return t->prefix && t->prefix[0] == '.';
+}
+
+int cli_glob_match(const char *glob, const ckpt_tensor *t, strbuf *name) {
+    sb_clear(name);
+    if (t->prefix) text_pct_escape(name, t->prefix, strlen(t->prefix), false);
+    size_t bare = name->len; /* where the name starts */
+    text_pct_escape(name, t->name, t->name_len, false);
+    sb_putc(name, '\0');
+    size_t tree = name->len; /* the tree path, which starts with the prefix */
+    if (t->prefix && strncmp(t->path, t->prefix, strlen(t->prefix)) != 0) sb_puts(name, t->prefix);
+    sb_puts(name, t->path);
+    if (name->failed || !name->data) return CLI_GLOB_NO;
+    const char *s = name->data, *path = s + tree;
+    if (fnmatch(glob, s + bare, 0) == 0) return CLI_GLOB_NAME;
+    /* the unescaped name, as --include always took it */
+    char *raw = strndup(t->name, t->name_len);
+    bool raw_hit = raw && fnmatch(glob, raw, 0) == 0;
+    free(raw);
+    if (raw_hit) return CLI_GLOB_NAME;
+    int via = t->prefix ? CLI_GLOB_PREFIXED : CLI_GLOB_NAME;
+    if (bare && fnmatch(glob, s, 0) == 0) return via;
+    size_t plen = strlen(path);
+    if (fnmatch(glob, path, FNM_PATHNAME) == 0 || fnmatch(glob, path, 0) == 0) return via;
+    if (plen > 4 && strcmp(path + plen - 4, ".raw") == 0) {
+        name->data[tree + plen - 4] = '\0';
+        if (fnmatch(glob, path, 0) == 0) return via;
+    }
+    return CLI_GLOB_NO;
 }
 
 /* Preference among tensors of one name: the unprefixed one, then one in the model, then the

@@ -1,5 +1,5 @@
-/* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/views/stats.c), as a
- * table, JSON, or pictures (per-layer panels, a histogram). */
+/* ckptfs stats SOURCE [GLOB...]: what the values of each tensor sum up to (core/views/stats.c), as
+ * a table, JSON, or pictures (per-layer panels, a histogram). */
 #include "cli_internal.h"
 #include "common/plot.h"
 
@@ -12,10 +12,9 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: ckptfs stats SOURCE [--json] [--plot SVG] [--hist TENSOR] [GLOB...]\n"
     "Per tensor: min, max, mean, std, absmax, L2 norm (over finite values) and the\n"
-    "counts of NaN, +Inf, -Inf and zeros. Every float dtype (F16, BF16, F8, the ggml\n"
-    "blocks as_dtype=f32 reads, dequantized) and integers; sums pairwise in double.\n"
+    "counts of NaN, +Inf, -Inf and zeros. Every float dtype (F16, BF16, F8, ggml\n"
+    "Q4_0/Q8_0/Q4_K/Q6_K dequantized) and integers; sums are pairwise in double.\n"
     "\n"
     "  --json           a JSON document {\"tensors\": [{name, dtype, shape, ...}]}\n"
     "  --plot SVG       also draw per-layer L2 norm, absmax and NaN/Inf counts of\n"
@@ -24,6 +23,7 @@ static const char usage[] =
     "  --bins N         histogram bins (default 100)\n"
     "  -j, --threads N  worker threads (default: one per CPU)\n"
     "  -a, --all        also the per-rank copies under .ckptfs/ranks/\n"
+    "  -q, --quiet      table rows only for tensors holding NaN/Inf or unreadable\n"
     "  -o OPTIONS       decoding options as for the mount: tp_split=RULES\n"
     "  -h, --help       this help\n"
     "\n"
@@ -32,7 +32,7 @@ static const char usage[] =
     "or a GLOB matching nothing, 4 output error. See ckptfs(1) for the formulas.\n";
 
 typedef struct opts {
-    bool json, all;
+    bool json, all, quiet;
     const char *plot, *hist;
     uint64_t bins, threads;
     char **globs;
@@ -62,14 +62,8 @@ static int select_tensors(const opts *o, const ckpt_catalog *cat, const char *cm
         if (cli_hidden(t) && !o->all) continue;
         bool keep = o->nglobs == 0;
         if (!keep) {
-            sb_clear(&name);
-            if (t->prefix) text_pct_escape(&name, t->prefix, strlen(t->prefix), false);
-            size_t bare = name.len;
-            text_pct_escape(&name, t->name, t->name_len, false);
-            for (int g = 0; g < o->nglobs && name.data && !name.failed; g++)
-                if (fnmatch(o->globs[g], name.data, 0) == 0 ||
-                    (bare && fnmatch(o->globs[g], name.data + bare, 0) == 0))
-                    keep = matched[g] = true;
+            for (int g = 0; g < o->nglobs; g++)
+                if (cli_glob_match(o->globs[g], t, &name)) keep = matched[g] = true;
         }
         if (keep) sel[k++] = t;
     }
@@ -97,12 +91,23 @@ static void put_g(strbuf *sb, double v, bool defined) {
         sb_printf(sb, "  %11.4g", v);
 }
 
+/* -q: the rows worth a look in a check (a CI job after training): values that are not finite,
+ * or a tensor that could not be read. A dtype without statistics is neither. */
+static bool alarming(const ckpt_stats *x, int status) {
+    if (status) return status != -ENOTSUP;
+    return x->nan || x->posinf || x->neginf;
+}
+
 static void text_table(strbuf *sb, const ckpt_tensor *const *t, const ckpt_stats *s,
-                       const int *status, const ckpt_err *msgs, size_t n) {
+                       const int *status, const ckpt_err *msgs, size_t n, bool quiet) {
+    size_t shown = 0;
+    for (size_t i = 0; i < n; i++) shown += !quiet || alarming(&s[i], status[i]);
+    if (!shown) return;
     sb_printf(sb, "%-6s  %11s  %11s  %11s  %11s  %11s  %11s  %6s  %6s  %6s  %8s  %s\n", "DTYPE",
               "MIN", "MAX", "MEAN", "STD", "ABSMAX", "L2NORM", "NAN", "+INF", "-INF", "ZEROS",
               "NAME");
     for (size_t i = 0; i < n; i++) {
+        if (quiet && !alarming(&s[i], status[i])) continue;
         sb_printf(sb, "%-6s", ckpt_dtype_info_of(t[i]->dtype)->name);
         if (status[i]) {
             sb_printf(sb, "  (%s)  ", status[i] == -ENOTSUP ? "dtype not supported" : msgs[i].msg);
@@ -262,7 +267,7 @@ static int run(const opts *o, const ckpt_catalog *cat, const char *cmd, const ch
                 out.sb.failed = true;
             free(doc);
         } else {
-            text_table(&out.sb, sel, s, status, msgs, n);
+            text_table(&out.sb, sel, s, status, msgs, n, o->quiet);
         }
         rc = cli_out_finish(&out);
     }
@@ -303,6 +308,9 @@ static int on_option(void *ctx, const char *cmd, int letter, const char *value) 
     case 'a':
         o->all = true;
         break;
+    case 'q':
+        o->quiet = true;
+        break;
     }
     return 0;
 }
@@ -315,12 +323,13 @@ int cli_stats(int argc, char **argv) {
         {"bins", required_argument, NULL, CLI_LONG + 'b'},
         {"threads", required_argument, NULL, 'j'},
         {"all", no_argument, NULL, 'a'},
+        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     cli_common c = {.cmd = "stats"};
     opts o = {.bins = 100};
-    const cli_args args = {":j:aho:", longopts, usage, 1, -1, "SOURCE", on_option, &o};
+    const cli_args args = {":j:aqho:", longopts, usage, 1, -1, "SOURCE", on_option, &o};
     bool help_shown;
     int rc = cli_parse_args(&c, &args, argc, argv, &help_shown);
     if (help_shown) {

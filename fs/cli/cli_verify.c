@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: ckptfs verify SOURCE [--manifest M] [--write-manifest M] [--json] [-qa]\n"
     "Hash every tensor's bytes (SHA-256, as the mounted file holds them) and compare\n"
     "them with a manifest, one line per tensor: OK, MISMATCH, NEW (not in the\n"
     "manifest), MISSING (not in the source), INCOMPLETE (holes: not hashed), ERROR.\n"

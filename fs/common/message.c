@@ -45,6 +45,21 @@ void msg_verror(const char *cmd, const char *fmt, va_list ap) {
     fwrite(line, 1, o, stderr);
 }
 
+void msg_print_lines(FILE *to, const char *text) {
+    char line[MSG_MAX * 3 + 2];
+    while (text && *text) {
+        size_t n = strcspn(text, "\n"), done = 0;
+        do { /* a long line in pieces of MSG_MAX bytes, the newline after the last */
+            size_t take = n - done > MSG_MAX ? MSG_MAX : n - done;
+            size_t o = msg_sanitize(line, sizeof line - 1, text + done, take);
+            done += take;
+            if (done == n) line[o++] = '\n';
+            fwrite(line, 1, o, to);
+        } while (done < n);
+        text += n + (text[n] == '\n');
+    }
+}
+
 void msg_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -7,10 +7,14 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* cmd: "stage", "serve", ... or NULL for the mount ("ckptfs: text"). */
 void msg_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void msg_verror(const char *cmd, const char *fmt, va_list ap);
+/* A multi-line report (a commit's list of problems) on to: each line shown as msg_error shows
+ * its text, each ended by a newline. */
+void msg_print_lines(FILE *to, const char *text);
 /* The shown form of text[0..len) into out (cap >= 1; cut to fit, never mid-escape). Returns
  * the length written. */
 size_t msg_sanitize(char *out, size_t cap, const char *text, size_t len);

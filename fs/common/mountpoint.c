@@ -1,4 +1,5 @@
 #include "mountpoint.h"
+#include "message.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -7,6 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+
+/* prog is "ckptfs" or "ckptfs stage": the command for msg_error. */
+static const char *cmd_of(const char *prog) {
+    return strncmp(prog, "ckptfs ", 7) == 0 ? prog + 7 : NULL;
+}
 
 bool path_is_under(const char *path, const char *dir) {
     size_t n = strlen(dir);
@@ -29,25 +35,30 @@ static void unescape_field(char *s) {
     *out = '\0';
 }
 
-/* The file system type of the topmost mount on mnt ("fuse.ckptfs"), or false. */
-static bool mount_type_at(const char *mnt, char *type, size_t cap) {
+bool mount_at(const char *mnt, char *type, size_t cap, char *source, size_t source_cap) {
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f) return false;
     char line[8192];
     bool found = false;
     while (fgets(line, sizeof line, f)) {
-        char point[PATH_MAX], fstype[128];
+        char point[PATH_MAX], fstype[128], src[PATH_MAX] = "";
         /* id parent major:minor root POINT options [optional...] - TYPE source super */
         if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1) continue;
         const char *dash = strstr(line, " - ");
-        if (!dash || sscanf(dash + 3, "%127s", fstype) != 1) continue;
+        if (!dash || sscanf(dash + 3, "%127s %4095s", fstype, src) < 1) continue;
         unescape_field(point);
         if (strcmp(point, mnt) != 0) continue;
+        unescape_field(src);
         snprintf(type, cap, "%s", fstype);
+        if (source) snprintf(source, source_cap, "%s", src);
         found = true; /* keep going: the last one listed is on top */
     }
     fclose(f);
     return found;
+}
+
+static bool mount_type_at(const char *mnt, char *type, size_t cap) {
+    return mount_at(mnt, type, cap, NULL, 0);
 }
 
 bool mountpoint_usable(const char *prog, const char *mnt) {
@@ -56,23 +67,36 @@ bool mountpoint_usable(const char *prog, const char *mnt) {
     struct stat st;
     struct statfs sf;
     if (stat(mnt, &st) == 0 && statfs(mnt, &sf) == 0) {
-        if (S_ISDIR(st.st_mode)) return true;
-        fprintf(stderr, "%s: mount point %s: not a directory\n", prog, mnt);
-        return false;
+        if (!S_ISDIR(st.st_mode)) {
+            msg_error(cmd_of(prog), "mount point %s: not a directory", mnt);
+            return false;
+        }
+        /* A live mount there: a second one on top would hide it until the next unmount, and
+         * an unmount would then take off the wrong one. */
+        char type[128], source[PATH_MAX];
+        if (mount_at(mnt, type, sizeof type, source, sizeof source)) {
+            msg_error(cmd_of(prog),
+                      "mount point %s: %s (%s) is mounted there; unmount it first "
+                      "(ckptfs umount %s, or fusermount3 -u / umount) or choose another "
+                      "directory",
+                      mnt, source, type, mnt);
+            return false;
+        }
+        return true;
     }
     int e = errno;
     char type[128];
     if ((e == ENOTCONN || e == ECONNABORTED) && mount_type_at(mnt, type, sizeof type)) {
         bool ours = strcmp(type, "fuse.ckptfs") == 0;
-        fprintf(stderr,
-                "%s: mount point %s: %s mount whose daemon has ended (killed?) is still there, "
-                "and every access to it fails (\"%s\"); mounting on top would hide it until the "
-                "next unmount. Clear it with: fusermount3 -u %s  (if that says busy: "
-                "fusermount3 -u -z %s), then mount again\n",
-                prog, mnt, ours ? "a ckptfs" : type, strerror(e), mnt, mnt);
+        msg_error(cmd_of(prog),
+                  "mount point %s: %s mount whose daemon has ended (killed?) is still there, "
+                  "and every access to it fails (\"%s\"); mounting on top would hide it until the "
+                  "next unmount. Clear it with: fusermount3 -u %s  (if that says busy: "
+                  "fusermount3 -u -z %s), then mount again",
+                  mnt, ours ? "a ckptfs" : type, strerror(e), mnt, mnt);
         return false;
     }
-    fprintf(stderr, "%s: mount point %s: %s\n", prog, mnt, strerror(e));
+    msg_error(cmd_of(prog), "mount point %s: %s", mnt, strerror(e));
     return false;
 }
 
@@ -87,10 +111,10 @@ static bool apart(const char *prog, const char *mnt, const char *what, const cha
     else if (path_is_under(mnt, real))
         why = "contains the mount point";
     if (!why) return true;
-    fprintf(stderr,
-            "%s: %s %s %s %s: the mount would hide the files it reads from (reads would fail, "
-            "or with -s hang); choose a mount point outside the source\n",
-            prog, what, path, why, mnt);
+    msg_error(cmd_of(prog),
+              "%s %s %s %s: the mount would hide the files it reads from (reads would fail, "
+              "or with -s hang); choose a mount point outside the source",
+              what, path, why, mnt);
     return false;
 }
 

@@ -35,6 +35,7 @@ typedef struct ckptfs {
     bool *alias; /* per tensor: its bytes are an earlier tensor's (tied weights) */
     uid_t uid;
     gid_t gid;
+    mode_t umask;                /* -o umask=: bits taken off every mode */
     pthread_mutex_t doc_lock;    /* guards docs[] (built on first use), open_docs, sha256 */
     unsigned char (*sha256)[33]; /* per tensor: [0] = known, [1..32] = digest; made on demand */
     struct ckpt_stats *stats;    /* per tensor, valid where stats_known (user.ckpt.stats) */

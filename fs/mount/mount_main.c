@@ -4,22 +4,25 @@
  *
  * With -o stage=OUT the same command line makes a staging mount instead (stage.c), so that
  * mount(8) and fstab, which only know SOURCE MOUNTPOINT -o OPTIONS, can make one too. */
-#include "mount/ckptfs.h"
+#include "ckptfs.h"
+#include "changed.h"
+#include "common/mount_log.h"
 #include "core/views/stats.h"
-#include "cli/cli.h"
 #include "common/daemon.h"
 #include "common/loop.h"
 #include "common/heap.h"
 #include "common/mountpoint.h"
-#include "stage/stage.h"
-#include "mount/readahead.h"
+#include "common/command.h"
+#include "common/message.h"
+#include "common/stage_request.h"
+#include "mount_main.h"
+#include "readahead.h"
 #include "common/optval.h"
 #include "common/passthrough.h"
 #include "common/mount_opts.h"
 #include "common/remote_opts.h"
 #include "common/size.h"
 #include "common/view_job.h"
-#include "serve/serve.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -55,12 +58,18 @@ typedef struct options {
     char *read_only_opt;  /* the first option only a read-only mount takes, as given */
     char *staging_opt;    /* the first option only a staging mount takes, as given */
     int version;
-    remote_opts remote; /* s3_endpoint=, cache_dir=, block_size=, ... */
-    char *remote_bad;   /* why a remote option's value was refused */
+    remote_opts remote;  /* s3_endpoint=, cache_dir=, block_size=, ... */
+    char *remote_bad;    /* why a remote option's value was refused */
+    char *uid, *gid;     /* owner shown for every file (default: the mounting user) */
+    char *log;           /* -o log=FILE: where a detached mount says why reads fail */
+    char *umask;         /* octal bits taken off every mode (never added: see ckptfs(1)) */
+    int fsname, subtype; /* given by the user: passed on instead of ckptfs's own */
 } options;
 
 enum {
     KEY_VERSION,
+    KEY_FSNAME,
+    KEY_SUBTYPE,
     KEY_RO,
     KEY_READ_ONLY_OPT, /* also matched by its value template above: noted, then dropped */
     KEY_STAGING_OPT,
@@ -87,6 +96,16 @@ static const struct fuse_opt option_spec[] = {
     OPT("stage=%s", stage, 0),
     OPT("spool=%s", spool, 0),
     OPT("nocommit", nocommit, 1),
+    OPT("uid=%s", uid, 0),
+    OPT("log=%s", log, 0),
+    FUSE_OPT_KEY("log=", KEY_READ_ONLY_OPT),
+    OPT("gid=%s", gid, 0),
+    OPT("umask=%s", umask, 0),
+    FUSE_OPT_KEY("uid=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("gid=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("umask=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+    FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
     FUSE_OPT_KEY("readahead_kb=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("spin_us=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("splice", KEY_READ_ONLY_OPT),
@@ -117,39 +136,38 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_END,
 };
 
+/* One screen (24 lines of 80 columns): the Usage line and the list of commands come from
+ * fs/main.c's table. ckptfs(1) says more about each option. */
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "Usage: ckptfs SOURCE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
-        "Mount a checkpoint (file, directory, or http(s)://, s3://, hf:// URL) read-only: each\n"
-        "tensor is a raw file + .json sidecar; .ckptfs/ holds summary, metadata, tensors.tsv.\n"
-        "\n"
-        "  -f, -d, -s         foreground; debug (every request, implies -f); one thread\n"
-        "  -h, --help         this help;  -V, --version  the version\n"
-        "\n"
-        "Options (-o):\n"
-        "  readahead_kb=N     kernel readahead in KiB (default 1024, 0 = the kernel's; root)\n"
-        "  splice, nosplice   answer reads by splicing from the source (default: one copy)\n"
-        "  npy, nonpy         show NAME.npy next to tensors numpy can hold (default: npy)\n"
-        "  max_threads=N, spin_us=N  threads (default 8); us to await a request awake (100)\n"
-        "  timeout=SECONDS    how long the kernel caches names and attributes (default 86400)\n"
-        "  view=hf            show the Hugging Face layout (config, model.safetensors or\n"
-        "                     shards + index) at the root instead of .ckptfs/hf/\n"
-        "  max_shard_size=S   split the HF view's model.safetensors above S (default 5GB)\n"
-        "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
-        "  revision=REV       HF cache repo folder: mount this ref or commit (default main)\n"
-        "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
-        "  passthrough=M      auto (default), off, on: the kernel reads a source file as is\n"
-        "  allow_other        let other users in (with default_permissions)\n"
-        "  stage=OUT          instead a writable staging mount, packed into OUT on commit\n"
-        "                     (ckptfs stage OUT MOUNTPOINT --from SOURCE; none: empty);\n"
-        "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
-        "  and the usual FUSE mount options (fsname=, subtype=, ...)\n"
-        "\n"
-        "Without FUSE: ckptfs ls|info|cat|verify|convert|serve SOURCE ...  (ckptfs help)\n"
-        "Packing:      ckptfs stage OUT MOUNTPOINT [--from SOURCE]; ckptfs commit MOUNTPOINT\n"
-        "Unmount with: ckptfs umount MOUNTPOINT (waits for a commit) or fusermount3 -u.\n"
-        "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n");
+    char names[256];
+    command_names(" ", names, sizeof names);
+    command_print_usage(out, "");
+    fprintf(out,
+            "Mount a checkpoint read-only: a file, a directory, an HF cache folder or an\n"
+            "http(s)://, s3://, hf:// URL. -f foreground, -d debug, -s one thread, -V version\n"
+            "Options (-o):\n"
+            "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
+            "  npy, nonpy         NAME.npy next to tensors numpy can hold (default: npy)\n"
+            "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
+            "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
+            "  revision=REV       HF cache repo folder: this ref or commit id (default main)\n"
+            "  readahead_kb=N     kernel readahead in KiB (default 1024, 0 leaves it; root)\n"
+            "  splice, nosplice   answer reads by splicing from the source (default: a copy)\n"
+            "  passthrough=M      auto, off, on: the kernel reads a source file as is (auto)\n"
+            "  max_threads=N, spin_us=N  threads (default 8); us to await requests (100)\n"
+            "  timeout=SECONDS    how long the kernel caches names and attributes (86400)\n"
+            "  allow_other        let other users in; FUSE options (fsname=, ...) pass on\n"
+            "  uid=N, gid=N, umask=M  owner of every file; mode bits taken off (never added)\n"
+            "  log=FILE           why reads fail (default: stderr; syslog once detached)\n"
+            "  stage=OUT          a writable staging mount instead (ckptfs stage --help);\n"
+            "                     also spool=DIR, nocommit, max_shard_size=S, max_threads=N\n"
+            "  s3_endpoint=URL, s3_region=R, s3_addressing=MODE  remote: the S3 service\n"
+            "  cache_dir=DIR, cache_size=S, cache_ram=S, block_size=S  remote: block cache\n"
+            "  prefetch=N, remote_timeout=SECONDS, retries=N  remote: fetching\n"
+            "\n"
+            "Commands: %s\n"
+            "Exit status: 0 mounted, 1 usage, 2 bad source, 3 mount failed. See ckptfs(1).\n",
+            names);
 }
 
 static int on_option(void *data, const char *arg, int key, struct fuse_args *outargs) {
@@ -163,6 +181,12 @@ static int on_option(void *data, const char *arg, int key, struct fuse_args *out
         return 0;
     case KEY_RO:
         o->ro = 1;
+        return 1;
+    case KEY_FSNAME: /* libfuse takes it: kept, and ckptfs adds none of its own */
+        o->fsname = 1;
+        return 1;
+    case KEY_SUBTYPE:
+        o->subtype = 1;
         return 1;
     case KEY_READ_ONLY_OPT:
         if (!o->read_only_opt) o->read_only_opt = strdup(arg);
@@ -193,27 +217,59 @@ enum { MAX_THREADS_LIMIT = 1024, READAHEAD_KB_LIMIT = 1 << 20, SPIN_US_LIMIT = 1
 
 static bool parse_numbers(const options *o, numbers *n) {
     if (!parse_uint_option(o->m.max_threads, 1, MAX_THREADS_LIMIT, &n->max_threads)) {
-        fprintf(stderr, "ckptfs: max_threads=%s: expected a whole number from 1 to %d\n",
-                o->m.max_threads, MAX_THREADS_LIMIT);
+        msg_error(NULL, "max_threads=%s: expected a whole number from 1 to %d", o->m.max_threads,
+                  MAX_THREADS_LIMIT);
         return false;
     }
     if (!parse_uint_option(o->readahead_kb, 0, READAHEAD_KB_LIMIT, &n->readahead_kb)) {
-        fprintf(stderr, "ckptfs: readahead_kb=%s: expected a whole number of KiB from 0 to %d\n",
-                o->readahead_kb, READAHEAD_KB_LIMIT);
+        msg_error(NULL, "readahead_kb=%s: expected a whole number of KiB from 0 to %d",
+                  o->readahead_kb, READAHEAD_KB_LIMIT);
         return false;
     }
     if (!parse_uint_option(o->spin_us, 0, SPIN_US_LIMIT, &n->spin_us)) {
-        fprintf(stderr,
-                "ckptfs: spin_us=%s: expected a whole number of microseconds from 0 to %d\n",
-                o->spin_us, SPIN_US_LIMIT);
+        msg_error(NULL, "spin_us=%s: expected a whole number of microseconds from 0 to %d",
+                  o->spin_us, SPIN_US_LIMIT);
         return false;
     }
     if (!parse_seconds_option(o->timeout, &n->timeout)) {
-        fprintf(stderr,
-                "ckptfs: timeout=%s: expected a number of seconds, 0 or more (such as "
-                "86400 or 0.5)\n",
-                o->timeout);
+        msg_error(NULL,
+                  "timeout=%s: expected a number of seconds, 0 or more (such as "
+                  "86400 or 0.5)",
+                  o->timeout);
         return false;
+    }
+    return true;
+}
+
+/* -o uid=, gid=, umask= (as sshfs, rclone and squashfuse take them) into fs. */
+static bool owner_options(const options *o, ckptfs *fs) {
+    char *end;
+    if (o->uid) {
+        errno = 0;
+        unsigned long v = strtoul(o->uid, &end, 10);
+        if (errno || *end || !o->uid[0] || v >= (uid_t)-1) {
+            msg_error(NULL, "uid=%s: expected a numeric user id", o->uid);
+            return false;
+        }
+        fs->uid = (uid_t)v;
+    }
+    if (o->gid) {
+        errno = 0;
+        unsigned long v = strtoul(o->gid, &end, 10);
+        if (errno || *end || !o->gid[0] || v >= (gid_t)-1) {
+            msg_error(NULL, "gid=%s: expected a numeric group id", o->gid);
+            return false;
+        }
+        fs->gid = (gid_t)v;
+    }
+    if (o->umask) {
+        errno = 0;
+        unsigned long v = strtoul(o->umask, &end, 8);
+        if (errno || *end || !o->umask[0] || v > 0777) {
+            msg_error(NULL, "umask=%s: expected octal mode bits such as 022 or 077", o->umask);
+            return false;
+        }
+        fs->umask = (mode_t)v;
     }
     return true;
 }
@@ -222,7 +278,7 @@ static bool parse_numbers(const options *o, numbers *n) {
  * use. SOURCE `none` (or "", or left out) stages an empty tree. */
 static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
     if (!o->stage[0]) {
-        fprintf(stderr, "ckptfs: -o stage= needs OUT, the archive to write\n");
+        msg_error(NULL, "-o stage= needs OUT, the archive to write");
         return EXIT_USAGE;
     }
     if (o->m.first && !o->m.mountpoint) { /* `ckptfs MOUNTPOINT -o stage=OUT` */
@@ -230,19 +286,19 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
         o->m.first = NULL;
     }
     if (!o->m.mountpoint || o->m.extra_args) {
-        fprintf(stderr, "ckptfs: -o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
-                        "empty stage; try: ckptfs --help)\n");
+        msg_error(NULL, "-o stage=OUT expects SOURCE MOUNTPOINT (SOURCE none for an "
+                        "empty stage; try: ckptfs --help)");
         return EXIT_USAGE;
     }
     if (o->read_only_opt) {
-        fprintf(stderr,
-                "ckptfs: -o %s is an option of read-only mounts; a staging mount "
-                "(-o stage=OUT) does not take it\n",
-                o->read_only_opt);
+        msg_error(NULL,
+                  "-o %s is an option of read-only mounts; a staging mount "
+                  "(-o stage=OUT) does not take it",
+                  o->read_only_opt);
         return EXIT_USAGE;
     }
     if (o->ro) {
-        fprintf(stderr, "ckptfs: -o ro: a staging mount (-o stage=OUT) is writable\n");
+        msg_error(NULL, "-o ro: a staging mount (-o stage=OUT) is writable");
         return EXIT_USAGE;
     }
     bool empty = !o->m.first || !o->m.first[0] || strcmp(o->m.first, "none") == 0;
@@ -276,15 +332,7 @@ static int on_mount_ready(void *ctx, dev_t dev) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    /* `ckptfs ls|info|cat|verify|convert ...` work without FUSE (fs/cli.c). */
-    if (argc > 1 && cli_is_command(argv[1])) return cli_main(argc - 1, argv + 1);
-    /* `ckptfs stage OUT MOUNTPOINT` and `ckptfs commit MOUNTPOINT`: the writable side. */
-    if (argc > 1 && strcmp(argv[1], "stage") == 0) return stage_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "commit") == 0) return commit_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "umount") == 0) return umount_main(argc - 1, argv + 1);
-    /* `ckptfs serve SOURCE...`: the HF view over HTTP (fs/serve/). */
-    if (argc > 1 && strcmp(argv[1], "serve") == 0) return serve_main(argc - 1, argv + 1);
+int mount_main(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     options o = {.npy = 1};
     numbers num = {.readahead_kb = 1024, .max_threads = 8, .spin_us = 100, .timeout = 86400};
@@ -314,20 +362,19 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (o.staging_opt) {
-        fprintf(stderr, "ckptfs: -o %s is an option of staging mounts (add -o stage=OUT)\n",
-                o.staging_opt);
+        msg_error(NULL, "-o %s is an option of staging mounts (add -o stage=OUT)", o.staging_opt);
         goto out;
     }
     if (o.remote_bad) {
-        fprintf(stderr, "ckptfs: %s\n", o.remote_bad);
+        msg_error(NULL, "%s", o.remote_bad);
         goto out;
     }
     if (!o.m.first || !o.m.mountpoint || o.m.extra_args) {
-        fprintf(stderr, "ckptfs: expected SOURCE and MOUNTPOINT (try: ckptfs --help)\n");
+        msg_error(NULL, "expected SOURCE and MOUNTPOINT (try: ckptfs --help)");
         goto out;
     }
     if (!realpath(o.m.mountpoint, mnt)) {
-        fprintf(stderr, "ckptfs: mount point %s: %s\n", o.m.mountpoint, strerror(errno));
+        msg_error(NULL, "mount point %s: %s", o.m.mountpoint, strerror(errno));
         goto out;
     }
     if (!mountpoint_usable("ckptfs", mnt)) {
@@ -336,13 +383,19 @@ int main(int argc, char **argv) {
     }
     if (!mountpoint_apart("ckptfs", mnt, o.m.first, NULL)) goto out;
     if (parse_size_option(o.max_shard_size, &max_shard) != 0) {
-        fprintf(stderr, "ckptfs: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
-                o.max_shard_size);
+        msg_error(NULL, "max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB",
+                  o.max_shard_size);
         status = EXIT_USAGE;
         goto out;
     }
     if (o.as_dtype && strcmp(o.as_dtype, "f32") != 0) {
-        fprintf(stderr, "ckptfs: as_dtype=%s: only as_dtype=f32 is supported\n", o.as_dtype);
+        msg_error(NULL, "as_dtype=%s: only as_dtype=f32 is supported", o.as_dtype);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (!owner_options(&o, &fs)) goto out;
+    if (o.log && mount_log_file(o.log) != 0) {
+        msg_error(NULL, "log=%s: %s", o.log, strerror(errno));
         status = EXIT_USAGE;
         goto out;
     }
@@ -356,13 +409,13 @@ int main(int argc, char **argv) {
     fs.passthrough = pmode != PASSTHROUGH_OFF;
     bool hf_root = false;
     if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
-        fprintf(stderr, "ckptfs: view=%s: expected view=tree or view=hf\n", o.view);
+        msg_error(NULL, "view=%s: expected view=tree or view=hf", o.view);
         status = EXIT_USAGE;
         goto out;
     }
     if (hf_root && fs.as_f32) {
-        fprintf(stderr, "ckptfs: as_dtype=f32 converts the files of the tensor tree; view=hf "
-                        "shows none (its safetensors keep the stored bytes)\n");
+        msg_error(NULL, "as_dtype=f32 converts the files of the tensor tree; view=hf "
+                        "shows none (its safetensors keep the stored bytes)");
         status = EXIT_USAGE;
         goto out;
     }
@@ -373,7 +426,7 @@ int main(int argc, char **argv) {
     ckpt_options copts = {.tp_split = o.tp_split, .revision = o.revision, .remote = o.remote.o};
     heap_for_loading();
     if (ckpt_open(o.m.first, &copts, &fs.cat, &err) != 0) {
-        fprintf(stderr, "ckptfs: %s\n", err.msg);
+        msg_error(NULL, "%s", err.msg);
         goto out;
     }
     if (!mountpoint_apart("ckptfs", mnt, o.m.first, fs.cat)) {
@@ -393,14 +446,14 @@ int main(int argc, char **argv) {
     view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
-        fprintf(stderr, "ckptfs: %s: %s\n", o.m.first, err.msg);
+        msg_error(NULL, "%s: %s", o.m.first, err.msg);
         goto out;
     }
     heap_for_serving(); /* the tree's */
 
-    fuse_opt_add_arg(&args, "-osubtype=ckptfs");
+    if (!o.subtype) fuse_opt_add_arg(&args, "-osubtype=ckptfs");
     char *fsname = NULL;
-    if (fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
+    if (!o.fsname && fuse_opt_add_opt_escaped(&fsname, o.m.first) == 0) {
         char *opt = malloc(strlen(fsname) + 10);
         if (opt) {
             sprintf(opt, "-ofsname=%s", fsname);
@@ -426,9 +479,11 @@ int main(int argc, char **argv) {
         goto out_unmount;
     }
     if (!o.m.foreground && daemon_detach(EXIT_MOUNT) != 0) {
-        fprintf(stderr, "ckptfs: cannot detach: %s\n", strerror(errno));
+        msg_error(NULL, "cannot detach: %s", strerror(errno));
         goto out_unmount;
     }
+    if (!o.m.foreground) mount_log_detached();
+    changed_init(fs.cat);
     serve_opts so = {.single = o.m.single != 0,
                      .max_threads = num.max_threads,
                      .spin_us = num.spin_us,
@@ -452,6 +507,7 @@ out:
     free(fs.stats);
     free(fs.stats_known);
     ckpt_stats_pages_free(fs.stats_pages);
+    changed_free();
     ckpt_tsv_pages_free(fs.tsv_pages);
     free(fs.alias);
     tree_free(&fs.tr);

@@ -1,6 +1,9 @@
 /* FUSE low-level operations over an immutable tree. Everything is cached for a long time
  * (the content cannot change), READ is answered from the planner's file segments. */
+#include "changed.h"
+#include "common/mount_log.h"
 #include "ckptfs.h"
+#include "common/message.h"
 
 #include "common/passthrough.h"
 
@@ -38,9 +41,9 @@ static bool valid_ino(const ckptfs *fs, fuse_ino_t ino) {
 /* The statistics of every tensor (.ckptfs/stats.json), computed on first read on all CPUs and
  * kept with the per-tensor results user.ckpt.stats also answers from; the document's text is
  * not kept but rendered from them a page at a time when read (ckpt_stats_pages), so it costs
- * no more than the results. The file is sized 0 until then (a stat must not read the
- * checkpoint) and opened with direct_io, so reads reach the daemon whatever size the kernel
- * holds; once built, the kernel is told to ask again. */
+ * no more than the results. Its entries have a fixed width (ckpt_stats_pages_size_of), so a
+ * stat gives its size without reading the checkpoint; it is still opened with direct_io and
+ * the kernel told to ask again once built, as when sizes could change. */
 static const ckpt_stats_pages *get_stats_pages(ckptfs *fs, fuse_ino_t ino) {
     pthread_mutex_lock(&fs->stats_lock);
     pthread_mutex_lock(&fs->doc_lock);
@@ -138,8 +141,10 @@ static uint64_t node_size(ckptfs *fs, node *n) {
         const ckpt_tsv_pages *p = get_tsv_pages(fs);
         return p ? ckpt_tsv_pages_size(p) : 0;
     }
-    if (n->ref == DOC_STATS) { /* never computed to be sized */
+    if (n->ref == DOC_STATS) { /* never computed to be sized: its layout gives the size */
         pthread_mutex_lock(&fs->doc_lock);
+        if (!fs->doc_len[DOC_STATS])
+            fs->doc_len[DOC_STATS] = (size_t)ckpt_stats_pages_size_of(fs->cat);
         len = fs->doc_len[DOC_STATS];
         pthread_mutex_unlock(&fs->doc_lock);
         return len;
@@ -181,10 +186,10 @@ static void fill_attr(ckptfs *fs, uint32_t idx, struct stat *st) {
     st->st_ino = (ino_t)idx + 1;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
-    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444;
+    mode_t read_bits = tree_source_mode(&fs->tr, n) & 0444 & ~fs->umask;
     const ckpt_source *src = node_source(fs, n);
     if (n->kind == NODE_DIR) {
-        st->st_mode = S_IFDIR | read_bits | (read_bits >> 2);
+        st->st_mode = S_IFDIR | ((read_bits | (read_bits >> 2)) & ~fs->umask);
         st->st_nlink = 2;
         /* glibc sizes its getdents buffer from st_blksize, and the kernel allocates and vmaps a
          * buffer of that size for every READDIRPLUS: 1 MiB made a first find 5x slower. */
@@ -379,6 +384,25 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     readdir_common(req, ino, size, off, true);
 }
 
+/* Why an open fails with EIO, once per source, to the mount's log: the sources of n that are
+ * no longer what the catalog read. */
+static void note_stale(const ckptfs *fs, const node *n) {
+    const ckpt_catalog *cat = fs->cat;
+    const tree *tr = &fs->tr;
+    if (n->kind == NODE_AUX) {
+        if (!ckpt_source_current(&cat->sources[n->ref])) changed_note(&cat->sources[n->ref]);
+    } else if (n->kind == NODE_VIEW) {
+        for (uint32_t i = tr->view_src_first[n->ref]; i < tr->view_src_first[n->ref + 1]; i++)
+            if (!ckpt_source_current(&cat->sources[tr->view_srcs[i]]))
+                changed_note(&cat->sources[tr->view_srcs[i]]);
+    } else if (n->kind == NODE_TENSOR || n->kind == NODE_SIDECAR || n->kind == NODE_NPY) {
+        const ckpt_tensor *t = &cat->tensors[n->ref];
+        for (uint32_t k = 0; k < t->npieces; k++)
+            if (!ckpt_source_current(&cat->sources[t->pieces[k].source]))
+                changed_note(&cat->sources[t->pieces[k].source]);
+    }
+}
+
 /* Sidecars are generated per open; the list lets shutdown free those whose RELEASE never
  * came (files still open at unmount). */
 static void track_open_doc(ckptfs *fs, open_doc *d) {
@@ -410,7 +434,10 @@ static int backing_of(ckptfs *fs, node *n) {
     if (!fs->passthrough || !fs->backing || passthrough_refused()) return 0;
     uint32_t src = tree_node_whole_source(&fs->tr, n);
     if (src == UINT32_MAX) return 0;
-    if (!ckpt_source_current(&fs->cat->sources[src])) return -EIO;
+    if (!ckpt_source_current(&fs->cat->sources[src])) {
+        changed_note(&fs->cat->sources[src]);
+        return -EIO;
+    }
     pthread_mutex_lock(&fs->backing_lock);
     int id = fs->backing[src];
     if (id == 0) {
@@ -441,6 +468,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
      * reads check in place changes, but a descriptor of a replaced file still reads the old.
      * A view file fails only the reads of a changed source's ranges (by_range). */
     if (!tree_node_current(&fs->tr, n, true)) {
+        note_stale(fs, n);
         fuse_reply_err(req, EIO);
         return;
     }
@@ -457,7 +485,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         const ckpt_tensor *t = &cat->tensors[n->ref];
         open_doc *d = calloc(1, sizeof *d);
         if (d && n->kind == NODE_SIDECAR) d->text = tree_sidecar_text(&fs->tr, n, &d->len);
-        if (d && n->kind == NODE_NPY && (d->text = ckpt_npy_header(t, &d->len)) &&
+        /* a converted tensor's data is read by read_converted_npy, not planned */
+        if (d && n->kind == NODE_NPY && (d->text = tree_npy_header(&fs->tr, t, &d->len)) &&
+            !converted(fs, t) &&
             (ckpt_vfile_add_mem(&d->vf, d->text, d->len) ||
              ckpt_vfile_add_tensor(&d->vf, t, 0, t->nbytes))) {
             ckpt_vfile_free(&d->vf);
@@ -551,7 +581,12 @@ static size_t plan_read(ckptfs *fs, const node *n, struct fuse_file_info *fi, ui
  * scratch window (core/read/segread.c). 0 or a positive errno. */
 static int read_segments(const ckptfs *fs, const ckpt_segment *seg, size_t n, char *dst) {
     char *scratch = thread_buffer(gather_key, SEGREAD_SCRATCH);
-    return -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    int e = -ckpt_read_segments(fs->cat, seg, n, dst, scratch); /* core's errno is negative */
+    for (size_t i = 0; e == EIO && i < n; i++)                  /* which source, for the log */
+        if (seg[i].kind == CKPT_SEG_FILE &&
+            !ckpt_source_unchanged(&fs->cat->sources[seg[i].source]))
+            changed_note(&fs->cat->sources[seg[i].source]);
+    return e;
 }
 
 /* The kernel can splice only bytes that lie in a local file as they are (ckpt_source_file_extent):
@@ -579,10 +614,9 @@ static void check_after_splice(ckptfs *fs, fuse_ino_t ino, const ckpt_segment *s
         const ckpt_source *s = &fs->cat->sources[seg[i].source];
         if (ckpt_source_unchanged(s)) continue;
         if (ckpt_source_mark_changed(s))
-            fprintf(stderr,
-                    "ckptfs: %s changed while a spliced reply was read from it (-o splice): "
-                    "that reply may hold new bytes; every later read of it gives EIO\n",
-                    s->path);
+            mount_log("%s changed while a spliced reply was read from it (-o splice): that "
+                      "reply may hold new bytes; every later read of it gives EIO",
+                      s->path);
         if (!dropped && fs->se) fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
         dropped = true;
     }
@@ -624,8 +658,12 @@ static void reply_splice(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const ckpt_
     check_after_splice(fs, ino, seg, n);
 }
 
-/* F32 bytes [off, off+size) of a narrower or block-quantized tensor: the whole blocks that hold
- * them are read and converted, then the requested slice is sent. */
+/* F32 bytes [off, off+size) of a narrower or block-quantized tensor (off inside it, size cut to
+ * its end): the whole blocks that hold them are read and converted; *out points at the slice
+ * in the thread's scratch. 0 or a positive errno. */
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice);
+
 static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uint64_t off,
                            size_t size) {
     uint64_t total = t->numel * 4;
@@ -634,6 +672,45 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         return;
     }
     if (size > total - off) size = (size_t)(total - off);
+    const char *slice;
+    int e = convert_range(fs, t, off, size, &slice);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_buf(req, slice, size);
+}
+
+/* The .npy of a tensor read as F32: its header (kept with the open file), then the converted
+ * bytes; a read that spans both is put together in the read buffer. */
+static void read_converted_npy(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, const open_doc *d,
+                               uint64_t off, size_t size) {
+    if (off >= d->len) {
+        read_converted(req, fs, t, off - d->len, size);
+        return;
+    }
+    uint64_t total = d->len + t->numel * 4;
+    if (size > total - off) size = (size_t)(total - off);
+    char *buf = thread_buffer(read_buf_key, MAX_READ);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t head = d->len - (size_t)off < size ? d->len - (size_t)off : size;
+    memcpy(buf, d->text + off, head);
+    if (size > head) {
+        const char *slice;
+        int e = convert_range(fs, t, 0, size - head, &slice);
+        if (e) {
+            fuse_reply_err(req, e);
+            return;
+        }
+        memcpy(buf + head, slice, size - head);
+    }
+    fuse_reply_buf(req, buf, size);
+}
+
+static int convert_range(ckptfs *fs, const ckpt_tensor *t, uint64_t off, size_t size,
+                         const char **out_slice) {
     const ckpt_dtype_info *info = ckpt_dtype_info_of(t->dtype);
     uint64_t first = off / 4 / info->block;
     uint64_t last = ((off + size + 3) / 4 + info->block - 1) / info->block;
@@ -642,10 +719,7 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
     /* At most 1 MiB of output plus a partial block at each end. */
     enum { SCRATCH = 2 * MAX_READ + 64 * 1024 };
     char *scratch = thread_buffer(convert_key, SCRATCH);
-    if (!scratch || src_len + out_len > SCRATCH) {
-        fuse_reply_err(req, scratch ? EIO : ENOMEM);
-        return;
-    }
+    if (!scratch || src_len + out_len > SCRATCH) return scratch ? EIO : ENOMEM;
     float *out = (float *)(void *)scratch;
     unsigned char *src = (unsigned char *)scratch + out_len;
     uint64_t at = first * info->block_bytes, got = 0;
@@ -653,19 +727,14 @@ static void read_converted(fuse_req_t req, ckptfs *fs, const ckpt_tensor *t, uin
         ckpt_segment seg[SEG_BATCH];
         uint64_t done;
         size_t nseg = ckpt_plan(t, at + got, src_len - got, seg, SEG_BATCH, &done);
-        if (nseg == 0) {
-            fuse_reply_err(req, EIO);
-            return;
-        }
+        if (nseg == 0) return EIO;
         int e = read_segments(fs, seg, nseg, (char *)src + got);
-        if (e) {
-            fuse_reply_err(req, e);
-            return;
-        }
+        if (e) return e;
         got += done; /* what the planner says the segments cover */
     }
     ckpt_to_f32(t->dtype, src, nblocks, out);
-    fuse_reply_buf(req, (const char *)out + (off - first * info->block * 4), size);
+    *out_slice = (const char *)out + (off - first * info->block * 4);
+    return 0;
 }
 
 /* Bytes of remote sources go to the kernel straight from the block cache: one copy of them
@@ -720,6 +789,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     if (n->kind == NODE_TENSOR && converted(fs, &fs->cat->tensors[n->ref])) {
         read_converted(req, fs, &fs->cat->tensors[n->ref], (uint64_t)off, size);
+        return;
+    }
+    if (n->kind == NODE_NPY && converted(fs, &fs->cat->tensors[n->ref]) && fi && fi->fh) {
+        read_converted_npy(req, fs, &fs->cat->tensors[n->ref], (const open_doc *)(uintptr_t)fi->fh,
+                           (uint64_t)off, size);
         return;
     }
     ckpt_segment seg[SEG_BATCH];

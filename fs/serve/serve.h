@@ -1,6 +1,7 @@
 /* `ckptfs serve SOURCE...`: checkpoints as Hugging Face Hub repositories over HTTP.
  *
- * Each source is a repo `ckptfs/<name>` whose files are the HF view of the mount (config,
+ * Each source is a repo `ORG/NAME` (given as ORG/NAME=SOURCE, the id of an HF cache folder, or
+ * ckptfs/NAME) whose files are the HF view of the mount (config,
  * model.safetensors or shards + index, tokenizer files) plus the mount's tensor tree under
  * tensors/. A repo holds a snapshot: the catalog, its HF view and the mount's tree, built by the
  * same code as the FUSE mount. When a source changes on disk a new snapshot replaces it; requests
@@ -18,10 +19,11 @@
 #include <stdint.h>
 
 enum {
-    SERVE_SHA_HEX = 40,               /* a git commit id, as Hub clients expect */
-    SERVE_NAME_MAX = 96,              /* repo names: [A-Za-z0-9._-], as the Hub allows */
-    SERVE_NODE_NONE = UINT32_MAX,     /* no such file */
-    SERVE_NODE_ROOT = UINT32_MAX - 1, /* the repo's top directory (the HF view + tensors/) */
+    SERVE_SHA_HEX = 40,                    /* a git commit id, as Hub clients expect */
+    SERVE_NAME_MAX = 96,                   /* repo names: [A-Za-z0-9._-], as the Hub allows */
+    SERVE_ID_MAX = 2 * SERVE_NAME_MAX + 1, /* a repo id: ORG/NAME */
+    SERVE_NODE_NONE = UINT32_MAX,          /* no such file */
+    SERVE_NODE_ROOT = UINT32_MAX - 1,      /* the repo's top directory (the HF view + tensors/) */
 };
 
 #define SERVE_TENSORS_DIR "tensors"
@@ -39,10 +41,15 @@ typedef struct serve_snapshot {
     pthread_mutex_t plot_lock; /* the per-layer SVG, drawn on its first request */
     char *plot;
     size_t plot_len;
+    struct serve_etags *etags; /* content digests of the files asked for (serve_etag.c) */
+    /* How etags is freed, set by serve_etag.c with the table: the snapshot's owner
+     * (serve_repo.c) frees it without calling into serve_etag.c, which calls serve_repo.c's
+     * node functions (no loop of calls between the two). */
+    void (*etags_free)(struct serve_etags *e);
 } serve_snapshot;
 
 typedef struct serve_repo {
-    char name[SERVE_NAME_MAX + 1];
+    char name[SERVE_ID_MAX + 1]; /* the repo id, ORG/NAME: ckptfs/NAME unless given */
     char *source;
     pthread_mutex_t lock; /* guards cur, checked, error */
     serve_snapshot *cur;
@@ -76,13 +83,18 @@ size_t serve_view_files(const serve_snapshot *s, uint32_t **out);
  * the snapshot, or malloc'd into *owned for sidecars), NULL for nodes read through the planner. */
 const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, char **owned);
 
+/* The sha256 of file node's size bytes as hex, computed on the first call for that node of
+ * the snapshot (one read of the file) and kept: 0, or a negative errno. */
+int serve_content_sha(serve_snapshot *s, uint32_t node, uint64_t size, char *hex);
+
 /* The per-layer SVG (statistics of every tensor, computed once): NULL when no tensor has a
  * layer number or on failure. */
 const char *serve_plot(serve_snapshot *s, size_t *len);
 
 /* HTML pages. */
 char *serve_html_index(serve_repo *repos, size_t n, size_t *len);
-char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len);
+/* host: the request's Host header (for the download command), or NULL. */
+char *serve_html_repo(const serve_repo *r, serve_snapshot *s, const char *host, size_t *len);
 
 /* The HTTP side. */
 typedef struct serve_config {

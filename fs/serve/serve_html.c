@@ -4,6 +4,7 @@
 
 #include "core/util/json.h"
 #include "core/util/strbuf.h"
+#include "core/write/profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,13 +80,13 @@ char *serve_html_index(serve_repo *repos, size_t n, size_t *len) {
     head(&sb, "ckptfs serve");
     sb_puts(&sb, "<h1>ckptfs serve</h1>\n<p>Checkpoints as Hugging Face repositories: point "
                  "<code>HF_ENDPOINT</code> at this server.</p>\n<table><tr><th>repo</th>"
-                 "<th>source</th><th>commit</th></tr>\n");
+                 "<th>format</th><th>commit</th></tr>\n");
     for (size_t i = 0; i < n; i++) {
         char why[800];
         serve_snapshot *s = serve_repo_get(&repos[i], why, sizeof why);
-        sb_printf(&sb, "<tr><td><a href=\"/ckptfs/%s\">ckptfs/%s</a></td><td><code>", repos[i].name,
+        sb_printf(&sb, "<tr><td><a href=\"/%s\">%s</a></td><td><code>", repos[i].name,
                   repos[i].name);
-        html_z(&sb, repos[i].source);
+        html_z(&sb, s ? s->cat->format : "");
         sb_puts(&sb, "</code></td><td><code>");
         html_z(&sb, s ? s->sha : why);
         sb_puts(&sb, "</code></td></tr>\n");
@@ -156,6 +157,14 @@ static void summary_section(strbuf *sb, const serve_snapshot *s) {
         sb_puts(sb, "</pre>\n");
         return;
     }
+    /* summary.json names the source's path on the server: not the page's business */
+    for (json_value **m = doc.root->type == JSON_OBJECT ? &doc.root->head : NULL; m && *m;
+         m = &(*m)->next)
+        if ((*m)->key_len == 6 && memcmp((*m)->key, "source", 6) == 0) {
+            *m = (*m)->next;
+            doc.root->count--;
+            break;
+        }
     render_json(sb, doc.root, 0);
     json_doc_free(&doc);
     sb_putc(sb, '\n');
@@ -196,8 +205,89 @@ static void dtype_bar(strbuf *sb, const ckpt_catalog *cat) {
     sb_puts(sb, "</svg>\n");
 }
 
+/* 8030261248 -> "8.03B": the parameter count as model cards give it. */
+static void human_count(strbuf *sb, uint64_t n) {
+    static const struct {
+        double at;
+        const char *suffix;
+    } scale[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+    for (size_t i = 0; i < sizeof scale / sizeof *scale; i++)
+        if ((double)n >= scale[i].at) {
+            double v = (double)n / scale[i].at;
+            sb_printf(sb, v < 10 ? "%.2f%s" : v < 100 ? "%.1f%s" : "%.0f%s", v, scale[i].suffix);
+            return;
+        }
+    sb_printf(sb, "%llu", (unsigned long long)n);
+}
+
+/* What a person looks for first: the architecture and its sizes from config.json, the
+ * parameters (in all, and by dtype), and the command that downloads the repo. */
+static void card_section(strbuf *sb, const serve_repo *r, const serve_snapshot *s,
+                         const char *host) {
+    char *text = NULL;
+    json_doc cfg;
+    ckpt_err err;
+    bool have = ckpt_read_aux_json(s->cat, "config.json", &text, &cfg, &err) == 0;
+    sb_puts(sb, "<table>");
+    if (have && cfg.root->type == JSON_OBJECT) {
+        const json_value *arch = json_member(cfg.root, "architectures");
+        const json_value *mt = json_member(cfg.root, "model_type");
+        sb_puts(sb, "<tr><th>architecture</th><td>");
+        if (arch && arch->type == JSON_ARRAY && arch->head && arch->head->type == JSON_STRING)
+            html(sb, arch->head->str, arch->head->len);
+        else if (mt && mt->type == JSON_STRING)
+            html(sb, mt->str, mt->len);
+        else
+            sb_puts(sb, "<span class=\"muted\">not named</span>");
+        sb_puts(sb, "</td></tr>\n");
+        static const char *const keys[][2] = {
+            {"hidden_size", "hidden size"},      {"n_embd", "hidden size"},
+            {"num_hidden_layers", "layers"},     {"n_layer", "layers"},
+            {"num_attention_heads", "heads"},    {"n_head", "heads"},
+            {"num_key_value_heads", "KV heads"}, {"intermediate_size", "MLP size"},
+            {"vocab_size", "vocabulary"},        {"max_position_embeddings", "context"},
+            {"n_positions", "context"},          {"torch_dtype", "dtype (config)"}};
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+            const json_value *v = json_member(cfg.root, keys[i][0]);
+            if (!v || (v->type != JSON_NUMBER && v->type != JSON_STRING)) continue;
+            sb_printf(sb, "<tr><th>%s</th><td>", keys[i][1]);
+            html(sb, v->str, v->len);
+            sb_puts(sb, "</td></tr>\n");
+        }
+    }
+    if (have) json_doc_free(&cfg);
+    free(text);
+    uint64_t by[CKPT_DTYPE_COUNT] = {0}, total = 0;
+    for (size_t i = 0; i < s->cat->ntensors; i++)
+        if (!s->cat->tensors[i].aside) {
+            by[s->cat->tensors[i].dtype] += s->cat->tensors[i].numel;
+            total += s->cat->tensors[i].numel;
+        }
+    sb_puts(sb, "<tr><th>parameters</th><td>");
+    human_count(sb, total);
+    sb_printf(sb, " <span class=\"muted\">(%llu)</span></td></tr>\n", (unsigned long long)total);
+    for (int d = 0; d < CKPT_DTYPE_COUNT; d++) {
+        if (!by[d]) continue;
+        sb_puts(sb, "<tr><th>&nbsp;&nbsp;");
+        html_z(sb, ckpt_dtype_info_of((ckpt_dtype)d)->name);
+        sb_puts(sb, "</th><td>");
+        human_count(sb, by[d]);
+        sb_printf(sb, " (%.1f%%)</td></tr>\n", total ? 100.0 * (double)by[d] / (double)total : 0);
+    }
+    sb_puts(sb, "<tr><th>format</th><td>");
+    html_z(sb, s->cat->format);
+    sb_printf(sb, "</td></tr><tr><th>commit</th><td><code>%s</code></td></tr></table>\n", s->sha);
+    sb_puts(sb, "<h2>Download</h2>\n<pre>HF_ENDPOINT=http://");
+    html_z(sb, host && *host ? host : "HOST:PORT");
+    sb_puts(sb, " huggingface-cli download ");
+    html_z(sb, r->name);
+    sb_puts(sb, "</pre>\n<p>or <code>from_pretrained(\"");
+    html_z(sb, r->name);
+    sb_puts(sb, "\")</code> with the same <code>HF_ENDPOINT</code>.</p>\n");
+}
+
 static void file_link(strbuf *sb, const char *repo, const strbuf *path) {
-    sb_printf(sb, "<a href=\"/ckptfs/%s/resolve/main/", repo);
+    sb_printf(sb, "<a href=\"/%s/resolve/main/", repo);
     url(sb, path->data ? path->data : "", path->len);
     sb_puts(sb, "\">");
 }
@@ -319,24 +409,23 @@ static int tree_section(strbuf *sb, const serve_repo *r, const serve_snapshot *s
     return rc;
 }
 
-char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len) {
+char *serve_html_repo(const serve_repo *r, serve_snapshot *s, const char *host, size_t *len) {
     strbuf sb;
     sb_init(&sb);
-    char title[SERVE_NAME_MAX + 40];
-    snprintf(title, sizeof title, "ckptfs/%s", r->name);
+    char title[SERVE_ID_MAX + 40];
+    snprintf(title, sizeof title, "%s", r->name);
     head(&sb, title);
     sb_puts(&sb, "<p><a href=\"/\">all repos</a></p>\n<h1>");
     html_z(&sb, title);
-    sb_puts(&sb, "</h1>\n<table><tr><th>source</th><td><code>");
-    html_z(&sb, r->source);
-    sb_puts(&sb, "</code></td></tr><tr><th>format</th><td>");
-    html_z(&sb, s->cat->format);
-    sb_printf(&sb, "</td></tr><tr><th>commit</th><td><code>%s</code></td></tr></table>\n", s->sha);
+    sb_puts(&sb, "</h1>\n"); /* no server paths: where the files lie is the server's business */
+    card_section(&sb, r, s, host);
+    sb_puts(&sb, "<h2>Bytes by dtype</h2>\n");
+    dtype_bar(&sb, s->cat);
     sb_printf(&sb,
               "<p>With <code>HF_ENDPOINT</code> set to this server, Hub clients load "
-              "<code>ckptfs/%s</code> like any repository "
-              "(<a href=\"/api/models/ckptfs/%s\">API</a>). "
-              "<a href=\"/ckptfs/%s/layers.svg\">Per-layer norms and absmax</a> "
+              "<code>%s</code> like any repository "
+              "(<a href=\"/api/models/%s\">API</a>). "
+              "<a href=\"/%s/layers.svg\">Per-layer norms and absmax</a> "
               "(drawn on first request: reads every tensor).</p>\n",
               r->name, r->name, r->name);
     sb_puts(&sb, "<h2>Warnings</h2>\n");
@@ -348,8 +437,6 @@ char *serve_html_repo(const serve_repo *r, serve_snapshot *s, size_t *len) {
     if (!s->cat->nwarnings) sb_puts(&sb, "<p class=\"muted\">none</p>\n");
     files_section(&sb, r, s);
     summary_section(&sb, s);
-    sb_puts(&sb, "<h2>Bytes by dtype</h2>\n");
-    dtype_bar(&sb, s->cat);
     if (tree_section(&sb, r, s) != 0) sb.failed = true;
     sb_puts(&sb, "</body></html>\n");
     return sb_take(&sb, len);

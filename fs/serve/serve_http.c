@@ -6,6 +6,7 @@
  * response's own buffer, so memory does not grow with file sizes, and each block is checked
  * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
+#include "common/message.h"
 
 #include "core/read/segread.h"
 #include "core/util/sha256.h"
@@ -217,10 +218,17 @@ static enum range_result parse_range(const char *h, uint64_t size, uint64_t *sta
 
 /* ---- repo routing helpers ---- */
 
-static serve_repo *find_repo(serve_config *cfg, const char *name, size_t len) {
-    for (size_t i = 0; i < cfg->nrepos; i++)
-        if (strlen(cfg->repos[i].name) == len && memcmp(cfg->repos[i].name, name, len) == 0)
+/* The repo whose id ORG/NAME starts rest (followed by its end or a '/'); *rest moves past it
+ * and the '/'. */
+static serve_repo *find_repo(serve_config *cfg, const char **rest) {
+    for (size_t i = 0; i < cfg->nrepos; i++) {
+        size_t len = strlen(cfg->repos[i].name);
+        if (strncmp(*rest, cfg->repos[i].name, len) == 0 &&
+            ((*rest)[len] == '\0' || (*rest)[len] == '/')) {
+            *rest += len + ((*rest)[len] == '/');
             return &cfg->repos[i];
+        }
+    }
     return NULL;
 }
 
@@ -256,10 +264,10 @@ static enum MHD_Result api_info(struct MHD_Connection *c, const serve_repo *r,
     sb_init(&sb);
     char when[40];
     iso_time(s->modified, when, sizeof when);
-    sb_printf(&sb, "{\"_id\":\"%.24s\",\"id\":\"ckptfs/%s\",\"modelId\":\"ckptfs/%s\",", s->sha,
-              r->name, r->name);
+    sb_printf(&sb, "{\"_id\":\"%.24s\",\"id\":\"%s\",\"modelId\":\"%s\",\"author\":\"%.*s\",",
+              s->sha, r->name, r->name, (int)strcspn(r->name, "/"), r->name);
     sb_printf(&sb,
-              "\"author\":\"ckptfs\",\"sha\":\"%s\",\"lastModified\":\"%s\",\"createdAt\":\"%s\","
+              "\"sha\":\"%s\",\"lastModified\":\"%s\",\"createdAt\":\"%s\","
               "\"private\":false,\"disabled\":false,\"gated\":false,\"downloads\":0,\"likes\":0,"
               "\"library_name\":\"transformers\",\"tags\":[\"safetensors\",\"ckptfs\"],",
               s->sha, when, when);
@@ -377,8 +385,10 @@ static enum MHD_Result api_tree(struct MHD_Connection *c, const serve_snapshot *
     int rc = 0;
     if (at == SERVE_NODE_ROOT) {
         if (s->hf_dir != SERVE_NODE_NONE) rc = list_dir(&sb, s, s->hf_dir, recursive, &first, &p);
-        tree_entry(&sb, s, 0, &first, &p); /* tensors/ */
-        if (!rc && recursive) rc = list_dir(&sb, s, 0, true, &first, &p);
+        /* tensors/ as a directory only: a recursive listing of the repo is what a client
+         * downloads (JS listFiles), and the tensor tree is the HF view's bytes again. Listed
+         * recursively when asked for itself (tree/main/tensors?recursive=true). */
+        tree_entry(&sb, s, 0, &first, &p);
     } else {
         rc = list_dir(&sb, s, at, recursive, &first, &p);
     }
@@ -431,8 +441,11 @@ static enum MHD_Result resolve_file(struct MHD_Connection *c, serve_snapshot *s,
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
                           "%.200s: a source file changed; ask again", path);
     uint64_t size = serve_node_size(s, i);
+    /* the content's sha256, as the Hub's LFS ETag: huggingface_hub names its blob by it */
     char etag[SHA256_HEX_LEN + 3] = "\"";
-    file_id(s, path, size, etag + 1);
+    if (serve_content_sha(s, i, size, etag + 1) != 0)
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
+                          "%.200s: its bytes could not be read to name them; ask again", path);
     strcat(etag, "\"");
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
     unsigned status = MHD_HTTP_OK;
@@ -476,6 +489,12 @@ static enum MHD_Result resolve_file(struct MHD_Connection *c, serve_snapshot *s,
     snprintf(num, sizeof num, "%llu", (unsigned long long)size);
     MHD_add_response_header(r, "X-Linked-Size", num);
     MHD_add_response_header(r, "X-Repo-Commit", s->sha);
+    /* the newest mtime of the sources (an hf:// mount of this repo shows it as the files') */
+    char when[64];
+    struct tm tm;
+    gmtime_r(&s->modified, &tm);
+    strftime(when, sizeof when, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    MHD_add_response_header(r, "Last-Modified", when);
     MHD_add_response_header(r, "Accept-Ranges", "bytes");
     MHD_add_response_header(r, "Content-Type", content_type(path));
     if (status == MHD_HTTP_PARTIAL_CONTENT) {
@@ -530,7 +549,8 @@ static bool hostile_path(const char *url) {
 
 static enum MHD_Result repo_page(struct MHD_Connection *c, serve_repo *r, serve_snapshot *s) {
     size_t len = 0;
-    char *html = serve_html_repo(r, s, &len);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    char *html = serve_html_repo(r, s, host, &len);
     if (!html) return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "out of memory");
     return send_buffer(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
 }
@@ -551,16 +571,13 @@ static bool is_word(const char *s, size_t len, const char *word) {
     return len == strlen(word) && memcmp(s, word, len) == 0;
 }
 
-/* /api/models/ckptfs/NAME[/revision/REV | /tree/REV[/PATH]] and
- * /ckptfs/NAME[/resolve/REV/PATH | /layers.svg]. */
+/* /api/models/ORG/NAME[/revision/REV | /tree/REV[/PATH]] and
+ * /ORG/NAME[/resolve/REV/PATH | /layers.svg]. */
 static enum MHD_Result route_repo(struct MHD_Connection *c, serve_config *cfg, const char *rest,
                                   bool api) {
-    size_t nlen;
-    const char *name = component(&rest, &nlen);
-    serve_repo *r = name ? find_repo(cfg, name, nlen) : NULL;
-    if (!r)
-        return send_error(c, MHD_HTTP_NOT_FOUND, "RepoNotFound", "no repository ckptfs/%.*s",
-                          name ? (int)(nlen > 100 ? 100 : nlen) : 0, name ? name : "");
+    const char *asked = rest;
+    serve_repo *r = find_repo(cfg, &rest);
+    if (!r) return send_error(c, MHD_HTTP_NOT_FOUND, "RepoNotFound", "no repository %.100s", asked);
     enum { K_NONE, K_REVISION, K_TREE, K_RESOLVE, K_PLOT, K_OTHER } k = K_NONE;
     size_t klen = 0, rlen = 0;
     const char *kind = component(&rest, &klen), *rev = NULL;
@@ -604,8 +621,8 @@ static enum MHD_Result api_models(struct MHD_Connection *c, serve_config *cfg) {
     for (size_t i = 0; i < cfg->nrepos; i++) {
         char why[800];
         serve_snapshot *s = serve_repo_get(&cfg->repos[i], why, sizeof why);
-        sb_printf(&sb, "%s{\"id\":\"ckptfs/%s\",\"modelId\":\"ckptfs/%s\",\"sha\":\"%s\"}",
-                  i ? "," : "", cfg->repos[i].name, cfg->repos[i].name, s ? s->sha : "");
+        sb_printf(&sb, "%s{\"id\":\"%s\",\"modelId\":\"%s\",\"sha\":\"%s\"}", i ? "," : "",
+                  cfg->repos[i].name, cfg->repos[i].name, s ? s->sha : "");
         serve_snapshot_put(s);
     }
     sb_puts(&sb, "]\n");
@@ -642,8 +659,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return send_buffer(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
     }
     if (strcmp(url, "/api/models") == 0) return api_models(c, cfg);
-    if (strncmp(url, "/api/models/ckptfs/", 19) == 0) return route_repo(c, cfg, url + 19, true);
-    if (strncmp(url, "/ckptfs/", 8) == 0) return route_repo(c, cfg, url + 8, false);
+    if (strncmp(url, "/api/models/", 12) == 0) return route_repo(c, cfg, url + 12, true);
+    if (strncmp(url, "/api/", 5) != 0) return route_repo(c, cfg, url + 1, false);
     return send_error(c, MHD_HTTP_NOT_FOUND, "RepoNotFound", "no such page");
 }
 
@@ -667,10 +684,13 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
     return (size_t)(out - s);
 }
 
+/* libmicrohttpd's own messages end in a newline of their own; the rest is shown as ours. */
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    fputs("ckptfs serve: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    char text[1024];
+    vsnprintf(text, sizeof text, fmt, ap);
+    text[strcspn(text, "\n")] = '\0';
+    msg_error("serve", "%s", text);
 }
 
 struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigned addrlen,

@@ -2,6 +2,8 @@
  * safety rule (loopback, or a token, or an explicit --insecure-no-auth), then the server until
  * SIGINT/SIGTERM. */
 #include "serve.h"
+#include "common/message.h"
+#include "common/command.h"
 
 #include "common/heap.h"
 #include "common/size.h"
@@ -23,11 +25,10 @@ enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_SOURCE = 2, EXIT_LISTEN = 3 };
 extern uint64_t serve_max_shard_size;
 
 static const char help_text[] =
-    "Usage: ckptfs serve [OPTIONS] [NAME=]SOURCE...\n"
-    "Serve checkpoints as Hugging Face Hub repositories ckptfs/NAME over HTTP: the HF view\n"
+    "Serve checkpoints as Hugging Face Hub repositories ORG/NAME over HTTP: the HF view\n"
     "(config, model.safetensors or shards + index, tokenizer files) assembled on read, the\n"
-    "tensor tree under tensors/, and an HTML page per repo at /ckptfs/NAME.\n"
-    "Clients: HF_ENDPOINT=http://HOST:PORT; repo ckptfs/NAME, revision main.\n"
+    "tensor tree under tensors/, and an HTML page per repo at /ORG/NAME.\n"
+    "Clients: HF_ENDPOINT=http://HOST:PORT; repo ORG/NAME, revision main.\n"
     "\n"
     "  --listen HOST:PORT     address (default 127.0.0.1:8080; port 0 picks one)\n"
     "  --token-file FILE      require 'Authorization: Bearer TOKEN' (TOKEN: FILE's first line)\n"
@@ -38,7 +39,8 @@ static const char help_text[] =
     "  --max-shard-size S     split the HF view's model.safetensors above S (default 5GB)\n"
     "  -h, --help             this help\n"
     "\n"
-    "NAME defaults to the source's file name without its extension. A non-loopback\n"
+    "The id defaults to ORG/NAME for an HF cache folder models--ORG--NAME, else to\n"
+    "ckptfs/NAME, NAME the source's file name without its extension. A non-loopback\n"
     "address needs --token-file or --insecure-no-auth. Only GET and HEAD are answered.\n"
     "Exit status: 0 stopped by SIGINT/SIGTERM, 1 usage, 2 bad source, 3 cannot listen.\n";
 
@@ -79,10 +81,46 @@ static bool valid_name(const char *s, size_t n) {
     return true;
 }
 
+/* ORG/NAME or NAME (then ckptfs/NAME), both parts Hub-valid, into out. */
+static bool parse_id(const char *s, size_t n, char *out) {
+    const char *slash = memchr(s, '/', n);
+    if (!slash) {
+        if (!valid_name(s, n)) return false;
+        snprintf(out, SERVE_ID_MAX + 1, "ckptfs/%.*s", (int)n, s);
+        return true;
+    }
+    size_t org = (size_t)(slash - s);
+    /* "api" would shadow /api/models/... */
+    if (!valid_name(s, org) || !valid_name(slash + 1, n - org - 1) ||
+        (org == 3 && memcmp(s, "api", 3) == 0))
+        return false;
+    snprintf(out, SERVE_ID_MAX + 1, "%.*s", (int)n, s);
+    return true;
+}
+
+/* The repo id of a source: ORG/NAME for an HF cache folder models--ORG--NAME (the Hub's own
+ * id, so from_pretrained("ORG/NAME") finds it), ckptfs/NAME for anything else. */
+static void default_id(const char *source, char *out) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", source);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    const char *base = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+    const char *sep = strncmp(base, "models--", 8) == 0 ? strstr(base + 8, "--") : NULL;
+    if (sep) {
+        char id[SERVE_ID_MAX + 1];
+        int w = snprintf(id, sizeof id, "%.*s/%s", (int)(sep - base - 8), base + 8, sep + 2);
+        if (w > 0 && (size_t)w < sizeof id && parse_id(id, (size_t)w, out)) return;
+    }
+    char name[SERVE_NAME_MAX + 1];
+    default_name(source, name);
+    snprintf(out, SERVE_ID_MAX + 1, "ckptfs/%s", name);
+}
+
 static int read_token(const char *path, char **out) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "ckptfs serve: --token-file %s: %s\n", path, strerror(errno));
+        msg_error("serve", "--token-file %s: %s", path, strerror(errno));
         return -1;
     }
     char buf[4097];
@@ -95,10 +133,10 @@ static int read_token(const char *path, char **out) {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)buf[i] <= 0x20 || (unsigned char)buf[i] >= 0x7f) n = 0;
     if (n < 8) {
-        fprintf(stderr,
-                "ckptfs serve: --token-file %s: the first line must be a token of at "
-                "least 8 printable characters without spaces\n",
-                path);
+        msg_error("serve",
+                  "--token-file %s: the first line must be a token of at "
+                  "least 8 printable characters without spaces",
+                  path);
         return -1;
     }
     *out = strdup(buf);
@@ -153,9 +191,9 @@ static bool parse_count(const char *text, unsigned lo, unsigned hi, unsigned *ou
 }
 
 static int usage_error(const char *fmt, const char *arg) {
-    fputs("ckptfs serve: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (try: ckptfs serve --help)\n", stderr);
+    char text[1024];
+    snprintf(text, sizeof text, fmt, arg);
+    msg_error("serve", "%s (try: ckptfs serve --help)", text);
     return EXIT_USAGE;
 }
 
@@ -178,6 +216,7 @@ int serve_main(int argc, char **argv) {
                      strcmp(a, "--threads") == 0 || strcmp(a, "--max-connections") == 0 ||
                      strcmp(a, "--timeout") == 0 || strcmp(a, "--max-shard-size") == 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            command_print_usage(stdout, "serve");
             fputs(help_text, stdout);
             free(sources);
             return EXIT_OK;
@@ -208,8 +247,12 @@ int serve_main(int argc, char **argv) {
             sources[nsources++] = argv[i];
         if (bad_count) {
             free(sources);
-            fprintf(stderr, "ckptfs serve: %s %s: expected a positive count ", a, val);
-            return usage_error("%s", "(threads <= 256, connections <= 65536, timeout <= 86400)");
+            char what[400];
+            snprintf(what, sizeof what,
+                     "%s %.300s: expected a positive count (threads <= 256, "
+                     "connections <= 65536, timeout <= 86400)",
+                     a, val);
+            return usage_error("%s", what);
         }
         if (takes) i++;
     }
@@ -250,27 +293,25 @@ int serve_main(int argc, char **argv) {
         serve_repo *r = &cfg.repos[i];
         const char *eq = strchr(sources[i], '=');
         const char *path = sources[i];
-        if (eq && valid_name(sources[i], (size_t)(eq - sources[i]))) {
-            memcpy(r->name, sources[i], (size_t)(eq - sources[i]));
+        if (eq && parse_id(sources[i], (size_t)(eq - sources[i]), r->name))
             path = eq + 1;
-        } else {
-            default_name(sources[i], r->name);
-        }
-        /* Two sources of one name: the later ones get -2, -3, ... */
-        char base[SERVE_NAME_MAX + 1];
+        else
+            default_id(sources[i], r->name);
+        /* Two sources of one id: the later ones get -2, -3, ... */
+        char base[SERVE_ID_MAX + 1];
         memcpy(base, r->name, sizeof base);
         for (unsigned k = 2;; k++) {
             bool taken = false;
             for (size_t j = 0; j < i; j++) taken |= strcmp(cfg.repos[j].name, r->name) == 0;
             if (!taken) break;
-            snprintf(r->name, sizeof r->name, "%.80s-%u", base, k);
+            snprintf(r->name, sizeof r->name, "%.*s-%u", SERVE_ID_MAX - 12, base, k);
         }
         pthread_mutex_init(&r->lock, NULL);
         r->source = strdup(path);
         cfg.nrepos++;
         ckpt_err err = {{0}};
         if (!r->source || serve_snapshot_open(path, &r->cur, &err) != 0) {
-            fprintf(stderr, "ckptfs serve: %s\n", r->source ? err.msg : "out of memory");
+            msg_error("serve", "%s", r->source ? err.msg : "out of memory");
             goto out;
         }
     }
@@ -288,7 +329,7 @@ int serve_main(int argc, char **argv) {
     char msg[300];
     d = serve_http_start(&cfg, &ss, (unsigned)sslen, msg, sizeof msg);
     if (!d) {
-        fprintf(stderr, "ckptfs serve: --listen %s: %s\n", listen, msg);
+        msg_error("serve", "--listen %s: %s", listen, msg);
         goto out;
     }
     char host[NI_MAXHOST] = "?";
@@ -297,7 +338,7 @@ int serve_main(int argc, char **argv) {
            ss.ss_family == AF_INET6 ? "[" : "", host, ss.ss_family == AF_INET6 ? "]" : "",
            serve_http_port(d), cfg.token ? "Bearer token required" : "no authentication");
     for (size_t i = 0; i < cfg.nrepos; i++)
-        printf("ckptfs serve: ckptfs/%s  <- %s\n", cfg.repos[i].name, cfg.repos[i].source);
+        printf("ckptfs serve: %s  <- %s\n", cfg.repos[i].name, cfg.repos[i].source);
     fflush(stdout);
     int sig;
     sigwait(&stop, &sig);

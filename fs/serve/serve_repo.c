@@ -16,11 +16,15 @@
 uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
 
 /* The commit id: a digest of what identifies every source file (path, device, inode, size,
- * mtime, ctime), so any change to a source gives a new id without reading its bytes. */
+ * mtime, ctime), so any change to a source gives a new id without reading its bytes, and of
+ * the options that shape the repo's files (--max-shard-size): clients cache by commit id
+ * (huggingface_hub keeps the tree listing of a commit), so other files need another id. */
 static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_ctx c;
     sha256_init(&c);
     sha256_update(&c, "ckptfs serve " CKPT_VERSION, strlen("ckptfs serve " CKPT_VERSION));
+    uint64_t shard = serve_max_shard_size;
+    sha256_update(&c, &shard, sizeof shard);
     sha256_update(&c, cat->root, strlen(cat->root) + 1);
     for (uint32_t i = 0; i < cat->nsources; i++) {
         const ckpt_source *src = &cat->sources[i];
@@ -82,6 +86,7 @@ void serve_snapshot_put(serve_snapshot *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
     for (int d = 0; d < DOC_COUNT; d++) free(s->docs[d]);
     free(s->plot);
+    if (s->etags_free) s->etags_free(s->etags);
     pthread_mutex_destroy(&s->plot_lock);
     tree_free(&s->tr);
     ckpt_hfview_free(&s->view);

@@ -5,6 +5,8 @@
  * Like the read-only mount, the command checks everything it can in the foreground (OUT's
  * name, the spool, the source) and returns only once the mount answers. */
 #include "stage.h"
+#include "common/message.h"
+#include "common/command.h"
 
 #include "common/daemon.h"
 #include "common/mount_opts.h"
@@ -45,8 +47,8 @@ static const struct fuse_opt stage_spec[] = {
 };
 
 static void usage(FILE *out) {
+    command_print_usage(out, "stage");
     fprintf(out,
-            "Usage: ckptfs stage OUT MOUNTPOINT [--from SOURCE] [-f] [-d] [-s] [-o OPTION,...]\n"
             "Mount a writable staging tree; on commit its tensors become the archive OUT.\n"
             "A tensor is NAME (raw little-endian bytes) + NAME.json ({\"dtype\", \"shape\"}), or\n"
             "NAME.npy. Paths give names ('/' -> '.'); a sidecar's \"name\" is kept where the\n"
@@ -88,7 +90,7 @@ static int take_from(int *argc, char **argv, char **from) {
     for (int r = 0; r < *argc; r++) {
         if (strcmp(argv[r], "--from") == 0) {
             if (r + 1 >= *argc) {
-                fprintf(stderr, "ckptfs stage: --from needs a SOURCE\n");
+                msg_error("stage", "--from needs a SOURCE");
                 return -1;
             }
             free(*from);
@@ -207,7 +209,7 @@ static int commit_on_unmount(stage *st, bool commit, bool detached) {
         status = stage_commit(st, &report);
         if (report) {
             const char *body = strchr(report, '\n');
-            fprintf(stderr, "%s", body ? body + 1 : report);
+            msg_print_lines(stderr, body ? body + 1 : report);
             if (detached) log_report(st, report, status);
         }
         free(report);
@@ -224,38 +226,37 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
     struct fuse_session *se = NULL;
     char mnt[PATH_MAX], from[PATH_MAX];
     if (!realpath(req->mountpoint, mnt)) {
-        fprintf(stderr, "ckptfs stage: mount point %s: %s\n", req->mountpoint, strerror(errno));
+        msg_error("stage", "mount point %s: %s", req->mountpoint, strerror(errno));
         goto out;
     }
     if (!mountpoint_usable("ckptfs stage", mnt)) goto out;
     if (!(st.out = stage_out_path(req->out)) || !(st.spool = stage_spool_path(st.out, req->spool)))
         goto out;
     if (parse_size_option(req->max_shard_size, &st.max_shard_size) != 0) {
-        fprintf(stderr,
-                "ckptfs stage: max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB\n",
-                req->max_shard_size);
+        msg_error("stage", "max_shard_size=%s: expected a size such as 5GB, 500MB, 2GiB",
+                  req->max_shard_size);
         goto out;
     }
     /* ckpt_write would turn a file name into a directory of that name: say so instead. */
     if (req->max_shard_size && st.out[strlen(st.out) - 1] != '/') {
-        fprintf(stderr,
-                "ckptfs stage: max_shard_size=%s: only a Hugging Face directory OUT (DIR/) is "
-                "split into shards; %s is one file\n",
-                req->max_shard_size, st.out);
+        msg_error("stage",
+                  "max_shard_size=%s: only a Hugging Face directory OUT (DIR/) is "
+                  "split into shards; %s is one file",
+                  req->max_shard_size, st.out);
         goto out;
     }
     st.mountpoint = strdup(mnt);
     /* Inside the mount they would be reached through the mount itself. */
     if (is_under(st.out, mnt) || is_under(st.spool, mnt)) {
-        fprintf(stderr, "ckptfs stage: %s %s is inside the mount point %s (put it elsewhere%s)\n",
-                is_under(st.out, mnt) ? "OUT" : "the spool",
-                is_under(st.out, mnt) ? st.out : st.spool, mnt,
-                is_under(st.out, mnt) ? "" : ", or choose one with -o spool=DIR");
+        msg_error("stage", "%s %s is inside the mount point %s (put it elsewhere%s)",
+                  is_under(st.out, mnt) ? "OUT" : "the spool",
+                  is_under(st.out, mnt) ? st.out : st.spool, mnt,
+                  is_under(st.out, mnt) ? "" : ", or choose one with -o spool=DIR");
         goto out;
     }
     status = STAGE_INVALID;
     if (req->from && !realpath(req->from, from)) {
-        fprintf(stderr, "ckptfs stage: --from %s: %s\n", req->from, strerror(errno));
+        msg_error("stage", "--from %s: %s", req->from, strerror(errno));
         goto out;
     }
     if (req->from && !mountpoint_apart("ckptfs stage", mnt, from, NULL)) {
@@ -278,12 +279,12 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
     stage_own_ctime_change(&st, NULL, false);
     struct stat os;
     if (resumed)
-        fprintf(stderr, "ckptfs stage: continuing the stage of %s kept in %s\n", st.out, st.spool);
+        msg_error("stage", "continuing the stage of %s kept in %s", st.out, st.spool);
     else if (!st.from && stat(st.out, &os) == 0)
-        fprintf(stderr,
-                "ckptfs stage: note: %s exists; this stage starts empty and a commit "
-                "replaces it (stage with --from %s to start from its tensors)\n",
-                st.out, st.out);
+        msg_error("stage",
+                  "note: %s exists; this stage starts empty and a commit "
+                  "replaces it (stage with --from %s to start from its tensors)",
+                  st.out, st.out);
 
     fuse_opt_add_arg(args, "-osubtype=ckptfs");
     fuse_opt_add_arg(args, "-ofsname=ckptfs-stage");
@@ -298,7 +299,7 @@ int stage_mount(const stage_request *req, struct fuse_args *args) {
         goto out_handlers;
     }
     if (!req->foreground && daemon_detach(3) != 0) {
-        fprintf(stderr, "ckptfs stage: cannot detach: %s\n", strerror(errno));
+        msg_error("stage", "cannot detach: %s", strerror(errno));
         goto out_unmount;
     }
     spool_note_pid(&st);
@@ -341,12 +342,12 @@ int stage_main(int argc, char **argv) {
         goto out;
     }
     if (!o.m.first || !o.m.mountpoint || o.m.extra_args) {
-        fprintf(stderr, "ckptfs stage: expected OUT and MOUNTPOINT (try: ckptfs stage --help)\n");
+        msg_error("stage", "expected OUT and MOUNTPOINT (try: ckptfs stage --help)");
         goto out;
     }
     if (o.m.max_threads && !parse_uint_option(o.m.max_threads, 1, 1024, &max_threads)) {
-        fprintf(stderr, "ckptfs stage: max_threads=%s: expected a whole number from 1 to 1024\n",
-                o.m.max_threads);
+        msg_error("stage", "max_threads=%s: expected a whole number from 1 to 1024",
+                  o.m.max_threads);
         goto out;
     }
     stage_request req = {.out = o.m.first,

@@ -7,6 +7,8 @@
  * While the write waits, MOUNTPOINT/.ckptfs/status shows the progress, which is drawn on
  * stderr when it is a terminal. */
 #include "common/progress.h"
+#include "common/message.h"
+#include "common/command.h"
 #include "stage.h"
 #include "stage_fs.h"
 
@@ -79,8 +81,8 @@ static void *watch_progress(void *arg) {
 }
 
 static void commit_usage(FILE *out) {
+    command_print_usage(out, "commit");
     fprintf(out,
-            "Usage: ckptfs commit MOUNTPOINT\n"
             "Validate the tree staged at MOUNTPOINT (by `ckptfs stage`) and write its archive.\n"
             "Every problem is listed with the path of the file concerned; nothing is written\n"
             "then, and the staged files stay as they are.\n"
@@ -96,14 +98,13 @@ int commit_main(int argc, char **argv) {
             return 0;
         }
         if (argv[i][0] == '-' || mnt) {
-            fprintf(stderr, "ckptfs commit: unexpected argument %s (try: ckptfs commit --help)\n",
-                    argv[i]);
+            msg_error("commit", "unexpected argument %s (try: ckptfs commit --help)", argv[i]);
             return STAGE_USAGE;
         }
         mnt = argv[i];
     }
     if (!mnt) {
-        fprintf(stderr, "ckptfs commit: expected MOUNTPOINT (try: ckptfs commit --help)\n");
+        msg_error("commit", "expected MOUNTPOINT (try: ckptfs commit --help)");
         return STAGE_USAGE;
     }
     strbuf path;
@@ -113,9 +114,9 @@ int commit_main(int argc, char **argv) {
     if (fd < 0) {
         int e = errno;
         bool not_stage = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS;
-        fprintf(stderr, "ckptfs commit: %s: %s\n", mnt,
-                not_stage ? "not a ckptfs staging mount (no .ckptfs/commit to write)"
-                          : strerror(e));
+        msg_error("commit", "%s: %s", mnt,
+                  not_stage ? "not a ckptfs staging mount (no .ckptfs/commit to write)"
+                            : strerror(e));
         sb_free(&path);
         return not_stage ? STAGE_USAGE : STAGE_WRITE_FAILED;
     }
@@ -149,15 +150,17 @@ int commit_main(int argc, char **argv) {
             sb_free(&report);
             return 0;
         }
-        fprintf(stderr, "ckptfs commit: %s: the commit failed: %s\n", mnt, strerror(write_errno));
+        msg_error("commit", "%s: the commit failed: %s", mnt, strerror(write_errno));
         sb_free(&report);
         return STAGE_WRITE_FAILED;
     }
     body++;
     if (status == STAGE_OK) {
-        printf("ckptfs commit: %s", body);
+        fputs("ckptfs commit: ", stdout);
+        msg_print_lines(stdout, body);
     } else {
-        fprintf(stderr, "ckptfs commit: %s", body);
+        fputs("ckptfs commit: ", stderr);
+        msg_print_lines(stderr, body);
     }
     sb_free(&report);
     return status;

@@ -15,6 +15,7 @@
  * Every record is one write(2); one cut short by a full disk is truncated away again, and
  * replay ignores a last line without its newline. */
 #include "stage_fs.h"
+#include "common/message.h"
 
 #include "core/util/hashmap.h"
 
@@ -184,8 +185,7 @@ typedef struct replay {
 
 static void skip(replay *r, const char *why) {
     if (r->skipped++ < 10)
-        fprintf(stderr, "ckptfs stage: %s/journal line %zu: %s (skipped)\n", r->st->spool, r->line,
-                why);
+        msg_error("stage", "%s/journal line %zu: %s (skipped)", r->st->spool, r->line, why);
 }
 
 /* The parent directory of "/a/b/c" and the last name ("c"). */
@@ -415,10 +415,10 @@ static void drop_missing_data(replay *r, snode *dir) {
                 tree_path(c, &p);
                 char name[17];
                 spool_data_name(c->data_id, name);
-                fprintf(stderr,
-                        "ckptfs stage: %s/data/%s, the bytes of staged file /%s, is missing: "
-                        "the file is left out\n",
-                        r->st->spool, name, p.data ? p.data : "?");
+                msg_error("stage",
+                          "%s/data/%s, the bytes of staged file /%s, is missing: "
+                          "the file is left out",
+                          r->st->spool, name, p.data ? p.data : "?");
                 sb_free(&p);
                 remove_subtree(c);
             }
@@ -444,10 +444,10 @@ int journal_replay(stage *st, const hashmap *lower_paths) {
         line[n - 1] = '\0';
         if (r.line == 1) {
             if (strcmp(line, JOURNAL_HEADER) != 0) {
-                fprintf(stderr,
-                        "ckptfs stage: %s/journal: not a ckptfs journal (first line "
-                        "is not \"%s\")\n",
-                        st->spool, JOURNAL_HEADER);
+                msg_error("stage",
+                          "%s/journal: not a ckptfs journal (first line "
+                          "is not \"%s\")",
+                          st->spool, JOURNAL_HEADER);
                 rc = -EINVAL;
                 break;
             }
@@ -468,8 +468,7 @@ int journal_replay(stage *st, const hashmap *lower_paths) {
     fclose(in);
     if (!rc) drop_missing_data(&r, st->root);
     if (r.skipped > 10)
-        fprintf(stderr, "ckptfs stage: %s/journal: %zu records skipped in all\n", st->spool,
-                r.skipped);
+        msg_error("stage", "%s/journal: %zu records skipped in all", st->spool, r.skipped);
     return rc;
 }
 
@@ -523,11 +522,11 @@ int journal_snapshot(stage *st) {
 int journal_restore(stage *st, bool resumed, const hashmap *lower_paths) {
     int rc = resumed ? journal_replay(st, lower_paths) : 0;
     if (rc) {
-        if (rc == -ENOMEM) fprintf(stderr, "ckptfs stage: out of memory\n");
+        if (rc == -ENOMEM) msg_error("stage", "out of memory");
         return STAGE_INVALID;
     }
     if ((rc = journal_snapshot(st)) != 0) {
-        fprintf(stderr, "ckptfs stage: cannot write %s/journal: %s\n", st->spool, strerror(-rc));
+        msg_error("stage", "cannot write %s/journal: %s", st->spool, strerror(-rc));
         return STAGE_INVALID;
     }
     return 0;

@@ -1,6 +1,7 @@
 /* Where a stage's OUT and spool are, as absolute paths, whichever command asks (ckptfs stage,
  * stage --status, umount). */
 #include "stage.h"
+#include "common/message.h"
 #include "stage_fs.h"
 
 #include "core/write/writer.h"
@@ -26,19 +27,18 @@ char *stage_out_path(const char *out) {
     char *result = NULL;
     struct stat s;
     if (!d || !b) {
-        fprintf(stderr, "ckptfs stage: out of memory\n");
+        msg_error("stage", "out of memory");
     } else if (!realpath(dirname(d), dir)) {
-        fprintf(stderr, "ckptfs stage: OUT %s: its directory cannot be used: %s\n", out,
-                strerror(errno));
+        msg_error("stage", "OUT %s: its directory cannot be used: %s", out, strerror(errno));
     } else {
         const char *base = basename(b);
         bool is_dir = dir_form || (stat(trimmed, &s) == 0 && S_ISDIR(s.st_mode));
         if (!ckpt_writer_for(out) || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 ||
             strcmp(base, "..") == 0) {
-            fprintf(stderr,
-                    "ckptfs stage: OUT %s: cannot tell the format from the name (use %s, any of "
-                    "them + .zst, or DIR/ for a Hugging Face directory)\n",
-                    out, ckpt_writer_suffixes());
+            msg_error("stage",
+                      "OUT %s: cannot tell the format from the name (use %s, any of "
+                      "them + .zst, or DIR/ for a Hugging Face directory)",
+                      out, ckpt_writer_suffixes());
         } else if ((result = malloc(strlen(dir) + strlen(base) + 3))) {
             sprintf(result, "%s%s%s%s", dir, strcmp(dir, "/") ? "/" : "", base, is_dir ? "/" : "");
         }
@@ -62,8 +62,8 @@ char *stage_spool_path(const char *out_abs, const char *opt) {
         char dir[PATH_MAX];
         const char *base = basename(copy2);
         if (!realpath(dirname(copy), dir)) {
-            fprintf(stderr, "ckptfs stage: spool %s: its directory cannot be used: %s\n",
-                    opt ? opt : out_abs, strerror(errno));
+            msg_error("stage", "spool %s: its directory cannot be used: %s", opt ? opt : out_abs,
+                      strerror(errno));
         } else if ((result = malloc(strlen(dir) + strlen(base) + 16))) {
             sprintf(result, "%s/%s%s%s", strcmp(dir, "/") ? dir : "", opt ? "" : ".", base,
                     opt ? "" : ".stage");

@@ -10,6 +10,7 @@
  *
  * Data files no journal record refers to are removed once the journal was rewritten. */
 #include "stage_fs.h"
+#include "common/message.h"
 #include "core/util/grow.h"
 
 #include "core/util/hashmap.h"
@@ -129,8 +130,7 @@ static int populate_lower(stage *st, hashmap *by_path) {
         if (!rc) rc = add_lower_file(st, side_path, SRC_LOWER_SIDECAR, i, side_len, mtime);
         free(side_path);
         if (rc != 0) {
-            fprintf(stderr, "ckptfs stage: %s: tensor path %s cannot be staged (skipped)\n",
-                    st->from, t->path);
+            msg_error("stage", "%s: tensor path %s cannot be staged (skipped)", st->from, t->path);
             continue;
         }
         bool added; /* sidecars are found by their tensor's path (lower_file) */
@@ -183,8 +183,7 @@ static int populate_aux(stage *st) {
         }
         if (rc) {
             spool_data_unlink(st, id);
-            fprintf(stderr, "ckptfs stage: %s: cannot copy it into the spool: %s\n", s->path,
-                    strerror(-rc));
+            msg_error("stage", "%s: cannot copy it into the spool: %s", s->path, strerror(-rc));
             break;
         }
         f->src = SRC_SPOOL;
@@ -289,8 +288,8 @@ static void remove_stale_partials(const stage *st) {
             fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         if (S_ISREG(s.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
-            fprintf(stderr, "ckptfs stage: removed %s/%s, left by a commit that did not finish\n",
-                    dir, e->d_name);
+            msg_error("stage", "removed %s/%s, left by a commit that did not finish", dir,
+                      e->d_name);
         if (!S_ISDIR(s.st_mode)) continue;
         int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
@@ -303,13 +302,13 @@ static void remove_stale_partials(const stage *st) {
         }
         if (sd) closedir(sd);
         if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
-            fprintf(stderr, "ckptfs stage: removed %s/%s/, left by a commit that did not finish\n",
-                    dir, e->d_name);
+            msg_error("stage", "removed %s/%s/, left by a commit that did not finish", dir,
+                      e->d_name);
         else
-            fprintf(stderr,
-                    "ckptfs stage: %s/%s/, left by a commit that did not finish, holds "
-                    "directories: look at it and remove it\n",
-                    dir, e->d_name);
+            msg_error("stage",
+                      "%s/%s/, left by a commit that did not finish, holds "
+                      "directories: look at it and remove it",
+                      dir, e->d_name);
     }
     if (d) closedir(d);
     free(copy);
@@ -458,7 +457,7 @@ static void load_last_report(stage *st) {
 static int take_lock(stage *st) {
     st->lock_fd = openat(st->spool_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (st->lock_fd < 0) {
-        fprintf(stderr, "ckptfs stage: %s/lock: %s\n", st->spool, strerror(errno));
+        msg_error("stage", "%s/lock: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -466,10 +465,10 @@ static int take_lock(stage *st) {
         ssize_t r = pread(st->lock_fd, pid, sizeof pid - 1, 0);
         pid[r > 0 ? r : 0] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
-        fprintf(stderr,
-                "ckptfs stage: %s is already being staged by another ckptfs%s%s%s "
-                "(spool %s)\n",
-                st->out, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", st->spool);
+        msg_error("stage",
+                  "%s is already being staged by another ckptfs%s%s%s "
+                  "(spool %s)",
+                  st->out, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", st->spool);
         return STAGE_INVALID;
     }
     return 0;
@@ -495,7 +494,7 @@ static int open_source(stage *st) {
     if (!st->from) return 0;
     ckpt_err err = {{0}};
     if (ckpt_open(st->from, NULL, &st->lower, &err) != 0) {
-        fprintf(stderr, "ckptfs stage: --from %s\n", err.msg);
+        msg_error("stage", "--from %s", err.msg);
         return STAGE_INVALID;
     }
     return 0;
@@ -505,13 +504,12 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
                  hashmap *lower_paths) {
     st->spool_fd = st->data_fd = st->lock_fd = st->journal_fd = -1;
     if (mkdir(st->spool, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "ckptfs stage: cannot create the spool %s: %s\n", st->spool,
-                strerror(errno));
+        msg_error("stage", "cannot create the spool %s: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
     st->spool_fd = open(st->spool, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (st->spool_fd < 0) {
-        fprintf(stderr, "ckptfs stage: spool %s: %s\n", st->spool, strerror(errno));
+        msg_error("stage", "spool %s: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
     int rc = take_lock(st);
@@ -519,12 +517,12 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     struct stat state;
     *fresh = fstatat(st->spool_fd, "state", &state, 0) != 0 && errno == ENOENT;
     if (mkdirat(st->spool_fd, "data", 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "ckptfs stage: %s/data: %s\n", st->spool, strerror(errno));
+        msg_error("stage", "%s/data: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
     st->data_fd = openat(st->spool_fd, "data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (st->data_fd < 0) {
-        fprintf(stderr, "ckptfs stage: %s/data: %s\n", st->spool, strerror(errno));
+        msg_error("stage", "%s/data: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
 
@@ -532,24 +530,23 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     int sr = read_state(st, &saved);
     *resumed = sr == 0;
     if (sr != 0 && sr != -ENOENT) {
-        fprintf(stderr, "ckptfs stage: %s/state: not a ckptfs stage state file%s%s\n", st->spool,
-                sr == -EINVAL ? "" : ": ", sr == -EINVAL ? "" : strerror(-sr));
+        msg_error("stage", "%s/state: not a ckptfs stage state file%s%s", st->spool,
+                  sr == -EINVAL ? "" : ": ", sr == -EINVAL ? "" : strerror(-sr));
         free_state(&saved);
         return STAGE_INVALID;
     }
     if (*resumed) {
         if (strcmp(saved.out, st->out) != 0) {
-            fprintf(stderr, "ckptfs stage: the spool %s stages %s, not %s\n", st->spool, saved.out,
-                    st->out);
+            msg_error("stage", "the spool %s stages %s, not %s", st->spool, saved.out, st->out);
             free_state(&saved);
             return STAGE_INVALID;
         }
         if (st->from && (!saved.from || strcmp(saved.from, st->from) != 0)) {
-            fprintf(stderr,
-                    "ckptfs stage: the spool %s holds a stage %s%s, not over --from %s "
-                    "(leave out --from to continue it, or remove the spool to start over)\n",
-                    st->spool, saved.from ? "over " : "started empty", saved.from ? saved.from : "",
-                    from_arg);
+            msg_error("stage",
+                      "the spool %s holds a stage %s%s, not over --from %s "
+                      "(leave out --from to continue it, or remove the spool to start over)",
+                      st->spool, saved.from ? "over " : "started empty",
+                      saved.from ? saved.from : "", from_arg);
             free_state(&saved);
             return STAGE_INVALID;
         }
@@ -565,10 +562,10 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
         if (changed && over_own_out(st) && commit_landed(st)) {
             /* OUT holds the staged tree: nothing is left to replay. The journal goes first,
              * so that a kill from here on finds the same (old state, landing, no journal). */
-            fprintf(stderr,
-                    "ckptfs stage: the last commit of %s was cut short after it put OUT in "
-                    "place: the stage goes on over it\n",
-                    st->out);
+            msg_error("stage",
+                      "the last commit of %s was cut short after it put OUT in "
+                      "place: the stage goes on over it",
+                      st->out);
             unlinkat(st->spool_fd, "journal", 0);
             fsync(st->spool_fd);
             *resumed = false;
@@ -576,11 +573,11 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
             changed = false;
         }
         if (changed) {
-            fprintf(stderr,
-                    "ckptfs stage: the source %s changed since this stage began (sizes "
-                    "or times of its files differ); the staged changes refer to the old files. "
-                    "Restore it, or remove the spool %s to start over\n",
-                    st->from, st->spool);
+            msg_error("stage",
+                      "the source %s changed since this stage began (sizes "
+                      "or times of its files differ); the staged changes refer to the old files. "
+                      "Restore it, or remove the spool %s to start over",
+                      st->from, st->spool);
             rc = STAGE_INVALID;
         }
         sb_free(&now);
@@ -588,14 +585,14 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     free_state(&saved);
     if (rc) return rc;
     if (!*resumed && spool_write_state(st) != 0) {
-        fprintf(stderr, "ckptfs stage: cannot write %s/state: %s\n", st->spool, strerror(errno));
+        msg_error("stage", "cannot write %s/state: %s", st->spool, strerror(errno));
         return STAGE_INVALID;
     }
     spool_clear_landing(st); /* the state names the source as it is now */
 
     st->root = snode_new(SN_DIR, "", 0, 0755);
     if (!st->root || !hm_init(lower_paths, st->lower ? st->lower->ntensors : 1)) {
-        fprintf(stderr, "ckptfs stage: out of memory\n");
+        msg_error("stage", "out of memory");
         return STAGE_INVALID;
     }
     rc = st->lower ? populate_lower(st, lower_paths) : 0;
@@ -604,7 +601,7 @@ static int setup(stage *st, const char *from_arg, bool *resumed, bool *fresh,
     st->dirty = !*resumed && st->lower && !st->landed;
     if (rc) {
         hm_free(lower_paths);
-        if (rc == -ENOMEM) fprintf(stderr, "ckptfs stage: out of memory\n");
+        if (rc == -ENOMEM) msg_error("stage", "out of memory");
         return STAGE_INVALID;
     }
     return 0;

@@ -10,7 +10,10 @@
  * ends and writes its outcome into it just before (stage_spool.c), so waiting for the lock is
  * waiting for the commit. */
 #include "stage.h"
+#include "common/message.h"
+#include "common/command.h"
 #include "stage_fs.h"
+#include "common/mountpoint.h"
 
 #include "core/util/json.h"
 
@@ -129,7 +132,7 @@ static int run_fusermount(const char *mnt) {
     if (pid < 0) return -errno;
     if (pid == 0) {
         execlp("fusermount3", "fusermount3", "-u", mnt, (char *)NULL);
-        fprintf(stderr, "ckptfs umount: cannot run fusermount3: %s\n", strerror(errno));
+        msg_error("umount", "cannot run fusermount3: %s", strerror(errno));
         _exit(127);
     }
     int ws;
@@ -183,8 +186,8 @@ static bool is_stage_mount(const char *mnt) {
 }
 
 static void umount_usage(FILE *to) {
+    command_print_usage(to, "umount");
     fprintf(to,
-            "Usage: ckptfs umount MOUNTPOINT\n"
             "Unmount a ckptfs mount. For a staging mount, wait for the commit its daemon makes\n"
             "after the unmount and exit with its status: 0 committed (or nothing to commit,\n"
             "or nocommit), 2 the staged tree has problems, 3 writing OUT failed or the daemon\n"
@@ -201,6 +204,22 @@ int umount_main(int argc, char **argv) {
         return STAGE_USAGE;
     }
     const char *mnt = argv[1];
+    /* Only a mount of ours: fusermount3 would say "Invalid argument" of a plain directory. */
+    char real[PATH_MAX], type[128], source[PATH_MAX];
+    if (!realpath(mnt, real)) {
+        fprintf(stderr, "ckptfs umount: %s: %s\n", mnt, strerror(errno));
+        return STAGE_USAGE;
+    }
+    if (!mount_at(real, type, sizeof type, source, sizeof source)) {
+        fprintf(stderr, "ckptfs umount: %s: not a ckptfs mount (nothing is mounted there)\n", mnt);
+        return STAGE_USAGE;
+    }
+    if (strcmp(type, "fuse") != 0 && strncmp(type, "fuse.", 5) != 0) {
+        fprintf(stderr,
+                "ckptfs umount: %s: not a ckptfs mount (%s, of type %s, is mounted there)\n", mnt,
+                source, type);
+        return STAGE_USAGE;
+    }
     char *spool = spool_of_mount(mnt);
     bool orphan = !spool && is_stage_mount(mnt);
     int spool_fd = spool ? open(spool, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
@@ -222,33 +241,32 @@ int umount_main(int argc, char **argv) {
         int n = 0;
         if (sscanf(what, "done %d", &n) == 1 || sscanf(what, "nocommit %d", &n) == 1) {
             if (what[0] == 'n')
-                fprintf(stderr, "ckptfs umount: %s: nocommit: the changes stay in %s\n", mnt,
-                        spool);
+                msg_error("umount", "%s: nocommit: the changes stay in %s", mnt, spool);
         } else if (sscanf(what, "failed %d", &n) == 1 && n > 0) {
-            fprintf(stderr,
-                    "ckptfs umount: %s: the commit on unmount failed (the staged files "
-                    "are kept in %s)\n",
-                    mnt, spool);
+            msg_error("umount",
+                      "%s: the commit on unmount failed (the staged files "
+                      "are kept in %s)",
+                      mnt, spool);
             print_report(spool_fd, stderr);
             status = n;
         } else {
-            fprintf(stderr,
-                    "ckptfs umount: %s: the stage's daemon ended without finishing its "
-                    "commit (killed?); the spool %s is kept\n",
-                    mnt, spool);
+            msg_error("umount",
+                      "%s: the stage's daemon ended without finishing its "
+                      "commit (killed?); the spool %s is kept",
+                      mnt, spool);
             status = STAGE_WRITE_FAILED;
         }
         close(lock);
     } else if (orphan) {
-        fprintf(stderr,
-                "ckptfs umount: %s: the stage's daemon ended without finishing (killed?): "
-                "no commit on unmount ran; its spool is kept (ckptfs stage OUT %s takes "
-                "it up again)\n",
-                mnt, mnt);
+        msg_error("umount",
+                  "%s: the stage's daemon ended without finishing (killed?): "
+                  "no commit on unmount ran; its spool is kept (ckptfs stage OUT %s takes "
+                  "it up again)",
+                  mnt, mnt);
         status = STAGE_WRITE_FAILED;
     } else if (spool) {
-        fprintf(stderr, "ckptfs umount: %s: cannot wait for the commit on unmount (%s/lock: %s)\n",
-                mnt, spool, strerror(errno));
+        msg_error("umount", "%s: cannot wait for the commit on unmount (%s/lock: %s)", mnt, spool,
+                  strerror(errno));
         status = STAGE_WRITE_FAILED;
     }
     if (spool_fd >= 0) close(spool_fd);

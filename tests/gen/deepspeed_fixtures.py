@@ -143,6 +143,8 @@ def make_model(torch):
             self.lm_head = nn.Linear(12, 23, bias=False)
             self.lm_head.weight = self.embed.weight  # tied: shared_params
             self.register_buffer("position_ids", torch.arange(7))
+            # a float buffer: the engine's module.half() / .bfloat16() casts it with the weights
+            self.register_buffer("rotary_inv_freq", 1.0 / 10000 ** (torch.arange(0, 6, 2).float() / 6))
             self.register_buffer("scratch", torch.zeros(3), persistent=False)
 
     torch.manual_seed(1234)
@@ -296,8 +298,9 @@ def build_case(torch, ds, out, name, case, hostile=None):
                                        "exp_avg": torch.cat([a for a, _ in eas_r[r]]),
                                        "exp_avg_sq": torch.cat([b for _, b in eas_r[r]])})
     # What zero_to_fp32 returns, from the masters: buffers, frozen, trainable, shared.
+    # zero_to_fp32's parse_model_states: buffers = {k: v.float() ...}, whatever their dtype.
     for bname in buffer_names(model):
-        expect[bname] = dict(model.named_buffers())[bname]
+        expect[bname] = dict(model.named_buffers())[bname].float()
     for p in frozen:
         expect[names[p]] = p.detach()
     for grp in groups:

@@ -32,7 +32,8 @@ def load_hfview_checks():
 
 
 class Server:
-    """A running `ckptfs serve`; .port, .host, .repos (name -> source)."""
+    """A running `ckptfs serve`; .port, .host, .repos (name -> source; the id for repos outside
+    ckptfs/), .ids (repo id -> source)."""
 
     def __init__(self, ckptfs, sources, extra=(), listen="127.0.0.1:0"):
         self.argv = [ckptfs, "serve", "--listen", listen] + list(extra) + list(sources)
@@ -40,6 +41,7 @@ class Server:
         self.err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self.err)
         self.repos = {}
+        self.ids = {}  # repo id -> source
         self.port = None
         self.host = "127.0.0.1"
         self.banner = ""
@@ -60,8 +62,11 @@ class Server:
                 self.host = m.group(1).strip("[]")
                 self.port = int(m.group(2))
                 for l in lines:
-                    name, src = l.split("ckptfs/", 1)[1].split("  <- ", 1)
-                    self.repos[name] = src
+                    # "ckptfs serve: ORG/NAME  <- SOURCE"; repos are keyed by NAME for the
+                    # ckptfs/ org (what most tests build their URLs from), by the id otherwise
+                    rid, src = l.split("ckptfs serve: ", 1)[1].split("  <- ", 1)
+                    self.ids[rid] = src
+                    self.repos[rid[len("ckptfs/"):] if rid.startswith("ckptfs/") else rid] = src
                 break
         self.banner = buf.decode("utf-8", "replace")
         if self.port is None:

@@ -12,18 +12,29 @@ done
 help=$("$CKPTFS" --help)
 ok $? "ckptfs --help exits 0"
 lines=$(printf '%s\n' "$help" | wc -l)
-[ "$lines" -le 30 ]; ok $? "--help fits a screen ($lines lines)"
+[ "$lines" -le 24 ]; ok $? "--help fits a 24-line screen ($lines lines)"
 # The -o names of --help: the first column of the Options lines ("splice, nosplice",
 # "max_threads=N") and the "also spool=DIR, nocommit, ..." list of the staging line.
 opts=$(printf '%s\n' "$help" | sed -n '/^Options (-o):/,/^$/p' |
-       sed -nE 's/^  ([a-z_]+(=[A-Za-z0-9:_]+)?(, [a-z_]+(=[A-Za-z0-9:_]+)?)*)( {2,}.*|$)/\1/p;
-                s/^ +also (.*)$/\1/p' | grep -oE '(^|, )[a-z_]+' | tr -d ' ,' | sort -u)
-[ "$(printf '%s\n' $opts | wc -l)" -ge 12 ]; ok $? "--help lists the -o options ($(echo $opts))"
+       sed -nE 's/^  ([a-z0-9_]+(=[A-Za-z0-9:_]+)?(, [a-z0-9_]+(=[A-Za-z0-9:_]+)?)*)( {2,}.*|$)/\1/p;
+                s/^ +also (.*)$/\1/p' | grep -oE '(^|, )[a-z0-9_]+' | tr -d ' ,' | sort -u)
+[ "$(printf '%s\n' $opts | wc -l)" -ge 22 ]; ok $? "--help lists the -o options ($(echo $opts))"
 # Each must be documented as an option: a whole word (so "splice" is not found inside
 # "nosplice", nor "view" inside "overview") on a bold font line, as the OPTIONS entries are.
 for opt in $opts; do
     grep -qE "^\.(B|BI|BR|RB)( |.*[ \"(])$opt([^a-z_0-9]|\$)" "$root/man/ckptfs.1"
     ok $? "option $opt is in ckptfs(1) (whole word, bold)"
 done
+# Every command of the table (`ckptfs help --commands`) has its entry in ckptfs(1), and the
+# man page documents no command the binary lacks.
+cmds=$("$CKPTFS" help --commands)
+[ -n "$cmds" ]; ok $? "ckptfs help --commands lists the commands ($(echo $cmds))"
+for c in $cmds; do
+    grep -qE "^\.BR? \"?ckptfs $c( |\"|\$)" "$root/man/ckptfs.1"
+    ok $? "command $c has an entry in ckptfs(1)"
+done
+documented=$(sed -nE 's/^\.BR? "?ckptfs ([a-z]+)( |"|$).*/\1/p' "$root/man/ckptfs.1" | sort -u)
+extra=$(comm -23 <(printf '%s\n' $documented) <(printf '%s\n' $cmds | sort))
+[ -z "$extra" ]; ok $? "ckptfs(1) names no command the table lacks (extra: $(echo $extra))"
 echo "1..$n"
 exit $fail

@@ -9,6 +9,9 @@ core/PUBLIC_HEADERS), a public header includes only public headers, and no two f
 - by layers: each folder of core/ has a rank (LAYERS, lowest first); no include and no symbol of
   a file reaches a folder of the same or a higher rank. core/ckpt.h, the API's types, is
   below every folder;
+- between front ends: fs/cli, fs/mount, fs/stage, fs/serve never include one another's headers,
+  fs/common (what they share) includes and calls none of them, and no call cycle exists in
+  all of fs/, between objects or between folders (fs/main.c, the dispatcher, may use all);
 Each checker is first run on small made-up trees that break its rule, so a checker that finds
 nothing cannot pass."""
 
@@ -121,29 +124,85 @@ def strongly_connected(graph):
     return out
 
 
-def call_cycles(objdir, registries=()):
-    """Loops among the object files under objdir, by the symbols one uses and another defines.
-    A registry (the format table) lists every decoder, and container formats (tar, a folder of
-    checkpoints) probe their members through it: looking a format up in it is not a dependency
-    on the file that holds it."""
-    defined, used = {}, {}
+def object_symbols(objdir, srcdir=None):
+    """{module: (defined symbols, used symbols)} of the objects under objdir whose source
+    (srcdir/module.c) still exists: a moved file leaves its old object behind in build/."""
+    out = {}
     for d, _, files in os.walk(objdir):
         for f in sorted(files):
             if not f.endswith(".o"):
                 continue
             o = os.path.join(d, f)
             m = os.path.splitext(os.path.relpath(o, objdir))[0]
-            used[m] = set()
-            out = subprocess.run(["nm", "-P", o], capture_output=True, text=True,
-                                 check=True).stdout
-            for line in out.splitlines():
+            if srcdir and not os.path.isfile(os.path.join(srcdir, m + ".c")):
+                continue
+            defs, uses = set(), set()
+            text = subprocess.run(["nm", "-P", o], capture_output=True, text=True,
+                                  check=True).stdout
+            for line in text.splitlines():
                 parts = line.split()
                 if len(parts) >= 2 and parts[1] in "TDBRVW":
-                    defined.setdefault(parts[0], m)
+                    defs.add(parts[0])
                 elif len(parts) >= 2 and parts[1] == "U":
-                    used[m].add(parts[0])
+                    uses.add(parts[0])
+            out[m] = (defs, uses)
+    return out
+
+
+def folder_of(module):
+    """fs/'s folder of a module ("cli/cli_ls" -> "cli"); a top-level file is its own."""
+    return module.split("/")[0] if "/" in module else module
+
+
+def frontend_violations(fs_root, objdir=None):
+    """(kind, from, to) for every include of one front end's header by another, every include
+    or symbol of a front end in fs/common, and every call cycle between folders of fs/."""
+    bad = []
+    fronts = {d for d in os.listdir(fs_root) if os.path.isdir(os.path.join(fs_root, d))}
+    root = os.path.dirname(fs_root)
+    for src in sources(fs_root):
+        a = folder_of(os.path.relpath(src, fs_root))
+        if a not in fronts:
+            continue  # fs/main.c dispatches to every front end
+        for _, p in includes(src, [root, fs_root]):
+            if not p.startswith(fs_root + os.sep):
+                continue
+            b = folder_of(os.path.relpath(p, fs_root))
+            if b in fronts and b != a and b != "common":
+                bad.append(("include", os.path.relpath(src, fs_root), os.path.relpath(p, fs_root)))
+    if objdir and os.path.isdir(objdir):
+        syms = object_symbols(objdir, fs_root)
+        owner = {}
+        for m, (defs, _) in syms.items():
+            for sym in defs:
+                owner.setdefault(sym, m)
+        graph = {}
+        for m, (_, uses) in syms.items():
+            a = folder_of(m)
+            graph.setdefault(a, set())
+            for sym in sorted(uses):
+                b = folder_of(owner[sym]) if sym in owner else None
+                if b is None or b == a:
+                    continue
+                graph[a].add(b)
+                if a == "common" and b in fronts | {"main"}:
+                    bad.append(("symbol " + sym, m, owner[sym]))
+        bad += [("folder cycle", " <-> ".join(g), "") for g in strongly_connected(graph)]
+    return bad
+
+
+def call_cycles(objdir, registries=(), srcdir=None):
+    """Loops among the object files under objdir, by the symbols one uses and another defines.
+    A registry (the format table) lists every decoder, and container formats (tar, a folder of
+    checkpoints) probe their members through it: looking a format up in it is not a dependency
+    on the file that holds it."""
+    syms = object_symbols(objdir, srcdir)
+    defined = {}
+    for m, (defs, _) in sorted(syms.items()):
+        for sym in defs:
+            defined.setdefault(sym, m)
     graph = {m: {defined[s] for s in u if defined.get(s, m) not in (m,) + tuple(registries)}
-             for m, u in used.items()}
+             for m, (_, u) in syms.items()}
     return strongly_connected(graph), len(graph)
 
 
@@ -268,6 +327,40 @@ def main():
         cycles, _ = call_cycles(os.path.join(t, "calls"))
         tap.ok(cycles == [["writer", "writers/x"]],
                "the call-cycle check finds two objects calling each other and no other", cycles)
+        # front ends: a cli file including serve's header, serve reaching into cli by a
+        # relative path, common including the mount's header and calling the stage; the cli
+        # and serve folders calling each other (the old help -> serve_main, serve -> cli_plot)
+        # though no two objects do; main.c, own headers and common/ headers are allowed
+        f = os.path.join(t, "front", "fs")
+        write(f, "main.c", '#include "cli/c.h"\n#include "serve/s.h"\n'
+                           "int cli_help(void);\nint main(void) { return cli_help(); }\n")
+        write(f, "cli/c.h", "")
+        write(f, "cli/c.c", '#include "c.h"\n#include "common/k.h"\n#include "serve/s.h"\n'
+                            "int serve_run(void);\nint cli_help(void) { return serve_run(); }\n")
+        write(f, "cli/plot.c", "int cli_plot(void) { return 2; }\n")
+        write(f, "serve/s.h", "")
+        write(f, "serve/s.c", '#include "../cli/c.h"\n#include "s.h"\n'
+                              "int cli_plot(void);\nint serve_run(void) { return 1; }\n"
+                              "int serve_draw(void) { return cli_plot(); }\n")
+        write(f, "common/k.h", "")
+        write(f, "common/k.c", '#include "k.h"\n#include "mount/m.h"\n'
+                               "int stage_go(void);\nint k(void) { return stage_go(); }\n")
+        write(f, "mount/m.h", "")
+        write(f, "stage/g.c", "int stage_go(void) { return 3; }\n")
+        for c in ("main", "cli/c", "cli/plot", "serve/s", "common/k", "stage/g"):
+            subprocess.run(["cc", "-c", os.path.join(f, c + ".c"), "-I", f, "-o",
+                            os.path.join(f, c + ".o")], check=True)
+        write(f, "cli/stale.o", "")  # an object whose source was moved away: not read
+        bad = frontend_violations(f, f)
+        tap.ok(sorted(bad) == [("folder cycle", "cli <-> serve", ""),
+                               ("include", "cli/c.c", "serve/s.h"),
+                               ("include", "common/k.c", "mount/m.h"),
+                               ("include", "serve/s.c", "cli/c.h"),
+                               ("symbol stage_go", "common/k", "stage/g")],
+               "the front-end check finds includes across front ends, fs/common using one, and "
+               "a cycle of folders with no cycle of objects, and nothing else", bad)
+        cycles, _ = call_cycles(f, srcdir=f)
+        tap.ok(cycles == [], "... where the object-level check alone sees no loop", cycles)
 
     bad, public = boundary_violations(ROOT)
     tap.ok(len(public) >= 2 and all(os.path.isfile(p) for p in public),
@@ -284,14 +377,40 @@ def main():
     tap.ok(os.path.isdir(objdir) and not bad, "core/'s folders use only lower layers (%s), by "
            "include and by symbol" % " < ".join(LAYERS),
            ["%s: %s -> %s" % b for b in bad] or ["no objects in %s (build first)" % objdir])
-    for sub, registries in (("core", ["formats/formats"]), ("fs/mount", []), ("fs/stage", [])):
+    fs_root = os.path.join(ROOT, "fs")
+    objdir = os.path.join(build, "fs")
+    bad = frontend_violations(fs_root, objdir)
+    tap.ok(os.path.isdir(objdir) and not bad, "fs/'s front ends include none of one another's "
+           "headers, fs/common uses none of them, and no two folders of fs/ call each other",
+           ["%s: %s -> %s" % b for b in bad] or ["no objects in %s (build first)" % objdir])
+    for sub, registries in (("core", ["formats/formats"]), ("fs", [])):
         objdir = os.path.join(build, sub)
         if not os.path.isdir(objdir):
             tap.skip("call cycles in %s/" % sub, "no objects in %s (build first)" % objdir)
             continue
-        cycles, n = call_cycles(objdir, registries)
+        cycles, n = call_cycles(objdir, registries, os.path.join(ROOT, sub))
         tap.ok(n >= 2 and not cycles, "no two of the %d objects of %s/ call each other, directly "
                "or round a loop" % (n, sub), [" <-> ".join(c) for c in cycles])
+    # tests/t: a number names one file (prove's output, notes and "see 46" mean one test)
+    numbers = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "tests", "t"))):
+        m = re.match(r"(\d+)-.*\.t$", name)
+        if m:
+            numbers.setdefault(m.group(1), []).append(name)
+    doubled = {k: v for k, v in numbers.items() if len(v) > 1}
+    tap.ok(len(numbers) > 50 and not doubled, "the %d tests of tests/t have %d numbers, one each"
+           % (sum(map(len, numbers.values())), len(numbers)), sorted(doubled.values()))
+    # the repository's own docs describe the repository, not one machine
+    machine = []
+    for doc in ("README.md", "tests/README.md", "docs/ARCHITECTURE.md"):
+        if not os.path.isfile(os.path.join(ROOT, doc)):
+            machine.append("%s: missing" % doc)
+            continue
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            machine += ["%s:%d: %s" % (doc, i + 1, line.strip())
+                        for i, line in enumerate(f) if re.search(r"(^|[\s(`])/(work|home|root)/", line)]
+    tap.ok(not machine, "README.md, tests/README.md and docs/ARCHITECTURE.md are there and name "
+           "no machine path", machine)
     print("1..%d" % tap.n)
     return 1 if tap.failed else 0
 

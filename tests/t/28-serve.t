@@ -8,7 +8,8 @@ Environment:
             of three shards, config and tokenizer files, manifest.json)
 
   1. command line: usage errors, a non-loopback address without a token, a bad source.
-  2. repo info and revisions, siblings = the HF view; the tree API (recursive and not).
+  2. repo info and revisions, siblings = the HF view; the tree API (recursive and not: the
+     top's recursive listing holds tensors/ as a directory only, tensors/ lists recursively).
   3. model.safetensors of an HF shard set and of a DCP checkpoint, whole (curl): passes the
      strict safetensors reader of 32-hfview.t and holds the manifests' tensors; raw tensors
      under tensors/ equal the manifests' sha256; config/tokenizer files equal the source.
@@ -147,6 +148,12 @@ def check_tree(tap, srv, name, want_files, manifest):
     want = sorted([("file", f) for f in want_files] + [("directory", "tensors")])
     tap.ok(got == want, "%s: tree/main lists the HF view and tensors/" % name, [got, want])
     r = request(srv, "/api/models/ckptfs/%s/tree/main?recursive=true" % name)
+    rec = json.loads(r.body) if r.status == 200 else []
+    got = sorted((e["type"], e["path"]) for e in rec)
+    tap.ok(got == want, "%s: tree/main?recursive=true: the HF view and tensors/ as a directory "
+           "(a client downloading the listing gets the view once, not the tensors again)" % name,
+           [got[:8], want])
+    r = request(srv, "/api/models/ckptfs/%s/tree/main/tensors?recursive=true" % name)
     entries = json.loads(r.body) if r.status == 200 else []
     files = {e["path"]: e for e in entries if e["type"] == "file"}
     problems = []

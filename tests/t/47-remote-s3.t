@@ -5,7 +5,7 @@ byte-identical to its local mount.
 Environment: CKPTFS, FIXTURES.
 
 The server is tests/lib/s3_sigv4_server.py, which verifies every request's SigV4 signature
-(14-remote-s3-sigv4.t and 93-clients-s3.t show that it refuses wrong ones), on a free loopback
+(14-remote-s3-sigv4.t and 106-clients-s3.t show that it refuses wrong ones), on a free loopback
 port with a bucket holding the fixtures: the files every object of an upload would be, linked
 into the bucket's folder (snapshot links followed, as an upload reads them). Credentials come
 from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the endpoint from AWS_ENDPOINT_URL (path-style

@@ -9,6 +9,8 @@ CKPTFS=${CKPTFS:-$root/build/ckptfs}
 lib=/usr/share/bash-completion/bash_completion
 if [ ! -r "$lib" ]; then echo "1..0 # SKIP bash-completion is not installed (make deps)"; exit 0; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# The completion asks the binary for its commands (`ckptfs help --commands`): this ckptfs first.
+mkdir "$tmp/bin" && ln -s "$CKPTFS" "$tmp/bin/ckptfs" && export PATH="$tmp/bin:$PATH"
 
 # complete WORDS...: the candidates for the last word, one per line, sorted.
 complete_words() {
@@ -32,6 +34,11 @@ offered=$(complete_words ckptfs "")
 missing=""
 for c in $cmds; do has "$offered" "$c" || missing="$missing $c"; done
 [ -n "$cmds" ] && [ -z "$missing" ]; ok $? "every subcommand of ckptfs help is offered (missing:$missing)"
+# ... and exactly the table's commands, stage, commit and umount among them.
+mkdir "$tmp/empty"
+table=$(cd "$tmp/empty" && complete_words ckptfs "" | grep -vxF -e "" | tr '\n' ' ')
+want=$(printf '%s\n' ls info cat verify convert stats diff serve stage commit umount help | sort | tr '\n' ' ')
+[ "$table" = "$want" ]; ok $? "the offered commands are the table's ($table)"
 
 # Every flag a subcommand's --help lists is offered after `ckptfs CMD -`.
 for cmd in ls info cat verify convert stats diff stage serve; do
@@ -48,7 +55,7 @@ out=$(complete_words ckptfs verify --wr)
 
 # -o option names: every one `ckptfs --help` lists under Options.
 names=$("$CKPTFS" --help | sed -n '/^Options (-o):/,/^$/p' | grep -E '^  [a-z]' |
-        grep -v '^  and ' | sed -E 's/^ +//; s/  .*//' | grep -oE '(^|, )[a-z_]+=?' |
+        grep -v '^  and ' | sed -E 's/^ +//; s/  .*//' | grep -oE '(^|, )[a-z0-9_]+=?' |
         sed 's/^, //' | sort -u)
 offered=$(complete_words ckptfs src mnt -o "")
 missing=""
@@ -66,6 +73,16 @@ out=$(complete_words ckptfs src mnt -o npy,view=)
 [ "$(echo $out)" = "npy,view=hf npy,view=tree" ]; ok $? "view= values after a comma ($(echo $out))"
 out=$(complete_words ckptfs verify -o t)
 [ "$out" = tp_split= ]; ok $? "subcommands' -o: tp_split= ($out)"
+out=$(complete_words ckptfs src mnt -o s3_)
+[ "$(echo $out)" = "s3_addressing= s3_endpoint= s3_region=" ]; ok $? "remote -o options: s3_ ($(echo $out))"
+out=$(complete_words ckptfs ls src -o cache_)
+[ "$(echo $out)" = "cache_dir= cache_ram= cache_size=" ]; ok $? "subcommands' remote -o options: cache_ ($(echo $out))"
+out=$(complete_words ckptfs src mnt -o s3_addressing=)
+[ "$(echo $out)" = "s3_addressing=path s3_addressing=virtual" ]; ok $? "s3_addressing= values ($(echo $out))"
+out=$(complete_words ckptfs diff a b --map me)
+[ "$out" = meta-to-hf ]; ok $? "--map me -> meta-to-hf ($out)"
+out=$(complete_words ckptfs stats src -)
+has "$out" -q; ok $? "stats -<TAB> offers -q"
 out=$(complete_words ckptfs stage out mnt -o no)
 [ "$out" = nocommit ]; ok $? "stage -o: nocommit ($out)"
 touch "$tmp/m.json"

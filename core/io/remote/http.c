@@ -271,6 +271,20 @@ static CURLcode perform_once(CURL *h, const http_req *rq, http_resp *rs, struct 
     return c;
 }
 
+/* The host[:port] of scheme://[user@]host[:port]/... (never the path or query, which may hold
+ * secrets), for messages about a host that cannot be reached. */
+static void url_host(const char *url, char *out, size_t cap) {
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    size_t n = strcspn(h, "/?#");
+    const char *at = memchr(h, '@', n);
+    if (at) {
+        n -= (size_t)(at + 1 - h);
+        h = at + 1;
+    }
+    snprintf(out, cap, "%.*s", (int)(n > 200 ? 200 : n), h);
+}
+
 int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
     memset(rs, 0, sizeof *rs);
     CURL *h = handle_get();
@@ -301,8 +315,12 @@ int http_perform(const http_req *rq, http_resp *rs, char *msg, size_t msg_cap) {
         if (!again || attempt >= config.retries || rq->once) {
             if (c != CURLE_OK) {
                 atomic_fetch_add(&n_failures, 1);
-                snprintf(msg, msg_cap, "%s: %s%s", rq->shown, curl_easy_strerror(c),
-                         attempt ? " (after retries)" : "");
+                char host[256] = "";
+                if (c == CURLE_COULDNT_RESOLVE_HOST || c == CURLE_COULDNT_CONNECT)
+                    url_host(rq->url, host, sizeof host);
+                snprintf(msg, msg_cap, "%s: %s%s%s%s%s", rq->shown, curl_easy_strerror(c),
+                         host[0] ? " " : "", host, attempt ? " (after retries)" : "",
+                         rq->hint && host[0] ? rq->hint : "");
                 rc = c == CURLE_OPERATION_TIMEDOUT                                   ? -ETIMEDOUT
                      : c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ? -EHOSTUNREACH
                      : c == CURLE_OUT_OF_MEMORY                                      ? -ENOMEM

@@ -30,8 +30,9 @@ typedef struct http_req {
     void *buf;    /* ranged GET: the body goes here, at most len bytes */
     strbuf *body; /* otherwise the whole body, at most body_cap bytes */
     size_t body_cap;
-    bool once;      /* no retries: a probe whose failure has a fallback */
-    bool no_follow; /* answer a redirect with its status and redirect_url, not its target */
+    bool once;        /* no retries: a probe whose failure has a fallback */
+    bool no_follow;   /* answer a redirect with its status and redirect_url, not its target */
+    const char *hint; /* appended to a failure to reach the host (how to name another one) */
 } http_req;
 
 typedef struct http_resp {

@@ -122,6 +122,30 @@ static const char *reason(long status) {
     }
 }
 
+/* The <Code> of an S3-style XML error body (NoSuchKey, NoSuchBucket, AccessDenied, ...), or "":
+ * a 404 alone cannot tell a missing bucket from a missing key. */
+static void error_code(const char *body, size_t len, char *out, size_t cap) {
+    out[0] = '\0';
+    const char *a = memmem(body, len, "<Code>", 6);
+    if (!a) return;
+    a += 6;
+    const char *b = memmem(a, len - (size_t)(a - body), "</Code>", 7);
+    size_t n = b ? (size_t)(b - a) : 0;
+    if (!b || n == 0 || n >= cap) return;
+    for (size_t i = 0; i < n; i++) /* a code is a word: anything else is not one */
+        if (!((a[i] >= 'A' && a[i] <= 'Z') || (a[i] >= 'a' && a[i] <= 'z') ||
+              (a[i] >= '0' && a[i] <= '9') || a[i] == '.'))
+            return;
+    memcpy(out, a, n);
+    out[n] = '\0';
+}
+
+static const char *code_reason(const char *code, const char *fallback) {
+    if (strcmp(code, "NoSuchBucket") == 0) return "no such bucket";
+    if (strcmp(code, "NoSuchKey") == 0) return "no such key in the bucket";
+    return fallback;
+}
+
 static int status_errno(long status) {
     return status == 401 || status == 403   ? -EACCES
            : status == 404 || status == 410 ? -ENOENT
@@ -148,6 +172,7 @@ static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, 
     http_req rq = {.url = o->target.url.data,
                    .shown = o->shown,
                    .auth = o->target.auth,
+                   .hint = o->target.hint,
                    .ranged = true,
                    .off = start,
                    .len = len,
@@ -245,6 +270,7 @@ static int pin(const char *path, remote_object **out, ckpt_err *err) {
     http_req rq = {.url = o->target.url.data,
                    .shown = o->shown,
                    .auth = o->target.auth,
+                   .hint = o->target.hint,
                    .ranged = true,
                    .off = 0,
                    .len = o->head_len,
@@ -276,8 +302,11 @@ static int pin(const char *path, remote_object **out, ckpt_err *err) {
     } else if (rs.status == 416) {
         o->size = 0;
     } else {
-        rc = ckpt_fail(err, status_errno(rs.status), "%s: HTTP %ld %s", o->shown, rs.status,
-                       reason(rs.status));
+        char code[64];
+        error_code(head, rs.got < o->head_len ? rs.got : o->head_len, code, sizeof code);
+        rc = ckpt_fail(err, status_errno(rs.status), "%s: HTTP %ld %s%s%s%s", o->shown, rs.status,
+                       code_reason(code, reason(rs.status)), code[0] ? " (" : "", code,
+                       code[0] ? ")" : "");
     }
     if (!rc) {
         snprintf(o->etag, sizeof o->etag, "%s", rs.etag);

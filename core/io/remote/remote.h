@@ -79,6 +79,7 @@ void remote_warm(const char *const *paths, size_t n);
 struct remote_target {
     strbuf url;            /* the request URL (may hold secrets: never shown) */
     const http_auth *auth; /* NULL: anonymous */
+    const char *hint;      /* for a host that cannot be reached (http_req.hint), or NULL */
 };
 int remote_target_of(const char *path, remote_target *t, ckpt_err *err);
 static inline void remote_target_free(remote_target *t) {

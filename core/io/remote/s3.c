@@ -1,6 +1,7 @@
 /* s3://bucket/key for S3-compatible stores: SigV4 by libcurl, path-style or virtual-hosted
  * addressing, directories as prefixes listed with ListObjectsV2 (every page). */
 #include "remote.h"
+#include "../../util/err.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@ static pthread_mutex_t s3_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     bool ready;
     char endpoint[1024]; /* scheme://host[:port][/base], no trailing slash */
+    char hint[300];      /* when the endpoint is AWS's by default: how to name another */
     char region[64];
     bool path_style;
     http_auth auth;
@@ -91,6 +93,14 @@ static void setup(void) {
         snprintf(s3.endpoint, sizeof s3.endpoint, "%s", ep);
     else
         snprintf(s3.endpoint, sizeof s3.endpoint, "https://s3.%s.amazonaws.com", s3.region);
+    /* A MinIO or Ceph user who forgot the endpoint sees AWS's host fail: say how to name one. */
+    if (ep)
+        s3.hint[0] = '\0';
+    else
+        snprintf(s3.hint, sizeof s3.hint,
+                 " (AWS S3's endpoint for region %s: for another S3 service set -o "
+                 "s3_endpoint=URL or AWS_ENDPOINT_URL_S3)",
+                 s3.region);
     size_t n = strlen(s3.endpoint);
     while (n && s3.endpoint[n - 1] == '/') s3.endpoint[--n] = 0;
     /* A custom endpoint (MinIO, s3rver, Ceph) is usually one host for every bucket. */
@@ -165,6 +175,7 @@ int s3_target(const char *path, remote_target *t, ckpt_err *err) {
     sb_putc(&t->url, '/');
     http_escape(&t->url, key, strlen(key), true);
     t->auth = s3.signed_requests ? &s3.auth : NULL;
+    t->hint = s3.hint[0] ? s3.hint : NULL;
     pthread_mutex_unlock(&s3_lock);
     return 0;
 }
@@ -242,6 +253,7 @@ static int list_page(const char *shown, const char *bucket, const strbuf *prefix
     setup();
     bucket_url(url, bucket);
     const http_auth *auth = s3.signed_requests ? &s3.auth : NULL;
+    const char *hint = s3.hint[0] ? s3.hint : NULL;
     pthread_mutex_unlock(&s3_lock);
     /* Parameters in sorted order and fully escaped: the canonical query SigV4 signs. */
     sb_puts(url, "/?");
@@ -260,18 +272,30 @@ static int list_page(const char *shown, const char *bucket, const strbuf *prefix
                    .auth = auth,
                    .body = body,
                    .body_cap = 64u << 20,
-                   .once = once};
+                   .once = once,
+                   .hint = hint};
     http_resp rs;
     int rc = http_perform(&rq, &rs, msg, sizeof msg);
     if (rc) {
         rc = ckpt_fail(err, rc, "%s", msg);
     } else if (rs.status != 200) {
+        /* A listing of a prefix without keys is an empty 200: a 404 is the bucket's. */
+        strbuf code;
+        sb_init(&code);
+        bool coded =
+            body->data && xml_text(body->data, body->data + body->len, "Code", &code) && code.data;
+        bool no_bucket = rs.status == 404 && (!coded || strcmp(code.data, "NoSuchBucket") == 0);
         rc = ckpt_fail(err,
                        rs.status == 404   ? -ENOENT
                        : rs.status == 403 ? -EACCES
                                           : -EIO,
-                       "%s: HTTP %ld listing the prefix%s", shown, rs.status,
-                       rs.status == 403 ? " (access denied: check credentials)" : "");
+                       "%s: HTTP %ld listing the prefix%s%s%s%.*s%s", shown, rs.status,
+                       rs.status == 403 ? " (access denied: check credentials)"
+                       : no_bucket      ? ": no bucket "
+                                        : "",
+                       no_bucket ? bucket : "", coded ? " (" : "", coded ? SHOWN(code.len) : 0,
+                       coded ? code.data : "", coded ? ")" : "");
+        sb_free(&code);
     }
     http_resp_free(&rs);
     return rc;

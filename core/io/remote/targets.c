@@ -17,6 +17,7 @@ void remote_shown(const char *path, char *out, size_t cap) {
 int remote_target_of(const char *path, remote_target *t, ckpt_err *err) {
     sb_init(&t->url);
     t->auth = NULL;
+    t->hint = NULL;
     const remote_scheme *sc = remote_scheme_of(path);
     int rc = sc ? sc->target(path, t, err)
                 : ckpt_fail(err, -EINVAL, "%s: not a remote name (http://, https://, s3://, hf://)",

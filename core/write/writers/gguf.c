@@ -43,7 +43,7 @@ enum {
 };
 
 /* gguf_type ids of KV values */
-enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_STRING = 8, V_ARRAY = 9, V_COUNT = 13 };
+enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9, V_COUNT = 13 };
 static const unsigned value_size[V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 /* ggml_type id of each dtype ggml has a type for; -1 for the rest. */
@@ -408,6 +408,8 @@ static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt
             ok = num_u32(v, &u);
         else if (ok && json_str_eq(t, "f32"))
             ok = num_f32(v, &x);
+        else if (ok && json_str_eq(t, "bool"))
+            ok = v->type == JSON_TRUE || v->type == JSON_FALSE;
         else if (ok && (json_str_eq(t, "arr_str") || json_str_eq(t, "arr_i32")))
             ok = v->type == JSON_ARRAY;
         else
@@ -425,6 +427,10 @@ static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt
         } else if (json_str_eq(t, "u32")) {
             out_le32(f, V_U32);
             out_le32(f, u);
+        } else if (json_str_eq(t, "bool")) {
+            out_le32(f, V_BOOL);
+            uint8_t b = v->type == JSON_TRUE;
+            out_bytes(f, &b, 1);
         } else if (json_str_eq(t, "f32")) {
             uint32_t bits;
             memcpy(&bits, &x, 4);
@@ -448,6 +454,34 @@ static int put_doc_kvs(out_file *f, const json_value *arr, uint64_t *count, ckpt
         }
     }
     return 0;
+}
+
+/* llama.cpp's general.file_type (its llama_ftype) for the type most bytes of the matrices are
+ * in, as its converter writes the --outtype it was given; -1 for a mix it has no name for.
+ * Vectors (norms, biases) are F32 in every llama.cpp file type, so only matrices count. */
+static int64_t llama_file_type(const ckpt_catalog *cat, const size_t *sel, size_t n) {
+    static const struct {
+        ckpt_dtype dt;
+        int ftype;
+    } names[] = {{CKPT_F32, 0},  {CKPT_F16, 1},  {CKPT_Q4_0, 2},  {CKPT_Q4_1, 3}, {CKPT_Q8_0, 7},
+                 {CKPT_Q5_0, 8}, {CKPT_Q5_1, 9}, {CKPT_Q6_K, 18}, {CKPT_BF16, 32}};
+    uint64_t bytes[sizeof names / sizeof *names] = {0}, most = 0;
+    int64_t ftype = -1;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor *t = &cat->tensors[sel[i]];
+        for (size_t k = 0; t->ndim >= 2 && k < sizeof names / sizeof *names; k++)
+            if (names[k].dt == t->dtype) bytes[k] += t->nbytes;
+    }
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (bytes[k] > most) most = bytes[k], ftype = names[k].ftype;
+    return ftype;
+}
+
+/* Whether the gguf_kv document names key itself. */
+static bool doc_has_key(const json_value *arr, const char *key) {
+    for (const json_value *r = arr ? arr->head : NULL; r; r = r->next)
+        if (r->type == JSON_ARRAY && r->count == 3 && json_str_eq(r->head, key)) return true;
+    return false;
 }
 
 static void put_info(out_file *f, const ckpt_tensor *t, uint64_t offset) {
@@ -497,14 +531,21 @@ static int write_gguf(out_file *f, const ckpt_catalog *cat, ckpt_err *err) {
             goto out;
         }
     }
+    /* A model laid out for llama.cpp (its KVs name an architecture) says what type its
+     * matrices are in, as written (after --dtype), unless the document says it itself. */
+    int64_t ftype = kd && doc_has_key(kvs.root, "general.architecture") &&
+                            !doc_has_key(kvs.root, "general.file_type")
+                        ? llama_file_type(cat, sel, n)
+                        : -1;
     out_bytes(f, "GGUF", 4);
     out_le32(f, 3);
     out_le64(f, n);
-    out_le64(f, nspans + nkv + 2);
+    out_le64(f, nspans + nkv + 2 + (ftype >= 0));
     for (size_t i = 0; i < nspans && !rc; i++) rc = copy_span(f, s, spans[i]);
     if (!rc && kd) rc = put_doc_kvs(f, kvs.root, &nkv, err);
     if (kd) json_doc_free(&kvs);
     if (rc) goto out;
+    if (ftype >= 0) put_kv_u32(f, "general.file_type", (uint32_t)ftype);
     put_kv_u32(f, "general.alignment", ALIGNMENT);
     put_kv_str(f, "ckptfs.source_format", cat->format ? cat->format : "unknown");
     uint64_t offset = 0;

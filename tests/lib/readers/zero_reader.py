@@ -5,7 +5,9 @@ inert stubs), and the fp32 state dict is put together the way deepspeed/utils/ze
 does it (its stage 1/2 and stage 3 protocols, padding checks, frozen parameters, buffers, shared
 parameters), step for step.
 
-Arrays keep the stored bytes: bf16 is numpy uint16. consolidate() returns an OrderedDict
+Arrays keep the stored bytes: bf16 is numpy uint16 (of the subclass BF16, so it can be told
+from an int16 or uint16 tensor), except the buffers, which zero_to_fp32 returns as `v.float()`
+(float32 whatever their dtype, an int64 position_ids too). consolidate() returns an OrderedDict
 name -> array (zero_to_fp32's order); it raises ValueError where zero_to_fp32 would.
 """
 
@@ -36,9 +38,22 @@ class Stub:
         self.state = state
 
 
+class BF16(np.ndarray):
+    """bfloat16 elements as their uint16 bits."""
+
+
 class StorageType:
     def __init__(self, name):
         self.dtype = DTYPES[name]
+        self.bf16 = name == "BFloat16Storage"
+
+
+def to_float(arr):
+    """torch's Tensor.float() of a stored array: float32 values."""
+    if isinstance(arr, BF16):
+        bits = np.asarray(arr, dtype=np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)
+    return np.asarray(arr).astype(np.float32)
 
 
 def rebuild_tensor_v2(storage, offset, size, stride, *rest):
@@ -46,7 +61,8 @@ def rebuild_tensor_v2(storage, offset, size, stride, *rest):
     if not size:
         return storage[offset:offset + 1].reshape(())
     return np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
-                                           strides=tuple(s * itemsize for s in stride))
+                                           strides=tuple(s * itemsize for s in stride),
+                                           subok=True)
 
 
 def rebuild_parameter(data, requires_grad, hooks, *rest):
@@ -92,7 +108,7 @@ class Unpickler(pickle.Unpickler):
         raw = self.zf.read("%sdata/%s" % (self.prefix, key))
         arr = np.frombuffer(raw, dtype=st.dtype)
         assert arr.size == numel, "storage %s: %d elements, want %d" % (key, arr.size, numel)
-        return arr
+        return arr.view(BF16) if st.bf16 else arr
 
 
 def load(path):
@@ -134,7 +150,8 @@ def consolidate(step):
     models = [load(f) for f in files(step, "*_model_states.pt")]
     m0 = models[0]
     sd = collections.OrderedDict()
-    buffers = {k: v for k, v in m0["module"].items() if k in m0["buffer_names"]}
+    # parse_model_states: "recover just the buffers while restoring them to fp32"
+    buffers = {k: to_float(v) for k, v in m0["module"].items() if k in m0["buffer_names"]}
     sd.update(buffers)
     frozen = m0.get("frozen_param_shapes") or {}
     for name, shape in frozen.items():
