@@ -112,7 +112,7 @@ def body(tap, ckptfs, fixtures):
     if not clients or not os.access(clients, os.X_OK):
         tap.skip("passthrough", "CLIENTS_PY (safetensors) is not set: make deps-clients")
         return
-    scratch = tempfile.mkdtemp(prefix="ckptfs-t85-src.")
+    scratch = tempfile.mkdtemp(prefix="ckptfs-t120-src.")
     src = os.path.join(scratch, "repo")
     os.mkdir(src)
     model = os.path.join(src, "model.safetensors")
@@ -192,7 +192,7 @@ def body(tap, ckptfs, fixtures):
     # Unprivileged: a user namespace of our own, whose root has no CAP_SYS_ADMIN in the initial
     # namespace; mounting in it takes a mount namespace too, so both runs happen in one shell.
     subprocess.run([clients, "-c", WRITER, model, "1"], check=True, timeout=120)
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t85.")
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t120.")
     script = ('"$0" "$1" "$2" -o passthrough=on 2>"$3"; echo "on=$?"; '
               '"$0" "$1" "$2" && sha256sum "$2/.ckptfs/hf/model.safetensors"; '
               'fusermount3 -u "$2"')
@@ -213,7 +213,7 @@ def body(tap, ckptfs, fixtures):
                [text, err.decode()])
     os.rmdir(mnt)
 
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t85.")
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t120.")
     rc, _, err = run_capture([ckptfs, src, mnt, "-o", "passthrough=maybe"], 30)
     tap.ok(rc == 1 and b"passthrough=maybe" in err, "usage: passthrough=maybe is refused",
            ["rc %r, %r" % (rc, err)])
