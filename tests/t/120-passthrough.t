@@ -15,7 +15,8 @@ daemon goes on (SIGCONT after STALL_SECONDS).
   changed    passthrough=on, the source rewritten in place (same inode and size, other bytes)
              while the view file is open: the open descriptor reads the new bytes (what
              ckptfs(1) says passthrough does: the kernel reads the source, the daemon cannot
-             check), an open after the change gives EIO at open or on read (the daemon path)
+             check); an open after the change, the first descriptor still open, gives EIO,
+             and once it is closed EIO at open or on read (the daemon path)
   refused    in a user namespace (no CAP_SYS_ADMIN in the initial one) passthrough=on fails
              with exit status 3 naming FUSE_DEV_IOC_BACKING_OPEN and EPERM; the default (auto)
              mounts and serves the same bytes from the daemon
@@ -172,6 +173,13 @@ def body(tap, ckptfs, fixtures):
                 got += b
             tap.ok(got == data, "changed: the descriptor opened before reads the new bytes "
                    "(documented: the kernel reads the source)")
+            try:
+                os.close(os.open(view, os.O_RDONLY))
+                second = "opened"
+            except OSError as e:
+                second = errno.errorcode.get(e.errno, str(e.errno))
+            tap.ok(second == "EIO", "changed: an open beside it, after the change, gives EIO",
+                   ["got " + second])
         finally:
             os.close(fd)
         try:
