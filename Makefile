@@ -25,7 +25,7 @@ LDSAN   :=
 endif
 
 CFLAGS_ALL := -std=c17 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wshadow -Wvla -Wformat=2 \
-              -Wno-format-nonliteral $(OPT) $(CFLAGS)
+              -Wno-format-nonliteral $(OPT) $(CPPFLAGS) $(CFLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 MHD_LIBS    = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
@@ -45,16 +45,34 @@ FS_OBJ   := $(FS_SRC:%.c=$(B)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 
 PYTHON   := /usr/bin/python3
+
+# The version, in one place: VERSION. ckpt_version() (core/util/version.c), `ckptfs --version`,
+# the shared library's file name, libckpt.pc and debian/changelog say it (tests/t/107-libckpt.t).
+VERSION  := $(shell cat VERSION)
+# libckpt.so's soname major: raised on any change that breaks a program linked against it
+# (docs/libckpt.md, "Soname policy"); core/libckpt.map's version node carries the same number.
+SOMAJOR  := 0
+SONAME   := libckpt.so.$(SOMAJOR)
+SOLIB    := $(B)/libckpt.so.$(VERSION)
 FIXTURES := $(B)/fixtures
 
-.PHONY: all deps deps-clients check test demo bench mutate fuzz clean format install uninstall fixtures
-all: $(B)/ckptfs
+.PHONY: lib install-lib uninstall-lib print-version all deps deps-clients check test demo bench mutate fuzz clean format install uninstall fixtures
+all: $(B)/ckptfs lib
+lib: $(SOLIB)
 
 # Header dependencies come from the compiler (-MMD, included at the end). core/ is built
-# without FUSE's flags, so "no FUSE in core" is enforced by the build, not by review.
+# without FUSE's flags, so "no FUSE in core" is enforced by the build, not by review. Its objects
+# are position-independent, for libckpt.so as well as libckpt.a; -fno-semantic-interposition
+# keeps calls between them inlinable and direct, as in the static program.
+CORE_CFLAGS := -fPIC -fno-semantic-interposition
 $(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(HDF5_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(CORE_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c $< -o $@
+
+# The one object that spells the version: a new VERSION rebuilds it alone.
+$(B)/core/util/version.o: core/util/version.c VERSION
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CORE_CFLAGS) -DCKPT_VERSION='"$(VERSION)"' -MMD -MP -c $< -o $@
 
 $(B)/fs/%.o: fs/%.c
 	@mkdir -p $(dir $@)
@@ -63,6 +81,14 @@ $(B)/fs/%.o: fs/%.c
 $(B)/libckpt.a: $(CORE_OBJ)
 	@rm -f $@ # a fresh archive: objects of removed sources must not linger in it
 	ar rcs $@ $^
+
+# libckpt as a shared library exports only core/libckpt.map's functions (the installed headers'
+# API); the program keeps linking libckpt.a, which has every symbol fs/ uses.
+$(SOLIB): $(CORE_OBJ) core/libckpt.map
+	$(CC) -shared $(LDSAN) $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script=core/libckpt.map \
+	  -Wl,--no-undefined -o $@ $(CORE_OBJ) $(CORE_LIBS)
+	ln -sfn $(notdir $@) $(B)/$(SONAME)
+	ln -sfn $(SONAME) $(B)/libckpt.so
 
 $(B)/ckptfs: $(FS_OBJ) $(B)/libckpt.a
 	$(CC) $(LDSAN) $(LDFLAGS) -o $@ $(FS_OBJ) $(B)/libckpt.a $(FUSE_LIBS) $(MHD_LIBS) $(CORE_LIBS) -lpthread
@@ -124,6 +150,7 @@ test: $(B)/ckptfs $(UNIT_BIN) $(TOOL_BIN) fixtures
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
 	TOOLS=$(abspath $(B)/tools) TEST_TIMEOUT=$(TEST_TIMEOUT) \
 	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	CLIENTS_PY=$(abspath $(CLIENTS_VENV))/bin/python \
 	  prove --timer --exec $(abspath tests/lib/with-timeout) $(or $(TESTS),$(UNIT_BIN) tests/t/*.t)
 	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
@@ -172,6 +199,7 @@ bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor
 	$(PYTHON) tests/bench/serve_bench.py $(B)/ckptfs $(B)/bench-out
 	$(CLIENTS_VENV)/bin/python tests/bench/dcp_consolidate_bench.py $(B)/ckptfs $(B)/bench-out
 	$(CLIENTS_VENV)/bin/python tests/bench/clients_bench.py $(B)/ckptfs $(B)/bench-out
+	$(CLIENTS_VENV)/bin/python tests/bench/gguf_view_bench.py $(B)/ckptfs $(B)/bench-out
 
 # Mutation testing of core/'s bounds checks (minutes per file; not part of check):
 #   make mutate MUTATE_FILES=core/model/planner.c,core/formats/gguf.c [MUTATE_SAMPLE=N]
@@ -194,25 +222,57 @@ DESTDIR      ?=
 BINDIR       := $(PREFIX)/bin
 MANDIR       := $(PREFIX)/share/man
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR   := $(PREFIX)/share/zsh/vendor-completions
+FISHCOMPDIR  := $(PREFIX)/share/fish/vendor_completions.d
 MOUNTHELPERDIR ?= $(PREFIX)/sbin
+# The library: LIBDIR is /usr/lib/<multiarch> in the Debian package (debian/rules).
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   := $(PREFIX)/include/ckpt
+PKGCONFIGDIR := $(LIBDIR)/pkgconfig
+LIB_HEADERS  := ckpt.h read/segread.h
 
-install: $(B)/ckptfs
+install: $(B)/ckptfs install-lib
 	install -D -m 755 $(B)/ckptfs $(DESTDIR)$(BINDIR)/ckptfs
 	install -D -m 755 mount-helpers/mount.fuse.ckptfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs
 	install -D -m 644 man/ckptfs.1 $(DESTDIR)$(MANDIR)/man1/ckptfs.1
 	install -D -m 644 man/ckptfs.5 $(DESTDIR)$(MANDIR)/man5/ckptfs.5
 	install -D -m 644 man/mount.fuse.ckptfs.8 $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8
 	install -D -m 644 mount-helpers/ckptfs.bash-completion $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+	install -D -m 644 mount-helpers/ckptfs.zsh-completion $(DESTDIR)$(ZSHCOMPDIR)/_ckptfs
+	install -D -m 644 mount-helpers/ckptfs.fish-completion $(DESTDIR)$(FISHCOMPDIR)/ckptfs.fish
 
-uninstall:
+# The shared library, its headers (under include/ckpt/, keeping core/'s relative layout so their
+# own #include "../ckpt.h" resolve) and libckpt.pc.
+install-lib: $(SOLIB)
+	install -D -m 644 $(SOLIB) $(DESTDIR)$(LIBDIR)/$(notdir $(SOLIB))
+	ln -sfn $(notdir $(SOLIB)) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libckpt.so
+	for h in $(LIB_HEADERS); do install -D -m 644 core/$$h $(DESTDIR)$(INCLUDEDIR)/$$h || exit 1; done
+	@mkdir -p $(DESTDIR)$(PKGCONFIGDIR)
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@VERSION@|$(VERSION)|' \
+	  core/libckpt.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
+
+uninstall: uninstall-lib
 	rm -f $(DESTDIR)$(BINDIR)/ckptfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.ckptfs \
 	  $(DESTDIR)$(MANDIR)/man1/ckptfs.1 $(DESTDIR)$(MANDIR)/man5/ckptfs.5 \
-	  $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8 $(DESTDIR)$(COMPLETIONDIR)/ckptfs
+	  $(DESTDIR)$(MANDIR)/man8/mount.fuse.ckptfs.8 $(DESTDIR)$(COMPLETIONDIR)/ckptfs \
+	  $(DESTDIR)$(ZSHCOMPDIR)/_ckptfs $(DESTDIR)$(FISHCOMPDIR)/ckptfs.fish
+
+uninstall-lib:
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(SOLIB)) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc \
+	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(LIB_HEADERS))
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/read $(DESTDIR)$(INCLUDEDIR) 2>/dev/null
 
 format:
 	clang-format -i $(CORE_SRC) $(FS_SRC) $(UNIT_SRC) $(shell find core fs -name '*.h') $(wildcard tests/unit/*.h)
 
 clean:
 	rm -rf build build-san
+
+# For scripts and tests: the one version, as the build uses it.
+print-version:
+	@echo $(VERSION)
 
 -include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)

@@ -9,7 +9,8 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define CKPT_VERSION "0.1.0"
+/* The library's version ("0.1.0"), from the source tree's VERSION file. */
+const char *ckpt_version(void);
 
 /* ---- errors: functions return 0 or a negative errno and fill a one-line message ---- */
 
@@ -349,6 +350,31 @@ const char *ckpt_format_checks(const ckpt_catalog *cat);
  * (`what`) and where. */
 int ckpt_source_read(const ckpt_catalog *cat, uint32_t source, uint64_t off, void *buf, size_t len,
                      const char *what, ckpt_err *err);
+
+/* ---- the catalog through functions, for callers that cannot see these structs (a Python
+ * ctypes or another language's FFI): each gives what the struct's field holds, so that such a
+ * caller needs no copy of the layouts above. ---- */
+
+size_t ckpt_tensor_count(const ckpt_catalog *cat);
+/* The i-th tensor (the order ckptfs ls lists), or NULL when i >= ckpt_tensor_count(cat). */
+const ckpt_tensor *ckpt_tensor_at(const ckpt_catalog *cat, size_t i);
+/* The tensor with this NUL-terminated name, or NULL; a walk over the catalog (O(tensors)). */
+const ckpt_tensor *ckpt_tensor_find(const ckpt_catalog *cat, const char *name);
+/* Its name (NUL-terminated; it may hold NUL bytes too: *len, when len is not NULL, is its
+ * length). */
+const char *ckpt_tensor_name(const ckpt_tensor *t, size_t *len);
+/* The dtype's name as ckpt_dtype_info_of gives it ("BF16", "Q4_K"). */
+const char *ckpt_tensor_dtype(const ckpt_tensor *t);
+uint32_t ckpt_tensor_ndim(const ckpt_tensor *t);
+/* Size of dimension i, 0 when i >= ndim. */
+uint64_t ckpt_tensor_dim(const ckpt_tensor *t, uint32_t i);
+/* Bytes of the tensor's consolidated, row-major data. */
+uint64_t ckpt_tensor_nbytes(const ckpt_tensor *t);
+/* Exactly len bytes of the consolidated data at off into buf, whatever shards, pieces or
+ * compressed frames hold them: 0, or a negative errno with err naming the tensor and range
+ * (-EINVAL past the end, -EIO for bytes no file holds or a source that changed). */
+int ckpt_tensor_read(const ckpt_catalog *cat, const ckpt_tensor *t, uint64_t off, void *buf,
+                     size_t len, ckpt_err *err);
 
 /* ---- byte ranges of a tensor -> file segments ---- */
 

@@ -286,7 +286,7 @@ static int external_entry(loader *l, const pb_field *f, tensor_fields *t) {
     if (!have_key || !have_value)
         return pb_bad(&l->b, f->at, "an external_data entry lacks its key or value");
     if (l->key.len == 8 && memcmp(l->key.data, "location", 8) == 0) {
-        sb_init(&l->location);
+        l->location.len = 0; /* the buffer is kept for the next initializer's location */
         sb_put(&l->location, l->value.data, l->value.len);
         t->have_location = true;
         return l->location.failed ? ckpt_fail(l->err, -ENOMEM, "out of memory") : 0;

@@ -107,6 +107,8 @@ char *tree_npy_header(const tree *tr, const ckpt_tensor *t, size_t *len);
 /* The JSON text of sidecar node n as the tree shows it (converted tensors as F32): malloc'd,
  * or NULL without memory. */
 char *tree_sidecar_text(const tree *tr, const node *n, size_t *len);
+/* The .npy header of t as the tree shows it: of its float32 form when it is read as F32. */
+char *tree_npy_header(const tree *tr, const ckpt_tensor *t, size_t *len);
 /* Segments of [off, off+len) of a node whose bytes are the catalog's: a tensor as stored (a
  * converted one's stored bytes: the front end converts), a view file, an auxiliary file. 0 at
  * the end and for the other kinds, whose text the front end holds (tree_plan_text). */

@@ -3,6 +3,7 @@
 #define CKPT_CAST_H
 
 #include "../ckpt.h"
+#include "float_round.h"
 
 #include <sys/types.h>
 
@@ -10,19 +11,6 @@
  * F8_E4M3, F8_E5M2) of another dtype always; the ggml block types that dequantize (Q8_0, Q4_0,
  * Q4_K, Q6_K) only with `quantized`; integers, bool, complex and other types never. */
 bool ckpt_cast_applies(ckpt_dtype from, ckpt_dtype to, bool quantized);
-
-/* Rounds x to the binary float format with `mbits` stored mantissa bits and `ebits` exponent
- * bits (IEEE layout, subnormals, infinities), to nearest with ties to even; overflow gives
- * infinity; NaN stays NaN (sign and leading payload bits kept, quiet bit set). */
-uint32_t ckpt_round_float(double x, int mbits, int ebits);
-
-/* The same for a float's bits (as uint32_t) rounded to F32 (NaN quieted), BF16 or F16: the
- * very results of ckpt_round_float((double)value, ...), at the speed of a few integer ops. */
-uint32_t ckpt_f32_to_f32(uint32_t u);
-uint16_t ckpt_f32_to_bf16(uint32_t u);
-uint16_t ckpt_f32_to_f16(uint32_t u);
-/* ckpt_f32_to_f16 of n floats, with the CPU's F16C instructions where it has them. */
-void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out);
 
 /* Casts every model tensor (not aside) that ckpt_cast_applies to `to` (F32, F16 or BF16): the
  * catalog gets a virtual source that converts the original bytes as they are read (nothing is
@@ -32,5 +20,12 @@ void ckpt_f32_to_f16_many(const float *in, size_t n, uint16_t *out);
  * were cast. */
 int ckpt_cast_tensors(ckpt_catalog *cat, ckpt_dtype to, bool quantized, bool keep_vectors,
                       size_t *count, ckpt_err *err);
+
+/* Quantizes a catalog laid out for llama.cpp (ckpt_profile_llamacpp) to `to` (Q8_0 or Q4_0)
+ * as llama.cpp's converter chooses: vectors and position embeddings stay, a matrix whose rows
+ * are not whole blocks of 32 becomes F16, every other float matrix is quantized with ggml's
+ * reference quantizer (bit-exact with gguf-py's), block by block as it is read. Quantized and
+ * integer tensors are left as they are. */
+int ckpt_quantize_tensors(ckpt_catalog *cat, ckpt_dtype to, size_t *count, ckpt_err *err);
 
 #endif

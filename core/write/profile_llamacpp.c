@@ -1,5 +1,5 @@
-/* A Hugging Face Llama or GPT-2 folder as llama.cpp runs it from a GGUF file: the tensors
- * under llama.cpp's names, and the hyper-parameters and tokenizer as GGUF key-values (the
+/* A Hugging Face Llama (Mistral, Qwen2) or GPT-2 folder as llama.cpp runs it from a GGUF file: the
+ * tensors under llama.cpp's names, and the hyper-parameters and tokenizer as GGUF key-values (the
  * "gguf_kv" document the GGUF writer emits; gguf_vocab.c makes the tokenizer part).
  *
  * Llama: q_proj and k_proj rows are reordered from Hugging Face's rotate-half RoPE layout to
@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FAMILY_NONE, FAMILY_LLAMA, FAMILY_GPT2 };
+/* Mistral is a llama to llama.cpp's converter (arch "llama", q/k permuted); Qwen2 has its own
+ * arch, q/k/v biases, and keeps Hugging Face's rotate-half rows (llama.cpp ropes it NEOX-style). */
+enum { FAMILY_NONE, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_GPT2 };
 
 typedef struct hparams {
     int family;
@@ -44,11 +46,16 @@ static uint64_t u64_or(const json_value *cfg, const char *key, uint64_t dflt) {
     return m && json_as_u64(m, &v) ? v : dflt;
 }
 
+/* The family's name, which is also its GGUF general.architecture. */
+static const char *family_name(int family) {
+    return family == FAMILY_GPT2 ? "gpt2" : family == FAMILY_QWEN2 ? "qwen2" : "llama";
+}
+
 static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckpt_err *err) {
     memset(h, 0, sizeof *h);
     const json_value *mt = json_member(cfg, "model_type");
-    if (json_str_eq(mt, "llama")) {
-        h->family = FAMILY_LLAMA;
+    if (json_str_eq(mt, "llama") || json_str_eq(mt, "mistral") || json_str_eq(mt, "qwen2")) {
+        h->family = json_str_eq(mt, "qwen2") ? FAMILY_QWEN2 : FAMILY_LLAMA;
         h->n_embd = u64_or(cfg, "hidden_size", 0);
         h->n_layer = u64_or(cfg, "num_hidden_layers", 0);
         h->n_head = u64_or(cfg, "num_attention_heads", 0);
@@ -73,12 +80,12 @@ static int read_hparams(const json_value *cfg, hparams *h, const char *root, ckp
     }
     h->n_vocab = u64_or(cfg, "vocab_size", 0);
     if (!h->n_embd || !h->n_layer || !h->n_head || !h->n_ff || !h->head_dim ||
-        (h->family == FAMILY_LLAMA &&
+        (h->family != FAMILY_GPT2 &&
          (!h->n_head_kv || h->n_head % h->n_head_kv || h->head_dim % 2)))
         return ckpt_fail(err, -EINVAL,
                          "%s/config.json: the %s hyper-parameters are incomplete or "
                          "inconsistent (sizes, layers, heads)",
-                         root, h->family == FAMILY_LLAMA ? "llama" : "gpt2");
+                         root, family_name(h->family));
     return 0;
 }
 
@@ -117,6 +124,9 @@ static bool map_llama(const char *s, size_t n, const hparams *h, mapped *m) {
         {"mlp.gate_proj.weight", "ffn_gate.weight"},
         {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"}, /* Qwen2's */
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
     };
     memset(m, 0, sizeof *m);
     if (eq(s, n, "model.embed_tokens.weight")) return snprintf(m->name, 64, "token_embd.weight");
@@ -134,8 +144,9 @@ static bool map_llama(const char *s, size_t n, const hparams *h, mapped *m) {
     for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
         if (eq(rest, rl, layer_names[i].hf)) {
             snprintf(m->name, 64, "blk.%lu.%s", L, layer_names[i].gg);
-            if (i == 2) m->permute_heads = (int)h->n_head;
-            if (i == 3) m->permute_heads = (int)h->n_head_kv;
+            bool rows_permuted = h->family == FAMILY_LLAMA; /* Qwen2 keeps HF's rows */
+            if (i == 2 && rows_permuted) m->permute_heads = (int)h->n_head;
+            if (i == 3 && rows_permuted) m->permute_heads = (int)h->n_head_kv;
             return true;
         }
     return false;
@@ -321,7 +332,7 @@ static void general_kvs(strbuf *sb, const ckpt_catalog *in, const ckpt_catalog *
 }
 
 static void hparam_kvs(strbuf *sb, const hparams *h) {
-    const char *a = h->family == FAMILY_LLAMA ? "llama" : "gpt2";
+    const char *a = family_name(h->family);
     char key[96];
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
     kv_str(sb, "general.architecture", a);
@@ -330,7 +341,7 @@ static void hparam_kvs(strbuf *sb, const hparams *h) {
     kv_u32(sb, K("block_count"), h->n_layer);
     kv_u32(sb, K("feed_forward_length"), h->n_ff);
     kv_u32(sb, K("attention.head_count"), h->n_head);
-    if (h->family == FAMILY_LLAMA) {
+    if (h->family != FAMILY_GPT2) {
         kv_u32(sb, K("attention.head_count_kv"), h->n_head_kv);
         kv_u32(sb, K("rope.dimension_count"), h->head_dim);
         if (h->head_dim * h->n_head != h->n_embd) {
@@ -385,26 +396,31 @@ int ckpt_profile_llamacpp(const ckpt_catalog *in, ckpt_catalog **result, char **
                                       in->root)
                           : catalog_add_source(out, s->path, s->relpath, &idx, err);
     }
+    /* A catalog that shows its model to the HF view as other tensors (a Meta checkpoint as
+     * the Llama checkpoint transformers' script writes) is laid out from those: the HF names
+     * and rows are what the mapping below knows. */
+    bool renamed = false;
+    for (size_t i = 0; i < in->ntensors && !renamed; i++) renamed = in->tensors[i].hf_view;
     for (size_t i = 0; !rc && i < in->ntensors; i++) {
         const ckpt_tensor *t = &in->tensors[i];
-        if (t->aside) continue;
+        if (renamed ? !t->hf_view : t->aside) continue;
         mapped m;
-        bool known = h.family == FAMILY_LLAMA ? map_llama(t->name, t->name_len, &h, &m)
-                                              : map_gpt2(t->name, t->name_len, &m);
+        bool known = h.family != FAMILY_GPT2 ? map_llama(t->name, t->name_len, &h, &m)
+                                             : map_gpt2(t->name, t->name_len, &m);
         if (!known)
-            rc =
-                ckpt_fail(err, -EINVAL,
-                          "tensor \"%.*s\" has no llama.cpp name in the %s layout (convert with "
-                          "--exclude to leave it out)",
-                          SHOWN(t->name_len), t->name, h.family == FAMILY_LLAMA ? "llama" : "gpt2");
+            rc = ckpt_fail(err, -EINVAL,
+                           "tensor \"%.*s\" has no llama.cpp name in the %s layout (convert with "
+                           "--exclude to leave it out)",
+                           SHOWN(t->name_len), t->name, family_name(h.family));
         else if (!m.skip)
             rc = add_mapped(out, t, &m, err);
     }
     if (!rc) {
         hparam_kvs(&kv, &h);
         general_kvs(&kv, in, out);
-        rc = ckpt_gguf_vocab_kvs(in, h.family == FAMILY_LLAMA ? "default" : "gpt-2", h.n_vocab,
-                                 cfg.root, &kv, note, err);
+        static const char *const pre[] = {
+            [FAMILY_LLAMA] = "default", [FAMILY_QWEN2] = "qwen2", [FAMILY_GPT2] = "gpt-2"};
+        rc = ckpt_gguf_vocab_kvs(in, pre[h.family], h.n_vocab, cfg.root, &kv, note, err);
     }
     sb_puts(&kv, "\n]");
     if (!rc && kv.failed) rc = ckpt_fail(err, -ENOMEM, "out of memory");

@@ -24,8 +24,8 @@ static const char usage[] =
     "  DIR/           Hugging Face shards + model.safetensors.index.json + config files\n"
     "  .safetensors   {\"format\":\"pt\"} metadata; tensors only\n"
     "  .gguf          with general.architecture, hyper-parameters, llama.cpp names and the\n"
-    "                 tokenizer for llama and gpt2 HF folders; other models: a tensor\n"
-    "                 container llama.cpp will not run\n"
+    "                 tokenizer of llama, mistral, qwen2, gpt2 HF folders, Meta MP\n"
+    "                 checkpoints; other models: a container llama.cpp will not run\n"
     "Tensors a format cannot hold are refused by name; nothing is dropped silently.\n"
     "\n"
     "  -f, --force         replace an existing OUT (never SOURCE or a file inside it)\n"
@@ -33,6 +33,7 @@ static const char usage[] =
     "      --exclude GLOB  leave out tensors whose name matches (repeatable)\n"
     "      --dtype bf16|f16|f32  cast float tensors (F64 F32 F16 BF16 F8), rounding to\n"
     "                    nearest even, NaN kept; integers are never cast\n"
+    "      --dtype q8_0|q4_0  (.gguf) ggml's reference quantizers, as llama.cpp picks\n"
     "      --cast-quantized  --dtype also dequantizes the ggml types as_dtype=f32 reads\n"
     "      --max-shard-size SIZE  shard size of an HF directory (5GB, 500MB, 2GiB)\n"
     "      --profile lightwatch-gpt2  HF GPT-2 -> LightwatchAI2 names (OUT .lwt)\n"
@@ -66,6 +67,10 @@ static int parse_dtype(const char *s, ckpt_dtype *out) {
         *out = CKPT_F16;
     else if (strcasecmp(s, "f32") == 0)
         *out = CKPT_F32;
+    else if (strcasecmp(s, "q8_0") == 0)
+        *out = CKPT_Q8_0;
+    else if (strcasecmp(s, "q4_0") == 0)
+        *out = CKPT_Q4_0;
     else
         return -1;
     return 0;
@@ -129,9 +134,18 @@ static int for_llamacpp(const cli_common *c, ckpt_catalog **cat, convert_opts *o
 /* The tensors to write, cast as asked; then the archive. */
 static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, convert_opts *o) {
     ckpt_err err;
+    bool quantize = o->dtype == CKPT_Q8_0 || o->dtype == CKPT_Q4_0;
+    if (o->cast && quantize && !is_gguf(out)) {
+        cli_error(c->cmd, "--dtype %s: only a GGUF file (OUT.gguf) holds ggml's block types",
+                  ckpt_dtype_info_of(o->dtype)->name);
+        return CLI_USAGE;
+    }
     if (o->cast) {
         size_t cast;
-        int rc = ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp, &cast, &err);
+        /* quantized as llama.cpp's converter chooses: vectors kept, odd rows F16 */
+        int rc = quantize ? ckpt_quantize_tensors(cat, o->dtype, &cast, &err)
+                          : ckpt_cast_tensors(cat, o->dtype, o->cast_quantized, o->for_llamacpp,
+                                              &cast, &err);
         if (rc) {
             cli_error(c->cmd, "%s", err.msg);
             return rc == -EIO ? CLI_SOURCE : CLI_OUTPUT; /* an incomplete tensor; else memory */
@@ -139,10 +153,11 @@ static int convert(const cli_common *c, ckpt_catalog *cat, const char *out, conv
     }
     if (!writes_directory(out, &o->wo) && !o->for_llamacpp) note_left_behind(cat, out);
     if (is_gguf(out) && !o->for_llamacpp && !strstr(cat->format ? cat->format : "", "gguf"))
-        msg_error("convert",
-                  "note: %s is a tensor container: llama.cpp runs GGUF "
-                  "files made from Hugging Face llama and gpt2 folders (config.json)",
-                  out);
+        msg_error(
+            "convert",
+            "note: %s is a tensor container: llama.cpp runs GGUF "
+            "files made from Hugging Face llama, mistral, qwen2 and gpt2 folders (config.json)",
+            out);
     uint64_t total = 0;
     for (size_t i = 0; i < cat->ntensors; i++)
         if (!cat->tensors[i].aside) total += cat->tensors[i].nbytes;
@@ -188,7 +203,7 @@ static int on_option(void *ctx, const char *cmd, int letter, const char *value) 
     case 'd':
         o->cast = true;
         if (parse_dtype(value, &o->dtype) != 0) {
-            cli_error(cmd, "--dtype %s: expected bf16, f16 or f32", value);
+            cli_error(cmd, "--dtype %s: expected bf16, f16, f32, q8_0 or q4_0", value);
             return CLI_USAGE;
         }
         break;

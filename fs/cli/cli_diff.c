@@ -5,6 +5,7 @@
 #include "common/plot.h"
 
 #include "core/views/stats.h"
+#include "core/write/profile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,7 +21,11 @@ static const char usage[] =
     "\n"
     "  --map MAP        rename A's tensors before matching: a file of lines\n"
     "                   `A-PATTERN B-PATTERN` (* matches any text, carried over),\n"
-    "                   or meta-to-hf / hf-to-meta (Llama names)\n"
+    "                   or meta-to-hf / hf-to-meta (Llama names; the Meta side is\n"
+    "                   read through its HF view, wq/wk rows in HF's order), or\n"
+    "                   hf-to-gguf (A laid out as convert writes a GGUF: llama.cpp\n"
+    "                   names and rows; GGUF types are no difference, and a\n"
+    "                   quantized tensor is close within its type's error)\n"
     "  --atol X         absolute tolerance (default 0: values must be equal)\n"
     "  --rtol X         relative tolerance (default 0)\n"
     "  --ignore-dtype   a dtype change alone is no difference: judge the values\n"
@@ -38,8 +43,9 @@ static const char usage[] =
 enum { EXIT_SAME = 0, EXIT_DIFFERENT = 1, EXIT_TROUBLE = 2, MAX_STARS = 4 };
 
 /* Llama checkpoints as Meta's consolidated.*.pth name them (A) and as Hugging Face does (B).
- * Hugging Face also permutes the rows of wq and wk for its rotary layout: those two differ in
- * values unless the conversion is undone (not done here). */
+ * Hugging Face also permutes the rows of wq and wk for its rotary layout: a Meta catalog's HF
+ * view undoes it (meta_mp.c), so the maps compare that view (hf_view_side) and these names are
+ * for a Meta side that has none. */
 static const char meta_to_hf[] =
     "tok_embeddings.weight model.embed_tokens.weight\n"
     "norm.weight model.norm.weight\n"
@@ -64,6 +70,8 @@ typedef struct differ {
     double atol, rtol;
     uint64_t threads;
     const char *plot, *map;
+    int hf_view_side; /* 1 (A) or 2 (B): that side's HF view tensors, by their own names */
+    bool gguf;        /* --map hf-to-gguf: A was laid out for llama.cpp (ckpt_profile_llamacpp) */
     rule *rules;
     size_t nrules;
     const ckpt_catalog *ca, *cb;
@@ -141,12 +149,46 @@ static int add_rules(differ *d, const char *text, bool swap) {
     return 0;
 }
 
-static int load_map(differ *d) {
-    if (strcmp(d->map, "meta-to-hf") == 0) return add_rules(d, meta_to_hf, false);
-    if (strcmp(d->map, "hf-to-meta") == 0) return add_rules(d, meta_to_hf, true);
+static bool has_hf_view(const ckpt_catalog *cat) {
+    for (size_t i = 0; i < cat->ntensors; i++)
+        if (cat->tensors[i].hf_view) return true;
+    return false;
+}
+
+/* The built-in maps (the rest: a file of rules); A and B are open. */
+static int load_map(differ *d, ckpt_catalog **ca) {
+    if (strcmp(d->map, "hf-to-gguf") == 0) {
+        ckpt_catalog *mapped = NULL;
+        char *note = NULL;
+        ckpt_err err;
+        if (ckpt_profile_llamacpp(*ca, &mapped, &note, &err)) {
+            cli_error(d->cmd, "--map hf-to-gguf: %s", err.msg);
+            return EXIT_TROUBLE;
+        }
+        free(note); /* a vocabulary matters to llama.cpp, not to the tensors compared */
+        if (!mapped) {
+            cli_error(d->cmd, "--map hf-to-gguf: A is not a llama, mistral, qwen2 or gpt2 folder "
+                              "(config.json) that convert lays out for llama.cpp");
+            return EXIT_TROUBLE;
+        }
+        ckpt_close(*ca);
+        *ca = mapped;
+        d->gguf = true;
+        return 0;
+    }
+    bool meta = strcmp(d->map, "meta-to-hf") == 0, back = strcmp(d->map, "hf-to-meta") == 0;
+    if (meta || back) {
+        /* the Meta side's HF view holds the HF names and rows; without one, rename only */
+        if (has_hf_view(meta ? d->ca : d->cb)) {
+            d->hf_view_side = meta ? 1 : 2;
+            return 0;
+        }
+        return add_rules(d, meta_to_hf, back);
+    }
     FILE *f = fopen(d->map, "r");
     if (!f) {
-        cli_error(d->cmd, "--map %.200s: %s (or: meta-to-hf, hf-to-meta)", d->map, strerror(errno));
+        cli_error(d->cmd, "--map %.200s: %s (or: meta-to-hf, hf-to-meta, hf-to-gguf)", d->map,
+                  strerror(errno));
         return EXIT_TROUBLE;
     }
     strbuf sb;
@@ -180,14 +222,18 @@ static char *display(const ckpt_tensor *t) {
     return sb_take(&sb, &len);
 }
 
-static int list_names(const differ *d, const ckpt_catalog *cat, named **out, size_t *n) {
+/* side: 1 for A, 2 for B. */
+static int list_names(const differ *d, const ckpt_catalog *cat, int side, named **out, size_t *n) {
     named *v = calloc(cat->ntensors ? cat->ntensors : 1, sizeof *v);
     if (!v) return -ENOMEM;
     size_t k = 0;
+    bool view = d->hf_view_side == side;
     for (size_t i = 0; i < cat->ntensors; i++) {
-        if (cli_hidden(&cat->tensors[i]) && !d->all) continue;
-        v[k].t = &cat->tensors[i];
-        if (!(v[k++].name = display(&cat->tensors[i]))) return -ENOMEM;
+        const ckpt_tensor *t = &cat->tensors[i];
+        if (view ? !t->hf_view : cli_hidden(t) && !d->all) continue;
+        v[k].t = t;
+        v[k].name = view ? strndup(t->name, t->name_len) : display(t);
+        if (!v[k++].name) return -ENOMEM;
     }
     qsort(v, k, sizeof *v, by_name);
     *out = v;
@@ -231,6 +277,29 @@ static bool same_shape(const ckpt_tensor *a, const ckpt_tensor *b) {
     return true;
 }
 
+/* The relative change ||a - b|| / ||b|| a GGUF type's rounding of A's values stays within,
+ * whatever they are. F16 and BF16 round each value within 2^-11, 2^-8 of it. Q8_0's reference
+ * quantizer errs by at most half a step (1/254 of its block's largest magnitude) plus its F16
+ * scale's rounding (1/1024 of it), and a block's largest magnitude is at most sqrt(32) times its
+ * RMS: r of ||a||, so r / (1 - r) of ||b||. The 4- and 5-bit types' worst case (a step of 1/8 or
+ * 1/16 at the clipped end) gives no useful bound this way: they are judged by --atol/--rtol. */
+static double type_error_bound(ckpt_dtype dt) {
+    const double spread = 5.6569; /* sqrt(32), rounded up */
+    double r;
+    switch (dt) {
+    case CKPT_F16:
+        return 1.0 / 2048 / (1 - 1.0 / 2048);
+    case CKPT_BF16:
+        return 1.0 / 256 / (1 - 1.0 / 256);
+    case CKPT_Q8_0:
+        r = spread * (1.0 / 254 + 1.0 / 1024);
+        break;
+    default:
+        return 0;
+    }
+    return r / (1 - r);
+}
+
 static void judge(const differ *d, pair *p) {
     if (p->status) {
         p->v = R_ERROR;
@@ -241,9 +310,17 @@ static void judge(const differ *d, pair *p) {
         return;
     }
     const ckpt_diff *x = &p->diff;
+    double bound = d->gguf && !d->atol && !d->rtol && p->a->t->dtype != p->b->dtype
+                       ? type_error_bound(p->b->dtype)
+                       : 0;
+    if (bound && !x->bytes_only && !x->nonfinite_mismatch) {
+        /* a cast or quantized GGUF tensor against its source: within its type's error */
+        p->v = ckpt_diff_relative(x) <= bound ? R_CLOSE : R_DIFFERS;
+        return;
+    }
     if (x->beyond)
         p->v = R_DIFFERS;
-    else if (p->dtype_changed && !d->ignore_dtype)
+    else if (p->dtype_changed && !d->ignore_dtype && !d->gguf)
         p->v = R_DTYPE;
     else if (x->bytes_identical && !p->dtype_changed)
         p->v = R_SAME;
@@ -393,7 +470,7 @@ static int run(differ *d, const char *a_path, const char *b_path) {
     size_t na = 0, nb = 0;
     pair *pairs = NULL;
     int rc = EXIT_TROUBLE;
-    if (list_names(d, d->ca, &va, &na) || list_names(d, d->cb, &vb, &nb)) goto oom;
+    if (list_names(d, d->ca, 1, &va, &na) || list_names(d, d->cb, 2, &vb, &nb)) goto oom;
     pairs = calloc(na ? na : 1, sizeof *pairs);
     if (!pairs) goto oom;
     size_t np = 0;
@@ -570,13 +647,14 @@ int cli_diff(int argc, char **argv) {
         return rc;
     }
     if (rc == CLI_USAGE) rc = EXIT_TROUBLE; /* diff(1)'s convention: 2 for any trouble */
-    if (rc == 0 && d.map) rc = load_map(&d);
     ckpt_catalog *ca = NULL, *cb = NULL;
     if (rc == 0 && (cli_open(&c, argv[optind], &ca) || cli_open(&c, argv[optind + 1], &cb)))
         rc = EXIT_TROUBLE;
+    d.ca = ca;
+    d.cb = cb;
+    if (rc == 0 && d.map) rc = load_map(&d, &ca);
     if (rc == 0) {
         d.ca = ca;
-        d.cb = cb;
         rc = run(&d, argv[optind], argv[optind + 1]);
     }
     ckpt_close(ca);

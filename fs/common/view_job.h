@@ -18,6 +18,8 @@ typedef struct view_job {
 /* Starts building into view (on this thread if no thread can be made). */
 void view_job_start(view_job *job, const ckpt_catalog *cat, uint64_t max_shard_size,
                     ckpt_hfview *view);
+/* A view already built (view=gguf's): view_job_wait hands it over. */
+void view_job_ready(view_job *job, ckpt_hfview *view);
 /* tree_view_fn: joins the job and hands over the view (ctx is the job). */
 int view_job_wait(void *ctx, const ckpt_hfview **view, ckpt_err *err);
 

@@ -8,6 +8,7 @@
 #include "changed.h"
 #include "common/mount_log.h"
 #include "core/views/stats.h"
+#include "core/write/gguf_view.h"
 #include "common/daemon.h"
 #include "common/loop.h"
 #include "common/heap.h"
@@ -45,7 +46,8 @@ typedef struct options {
     int splice;
     int npy;
     char *timeout;
-    char *view;           /* "tree" (default) or "hf" */
+    char *view;           /* "tree" (default), "hf" or "gguf" */
+    char *gguf_type;      /* view=gguf's tensor type (convert's --dtype), or NULL */
     char *max_shard_size; /* as given, e.g. "5GB" */
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
     char *revision;       /* HF cache repo folder: the ref or commit to mount */
@@ -88,6 +90,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("nosplice", splice, 0),
     OPT("timeout=%s", timeout, 0),
     OPT("view=%s", view, 0),
+    OPT("gguf_type=%s", gguf_type, 0),
     OPT("max_shard_size=%s", max_shard_size, 0),
     OPT("tp_split=%s", tp_split, 0),
     OPT("revision=%s", revision, 0),
@@ -114,6 +117,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("nonpy", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("timeout=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("view=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("gguf_type=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("tp_split=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("revision=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
@@ -146,7 +150,7 @@ static void usage(FILE *out) {
             "Mount a checkpoint read-only: a file, a directory, an HF cache folder or an\n"
             "http(s)://, s3://, hf:// URL. -f foreground, -d debug, -s one thread, -V version\n"
             "Options (-o):\n"
-            "  view=hf, max_shard_size=S  the HF layout at the root; its shards' size (5GB)\n"
+            "  view=hf|gguf       at the root: HF layout (max_shard_size=S) or NAME.gguf\n"
             "  npy, nonpy         NAME.npy next to tensors numpy can hold (default: npy)\n"
             "  as_dtype=f32       read F16/BF16/F8, ggml Q4-Q8/TQ/MXFP4/Q4_K/Q6_K as F32\n"
             "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
@@ -351,7 +355,7 @@ int mount_main(int argc, char **argv) {
         if (o.m.help)
             usage(stdout);
         else
-            printf("ckptfs %s (libfuse %s)\n", CKPT_VERSION, fuse_pkgversion());
+            printf("ckptfs %s (libfuse %s)\n", ckpt_version(), fuse_pkgversion());
         status = 0;
         goto out;
     }
@@ -401,20 +405,28 @@ int mount_main(int argc, char **argv) {
     fs.as_f32 = o.as_dtype != NULL;
     passthrough_mode pmode;
     if (!passthrough_parse_mode(o.passthrough, &pmode)) {
-        fprintf(stderr, "ckptfs: passthrough=%s: expected auto, off or on\n", o.passthrough);
+        msg_error(NULL, "passthrough=%s: expected auto, off or on", o.passthrough);
         status = EXIT_USAGE;
         goto out;
     }
     fs.passthrough = pmode != PASSTHROUGH_OFF;
-    bool hf_root = false;
-    if (o.view && !(hf_root = strcmp(o.view, "hf") == 0) && strcmp(o.view, "tree") != 0) {
-        msg_error(NULL, "view=%s: expected view=tree or view=hf", o.view);
+    bool hf_root = false, gguf_root = o.view && strcmp(o.view, "gguf") == 0;
+    if (o.view && !gguf_root && !(hf_root = strcmp(o.view, "hf") == 0) &&
+        strcmp(o.view, "tree") != 0) {
+        msg_error(NULL, "view=%s: expected view=tree, view=hf or view=gguf", o.view);
         status = EXIT_USAGE;
         goto out;
     }
-    if (hf_root && fs.as_f32) {
-        msg_error(NULL, "as_dtype=f32 converts the files of the tensor tree; view=hf "
-                        "shows none (its safetensors keep the stored bytes)");
+    if (o.gguf_type && !gguf_root) {
+        msg_error(NULL, "gguf_type=%s goes with view=gguf", o.gguf_type);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if ((hf_root || gguf_root) && fs.as_f32) {
+        msg_error(NULL,
+                  "as_dtype=f32 converts the files of the tensor tree; view=%s shows none (its "
+                  "file keeps the stored bytes)",
+                  o.view);
         status = EXIT_USAGE;
         goto out;
     }
@@ -437,12 +449,25 @@ int mount_main(int argc, char **argv) {
      * resident, so the heap is trimmed again after each big scratch table: at a million
      * tensors these trims lower a mount's peak by about 70 MB. */
     heap_for_serving();
+    if (gguf_root) { /* the catalog becomes the one laid out for llama.cpp, as convert's */
+        char *note = NULL;
+        if (ckpt_gguf_view_build(&fs.cat, o.gguf_type, &view, &note, &err) != 0) {
+            msg_error(NULL, "view=gguf: %s", err.msg);
+            goto out;
+        }
+        if (note) msg_error(NULL, "view=gguf: note: %s", note);
+        free(note);
+        hf_root = true; /* its file at the root, as view=hf's */
+    }
     fs.view_at_root = hf_root;
     if ((fs.alias = calloc(fs.cat->ntensors ? fs.cat->ntensors : 1, sizeof *fs.alias)))
         ckpt_mark_aliases(fs.cat, fs.alias);
     heap_for_serving(); /* the alias table's scratch (32 bytes a tensor) */
     view_job job;
-    view_job_start(&job, fs.cat, max_shard, &view);
+    if (gguf_root)
+        view_job_ready(&job, &view);
+    else
+        view_job_start(&job, fs.cat, max_shard, &view);
     if (tree_build(&fs.tr, fs.cat, view_job_wait, &job, hf_root, o.npy != 0, fs.as_f32, &err) !=
         0) {
         msg_error(NULL, "%s: %s", o.m.first, err.msg);
@@ -513,6 +538,7 @@ out:
     ckpt_hfview_free(&view);
     ckpt_close(fs.cat);
     free(o.view);
+    free(o.gguf_type);
     free(o.readahead_kb);
     free(o.spin_us);
     free(o.timeout);
@@ -528,6 +554,10 @@ out:
     free(o.spool);
     free(o.read_only_opt);
     free(o.staging_opt);
+    free(o.uid);
+    free(o.gid);
+    free(o.log);
+    free(o.umask);
     mount_opts_free(&o.m);
     return status;
 }

@@ -22,7 +22,9 @@ uint64_t serve_max_shard_size = CKPT_HF_MAX_SHARD_DEFAULT;
 static void identity_sha(const ckpt_catalog *cat, char *out) {
     sha256_ctx c;
     sha256_init(&c);
-    sha256_update(&c, "ckptfs serve " CKPT_VERSION, strlen("ckptfs serve " CKPT_VERSION));
+    const char *version = ckpt_version();
+    sha256_update(&c, "ckptfs serve ", strlen("ckptfs serve "));
+    sha256_update(&c, version, strlen(version));
     uint64_t shard = serve_max_shard_size;
     sha256_update(&c, &shard, sizeof shard);
     sha256_update(&c, cat->root, strlen(cat->root) + 1);

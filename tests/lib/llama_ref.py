@@ -154,7 +154,7 @@ def rope(x, theta, interleaved=False):
 
 
 def forward(w, tokens, cfg=CONFIG, interleaved=False):
-    """Logits [T, vocab] in float64."""
+    """Logits [T, vocab] in float64 (q/k/v biases, Qwen2's, where w has them)."""
     H = cfg["hidden_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d, eps, theta = H // nh, cfg["rms_norm_eps"], cfg["rope_theta"]
@@ -165,9 +165,10 @@ def forward(w, tokens, cfg=CONFIG, interleaved=False):
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         x = rmsnorm(h, W[p + "input_layernorm.weight"], eps)
-        q = (x @ W[p + "self_attn.q_proj.weight"].T).reshape(T, nh, d)
-        k = (x @ W[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, d)
-        v = (x @ W[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, d)
+        q = (x @ W[p + "self_attn.q_proj.weight"].T + W.get(p + "self_attn.q_proj.bias", 0.0))
+        k = (x @ W[p + "self_attn.k_proj.weight"].T + W.get(p + "self_attn.k_proj.bias", 0.0))
+        v = (x @ W[p + "self_attn.v_proj.weight"].T + W.get(p + "self_attn.v_proj.bias", 0.0))
+        q, k, v = q.reshape(T, nh, d), k.reshape(T, nkv, d), v.reshape(T, nkv, d)
         q, k = rope(q, theta, interleaved), rope(k, theta, interleaved)
         rep = nh // nkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)

@@ -20,7 +20,10 @@ cleanup() {
 trap cleanup EXIT
 unset CKPTFS_ENV
 files="bin/ckptfs sbin/mount.fuse.ckptfs share/man/man1/ckptfs.1 share/man/man5/ckptfs.5
-       share/man/man8/mount.fuse.ckptfs.8 share/bash-completion/completions/ckptfs"
+       share/man/man8/mount.fuse.ckptfs.8 share/bash-completion/completions/ckptfs
+       share/zsh/vendor-completions/_ckptfs share/fish/vendor_completions.d/ckptfs.fish
+       lib/libckpt.so.0 lib/libckpt.so include/ckpt/ckpt.h include/ckpt/read/segread.h
+       lib/pkgconfig/libckpt.pc"
 
 # 1. PREFIX alone: nothing outside it (a marker file dates the run; / is searched for newer
 #    files named like ours outside PREFIX).
@@ -60,7 +63,7 @@ env -u CKPTFS PATH="$tmp/decoy:/usr/bin:/bin" "$tmp/alone/mount.fuse.ckptfs" \
     /nonexistent "$mnt" >/dev/null 2>&1
 [ $? = 42 ] && [ -e "$tmp/decoy.log" ]; ok $? "a helper alone runs the ckptfs on PATH"
 make -s -C "$root" uninstall PREFIX="$prefix" >/dev/null
-left=$(find "$prefix" -type f | wc -l)
+left=$(find "$prefix" ! -type d | wc -l)
 [ "$left" = 0 ]; ok $? "make uninstall PREFIX=DIR removes every file ($left left)"
 
 # 2. DESTDIR + PREFIX=/usr, as a package build does.

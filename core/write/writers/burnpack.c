@@ -688,7 +688,7 @@ static int build_metadata(job *J) {
         cb_str(&J->meta, "producer");
         cb_str(&J->meta, "ckptfs");
         cb_str(&J->meta, "version");
-        cb_str(&J->meta, CKPT_VERSION);
+        cb_str(&J->meta, ckpt_version());
         J->meta_count = 3;
         return 0;
     }
