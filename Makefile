@@ -116,7 +116,7 @@ $(B)/bench/mmapload: tests/bench/mmapload.c
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd libhdf5-dev \
             python3 python3-numpy python3-torch python3-venv perl attr mandoc procps bash-completion libcurl4-openssl-dev \
-            nginx libmicrohttpd-dev curl xfsprogs iproute2 util-linux
+            nginx libmicrohttpd-dev curl xfsprogs iproute2 util-linux zsh fish
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
