@@ -109,10 +109,14 @@ $(B)/bench/delayproxy: tests/bench/delayproxy.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< -lpthread
 
+$(B)/bench/mmapload: tests/bench/mmapload.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -lpthread
+
 # Debian packages the build, the tests and the demo need; installed only when missing.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libcbor-dev zlib1g-dev libzstd-dev zstd libhdf5-dev \
             python3 python3-numpy python3-torch python3-venv perl attr mandoc procps bash-completion libcurl4-openssl-dev \
-            nginx libmicrohttpd-dev curl xfsprogs iproute2 util-linux
+            nginx libmicrohttpd-dev curl xfsprogs iproute2 util-linux zsh fish
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -175,8 +179,11 @@ $(CLIENTS_VENV)/.installed: $(CLIENTS_LOCK)
 demo: deps $(B)/ckptfs
 	@tests/demo.sh $(B)/ckptfs
 
-bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/delayproxy
+bench: deps deps-clients $(B)/ckptfs $(B)/bench/passthrough $(B)/bench/walkfloor $(B)/bench/delayproxy \
+	    $(B)/bench/mmapload
 	tests/bench/bench.sh $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out
+	$(PYTHON) tests/bench/passthrough_bench.py $(B)/ckptfs $(B)/bench/passthrough \
+	    $(B)/bench/mmapload $(B)/bench-out
 	$(PYTHON) tests/bench/shard_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/mount_bench.py $(B)/ckptfs $(B)/bench-out
 	$(PYTHON) tests/bench/peers.py $(B)/ckptfs $(B)/bench/passthrough $(B)/bench-out

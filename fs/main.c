@@ -102,6 +102,11 @@ int main(int argc, char **argv) {
     if (own_argv) argv = own_argv;
     /* Every command may hold a descriptor per shard (a stage one per open file). */
     raise_file_limit();
+    /* Under `ulimit -f` a write past the limit kills the writer with SIGXFSZ: the staging
+     * daemon (a pack passing the limit), convert or a commit would die mid-write, and a mount
+     * with them. Ignored, the write fails with EFBIG, which every writer reports as it reports
+     * a full disk (and cp on a stage sees "File too large", as on a local file system). */
+    signal(SIGXFSZ, SIG_IGN);
     commands_register(commands, NCOMMANDS);
     if (argc > 1 && argv[1][0] && argv[1][0] != '-') {
         const command *c = command_named(argv[1]);

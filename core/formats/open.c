@@ -121,6 +121,8 @@ static int open_dir(ckpt_catalog *cat, ckpt_err *err) {
             cat->format = (*t)->name;
             return (*t)->load_dir(cat, err);
         }
+    int rc = place_list_failure(cat->root, err);
+    if (rc) return rc;
     char repos[512];
     int nrepos = hf_cache_root_repos(cat->root, repos, sizeof repos);
     if (nrepos > 0)

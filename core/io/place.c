@@ -43,6 +43,13 @@ static int push(place_entry **e, size_t *n, size_t *cap, const char *name, int k
     return 0;
 }
 
+int place_list_failure(const char *dir, ckpt_err *err) {
+    if (!remote_is_url(dir)) return 0;
+    const remote_entry *re;
+    size_t rn;
+    return remote_list(dir, &re, &rn, err);
+}
+
 int place_list(const char *dir, place_entry **out, size_t *count) {
     *out = NULL;
     *count = 0;

@@ -7,6 +7,8 @@
 #ifndef CKPT_PLACE_H
 #define CKPT_PLACE_H
 
+#include "../ckpt.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +29,9 @@ typedef struct place_entry {
 } place_entry;
 /* The entries of dir (without . and ..), unsorted. 0 or a negative errno. */
 int place_list(const char *dir, place_entry **out, size_t *n);
+/* 0 when dir can be listed, else why not (a remote listing refused or failed; local: 0), so a
+ * directory that no probe recognised says what went wrong with its listing first. */
+int place_list_failure(const char *dir, ckpt_err *err);
 void place_list_free(place_entry *e, size_t n);
 /* The first bytes of the regular file path: up to cap into buf, *got of them, the file's size
  * in *size (either may be NULL). 0 or a negative errno (-EINVAL: not a regular file). Remote

@@ -475,7 +475,7 @@ enum { RELEASE_DEPTH = 64 };
 /* Recycles v and what only v holds. A value with one owner is reached once: cycles and sharing
  * need a memo fetch or DUP, which mark the value shared, and shared values are kept. */
 static void release(pk_doc *doc, pk_value *v, int depth) {
-    if (!v || pk_shared(v) || depth > RELEASE_DEPTH) return;
+    if (!v || pk_shared(v) || (v->flags & PK_CONST) || depth > RELEASE_DEPTH) return;
     switch ((pk_kind)v->kind) {
     case PK_TUPLE:
     case PK_LIST:
@@ -919,11 +919,25 @@ static int read_uint(parser *p, size_t width, size_t *out) {
     return 0;
 }
 
-static int push_simple(parser *p, pk_kind kind, bool b) {
+/* None, a bool or a small integer: the document's one node for it (PK_CONST). Each occurrence
+ * still counts as a value against max_values. */
+static int push_const(parser *p, size_t slot, pk_kind kind, int64_t i) {
     int rc = 0;
-    pk_value *v = new_value(p, kind, &rc);
-    if (!v) return rc;
-    v->u.b = b;
+    pk_value *v = p->doc->consts[slot];
+    if (v) {
+        if (p->doc->values >= p->lim.max_values)
+            return fail(p, -E2BIG, "the pickle holds more than %zu values (limit)",
+                        p->lim.max_values);
+        p->doc->values++;
+        return push(p, v);
+    }
+    if (!(v = new_value(p, kind, &rc))) return rc;
+    if (kind == PK_BOOL)
+        v->u.b = i != 0;
+    else
+        v->u.i = i;
+    v->flags = PK_CONST;
+    p->doc->consts[slot] = v;
     return push(p, v);
 }
 
@@ -1159,18 +1173,19 @@ static int step(parser *p, bool *stop) {
         a->flags |= PK_SHARED;
         return push(p, a);
     case OP_NONE:
-        return push_simple(p, PK_NONE, false);
+        return push_const(p, PK_CONST_NONE, PK_NONE, 0);
     case OP_NEWTRUE:
-        return push_simple(p, PK_BOOL, true);
+        return push_const(p, PK_CONST_TRUE, PK_BOOL, 1);
     case OP_NEWFALSE:
-        return push_simple(p, PK_BOOL, false);
+        return push_const(p, PK_CONST_FALSE, PK_BOOL, 0);
     case OP_BININT:
         if ((rc = need(p, 4))) return rc;
         p->at += 4;
         return push_int(p, (int32_t)(uint32_t)rd_le(p->d + p->at - 4, 4));
     case OP_BININT1:
         if ((rc = need(p, 1))) return rc;
-        return push_int(p, p->d[p->at++]);
+        p->at++;
+        return push_const(p, PK_CONST_INT0 + p->d[p->at - 1], PK_INT, p->d[p->at - 1]);
     case OP_BININT2:
         if ((rc = need(p, 2))) return rc;
         p->at += 2;

@@ -126,8 +126,20 @@ struct pk_value {
     } u;
 };
 
-/* flags: the value may be reached more than once (memo fetches, DUP). */
-enum { PK_SHARED = 1 };
+/* flags: PK_SHARED: the value may be reached more than once (memo fetches, DUP). PK_CONST: one
+ * node of the document stands for every None, True, False and BININT1 integer (0..255) of the
+ * pickle, so a list of millions of them costs a pointer an item, not a node (its pos is the
+ * first occurrence's). Never recycled, never changed, and not "shared" for hooks: a hook sees
+ * such a value as it sees any other. */
+enum { PK_SHARED = 1, PK_CONST = 2 };
+/* The constants' slots in pk_doc.consts: None, False, True, then the integers 0..255. */
+enum {
+    PK_CONST_NONE,
+    PK_CONST_FALSE,
+    PK_CONST_TRUE,
+    PK_CONST_INT0,
+    PK_CONSTS = PK_CONST_INT0 + 256
+};
 
 typedef struct pk_limits {
     size_t max_stack;  /* values on the stack at once */
@@ -176,6 +188,7 @@ struct pk_doc {
     void *spare_items[PK_SPARE_CLASSES]; /* recycled item arrays by slot count */
     void **big;                          /* item arrays of more slots: malloc'd, grown in place */
     size_t nbig, cap_big;
+    pk_value *consts[PK_CONSTS]; /* PK_CONST nodes, made when first met */
 };
 
 /* Parses one pickle from data[0, len) up to its STOP. On failure *doc is freed and the message
@@ -189,7 +202,7 @@ void pk_free(pk_doc *doc);
  * the offset messages name. NULL when out of memory. */
 pk_value *pk_new_record(pk_doc *doc, uint32_t tag, const void *data, uint64_t pos);
 static inline bool pk_shared(const pk_value *v) {
-    return v->flags & PK_SHARED;
+    return (v->flags & (PK_SHARED | PK_CONST)) == PK_SHARED;
 }
 
 /* Helpers for walkers. */

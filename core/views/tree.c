@@ -618,3 +618,57 @@ bool tree_node_current(const tree *tr, const node *n, bool by_range) {
     }
     return true;
 }
+
+/* Bytes a front end may compare at open to tell that a node made in part in memory is still its
+ * source's: the HF view writes again the opening of a header it serves unchanged (40 bytes). */
+enum { WHOLE_MEM_MAX = 4096 };
+
+/* Walks n's plan; each segment's bytes must be those of the one source at the same offset.
+ * File segments say so by their offsets; memory ones (at most WHOLE_MEM_MAX bytes in all) are
+ * compared with the source's bytes when src is known (the second walk). */
+static bool plan_is_source(const tree *tr, node *n, uint64_t size, uint32_t *src, bool compare) {
+    const ckpt_catalog *cat = tr->cat;
+    uint64_t at = 0, mem = 0;
+    while (at < size) {
+        enum { BATCH = 16 };
+        ckpt_segment seg[BATCH];
+        uint64_t done, file_off;
+        size_t k = tree_plan(tr, n, at, size - at, seg, BATCH, &done);
+        if (k == 0 || done == 0) return false;
+        for (size_t i = 0; i < k; i++) {
+            if (seg[i].kind == CKPT_SEG_MEM) {
+                if ((mem += seg[i].length) > WHOLE_MEM_MAX) return false;
+                /* The bytes as they are now, unchecked: whether the source changed is the
+                 * caller's question (an open of a changed source fails, not passes by). */
+                char buf[WHOLE_MEM_MAX];
+                if (compare && (ckpt_source_pread(&cat->sources[*src], buf, seg[i].length, at) !=
+                                    (ssize_t)seg[i].length ||
+                                memcmp(buf, seg[i].mem, seg[i].length) != 0))
+                    return false;
+            } else if (seg[i].kind != CKPT_SEG_FILE ||
+                       (*src != UINT32_MAX && seg[i].source != *src) ||
+                       !ckpt_source_file_extent(&cat->sources[seg[i].source], seg[i].offset,
+                                                seg[i].length, &file_off) ||
+                       file_off != at) {
+                return false;
+            } else {
+                *src = seg[i].source;
+            }
+            at += seg[i].length;
+        }
+    }
+    return true;
+}
+
+uint32_t tree_node_whole_source(const tree *tr, node *n) {
+    const ckpt_catalog *cat = tr->cat;
+    if (n->kind == NODE_TENSOR && tree_converted(tr, &cat->tensors[n->ref])) return UINT32_MAX;
+    uint64_t size = tree_node_size(tr, n);
+    uint32_t src = UINT32_MAX;
+    /* The first walk finds the source and ends at the first segment that is not it (a
+     * synthesized header, another source); the second compares what lies in memory. */
+    if (!plan_is_source(tr, n, size, &src, false) || src == UINT32_MAX) return UINT32_MAX;
+    const ckpt_source *s = &cat->sources[src];
+    if (!ckpt_source_whole_file(s) || s->size != size) return UINT32_MAX;
+    return plan_is_source(tr, n, size, &src, true) ? src : UINT32_MAX;
+}

@@ -117,6 +117,12 @@ size_t tree_plan(const tree *tr, const node *n, uint64_t off, uint64_t len, ckpt
 /* The one memory segment of [off, off+len) of text (text_len bytes), 0 at its end. */
 size_t tree_plan_text(const char *text, size_t text_len, uint64_t off, uint64_t len,
                       ckpt_segment *seg, size_t cap, uint64_t *done);
+/* The source whose whole file node n is, byte for byte (ckpt_source_whole_file, offsets the
+ * same, sizes equal, the few bytes the node holds in memory equal to the file's, which it
+ * reads to compare): what a front end may hand to the kernel as the file itself (FUSE
+ * passthrough). UINT32_MAX when there is none: a synthesized, converted, partial or compressed
+ * node, a tar member, a remote object. */
+uint32_t tree_node_whole_source(const tree *tr, node *n);
 /* Whether every source the node's bytes come from is still the file the catalog read
  * (ckpt_source_current): what opening it checks, so that a source changed in place, replaced
  * or removed since the catalog was opened is refused rather than read through a descriptor of

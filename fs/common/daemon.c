@@ -49,9 +49,11 @@ void daemon_report_ready(unsigned char status) {
 
 typedef struct ready_ctx {
     const char *mountpoint;
-    void (*on_ready)(void *ctx, dev_t dev);
+    int (*on_ready)(void *ctx, dev_t dev);
     void *ctx;
-    dev_t dev; /* of the live mount, 0 if unknown */
+    struct fuse_session *se;
+    dev_t dev;    /* of the live mount, 0 if unknown */
+    bool refused; /* on_ready refused the mount */
 } ready_ctx;
 
 static void *ready_thread(void *arg) {
@@ -59,7 +61,14 @@ static void *ready_thread(void *arg) {
     struct stat st;
     if (stat(rc->mountpoint, &st) == 0) {
         rc->dev = st.st_dev;
-        if (rc->on_ready) rc->on_ready(rc->ctx, st.st_dev);
+        if (rc->on_ready && rc->on_ready(rc->ctx, st.st_dev) != 0) {
+            /* The serving thread sleeps in the device's poll: the exit signal, which only it
+             * takes, wakes it into libfuse's handler, which ends the session. */
+            rc->refused = true;
+            fuse_session_exit(rc->se);
+            kill(getpid(), SIGTERM);
+            return NULL;
+        }
     }
     daemon_report_ready(0);
     return NULL;
@@ -81,8 +90,8 @@ static bool dev_mounted(dev_t dev) {
 }
 
 int daemon_serve(struct fuse_session *se, const char *mountpoint, const serve_opts *so,
-                 void (*on_ready)(void *ctx, dev_t dev), void *ctx) {
-    ready_ctx rc = {mountpoint, on_ready, ctx, 0};
+                 int (*on_ready)(void *ctx, dev_t dev), void *ctx) {
+    ready_ctx rc = {mountpoint, on_ready, ctx, se, 0, false};
     pthread_t ready;
     /* Signals stay with the serving thread, whose wait they must interrupt. */
     sigset_t all, old;
@@ -107,6 +116,7 @@ int daemon_serve(struct fuse_session *se, const char *mountpoint, const serve_op
         fuse_loop_cfg_destroy(cfg);
     }
     if (have_ready) pthread_join(ready, NULL);
+    if (rc.refused) return -ECANCELED;
     /* The kernel ends a lazily unmounted connection whose last user left with ECONNABORTED
      * (libfuse expects ENODEV and reports an error): with our mount gone, that is a clean
      * unmount. A connection aborted through /sys/fs/fuse/connections leaves the mount. */

@@ -24,9 +24,11 @@ typedef struct serve_opts {
 
 /* Serves the session until unmount: a helper thread stats the mount point (answered only once
  * the kernel has our INIT reply), calls on_ready(ctx, st_dev) if given, and reports success.
- * Returns the loop's status: 0 (unmounted, or ended by a signal; libfuse's loops return the
- * signal's number instead), or a negative errno. */
+ * on_ready returns 0, or an exit status that refuses the mount (having said why on stderr):
+ * the session then ends and daemon_serve returns -ECANCELED, the status left for the caller
+ * to report. Otherwise returns the loop's status: 0 (unmounted, or ended by a signal;
+ * libfuse's loops return the signal's number instead), or a negative errno. */
 int daemon_serve(struct fuse_session *se, const char *mountpoint, const serve_opts *so,
-                 void (*on_ready)(void *ctx, dev_t dev), void *ctx);
+                 int (*on_ready)(void *ctx, dev_t dev), void *ctx);
 
 #endif

@@ -27,7 +27,12 @@ typedef struct ckptfs {
     bool no_opendir;       /* the kernel may skip OPENDIR/RELEASEDIR (see op_init) */
     bool as_f32;           /* -o as_dtype=f32: narrow and quantized tensors read as F32 */
     bool view_at_root;     /* -o view=hf: the HF view's files are the mount's content */
-    bool *alias;           /* per tensor: its bytes are an earlier tensor's (tied weights) */
+    bool passthrough;      /* -o passthrough=auto|on: may open files in passthrough mode */
+    /* Per source: its backing id once registered (> 0), 0 not tried yet, < 0 refused. The
+     * kernel wants every passthrough open of an inode on the same backing, so it is kept. */
+    int *backing;
+    pthread_mutex_t backing_lock;
+    bool *alias; /* per tensor: its bytes are an earlier tensor's (tied weights) */
     uid_t uid;
     gid_t gid;
     mode_t umask;                /* -o umask=: bits taken off every mode */

@@ -19,6 +19,7 @@
 #include "mount_main.h"
 #include "readahead.h"
 #include "common/optval.h"
+#include "common/passthrough.h"
 #include "common/mount_opts.h"
 #include "common/remote_opts.h"
 #include "common/size.h"
@@ -51,6 +52,7 @@ typedef struct options {
     char *tp_split;       /* GLOB:DIM[,...] for tensor-parallel checkpoints */
     char *revision;       /* HF cache repo folder: the ref or commit to mount */
     char *as_dtype;       /* "f32": convert narrow and quantized tensors on read */
+    char *passthrough;    /* "auto" (default), "off", "on" */
     char *stage;          /* OUT: a staging mount instead of a read-only one */
     char *spool;          /* staging: where staged bytes go */
     int nocommit;         /* staging: no commit on unmount */
@@ -93,6 +95,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("tp_split=%s", tp_split, 0),
     OPT("revision=%s", revision, 0),
     OPT("as_dtype=%s", as_dtype, 0),
+    OPT("passthrough=%s", passthrough, 0),
     OPT("stage=%s", stage, 0),
     OPT("spool=%s", spool, 0),
     OPT("nocommit", nocommit, 1),
@@ -118,6 +121,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("tp_split=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("revision=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("as_dtype=", KEY_READ_ONLY_OPT),
+    FUSE_OPT_KEY("passthrough=", KEY_READ_ONLY_OPT),
     FUSE_OPT_KEY("spool=", KEY_STAGING_OPT),
     FUSE_OPT_KEY("nocommit", KEY_STAGING_OPT),
     FUSE_OPT_KEY("s3_endpoint=", KEY_REMOTE),
@@ -152,7 +156,7 @@ static void usage(FILE *out) {
             "  tp_split=GLOB:DIM  split dim of tensor-parallel tensors (';' between rules)\n"
             "  revision=REV       HF cache repo folder: this ref or commit id (default main)\n"
             "  readahead_kb=N     kernel readahead in KiB (default 1024, 0 leaves it; root)\n"
-            "  splice, nosplice   answer reads by splicing from the source (default: a copy)\n"
+            "  splice, passthrough=auto|off|on  splice replies; the kernel reads whole files\n"
             "  max_threads=N, spin_us=N  threads (default 8); us to await requests (100)\n"
             "  timeout=SECONDS    how long the kernel caches names and attributes (86400)\n"
             "  allow_other        let other users in; FUSE options (fsname=, ...) pass on\n"
@@ -313,10 +317,22 @@ static int mount_stage(options *o, const numbers *num, struct fuse_args *args) {
     return stage_mount(&req, args);
 }
 
-/* Raises the mount's readahead once the kernel has our INIT reply (else it is clamped back). */
-static void set_readahead(void *ctx, dev_t dev) {
-    unsigned kb = *(const unsigned *)ctx;
-    if (kb) set_mount_readahead(dev, kb);
+typedef struct ready_args {
+    unsigned readahead_kb;
+    passthrough_mode passthrough;
+} ready_args;
+
+/* Once the kernel has our INIT reply: raises the mount's readahead (else it is clamped back),
+ * and refuses the mount if passthrough=on and the kernel did not take it. */
+static int on_mount_ready(void *ctx, dev_t dev) {
+    const ready_args *ra = ctx;
+    if (ra->readahead_kb) set_mount_readahead(dev, ra->readahead_kb);
+    const char *why = passthrough_refused();
+    if (ra->passthrough == PASSTHROUGH_ON && why) {
+        fprintf(stderr, "ckptfs: passthrough=on: %s\n", why);
+        return EXIT_MOUNT;
+    }
+    return 0;
 }
 
 int mount_main(int argc, char **argv) {
@@ -326,6 +342,7 @@ int mount_main(int argc, char **argv) {
     ckptfs fs = {.timeout = num.timeout, .uid = getuid(), .gid = getgid()};
     pthread_mutex_init(&fs.doc_lock, NULL);
     pthread_mutex_init(&fs.stats_lock, NULL);
+    pthread_mutex_init(&fs.backing_lock, NULL);
     struct fuse_session *se = NULL;
     int status = EXIT_USAGE;
     char mnt[PATH_MAX];
@@ -386,6 +403,13 @@ int mount_main(int argc, char **argv) {
         goto out;
     }
     fs.as_f32 = o.as_dtype != NULL;
+    passthrough_mode pmode;
+    if (!passthrough_parse_mode(o.passthrough, &pmode)) {
+        msg_error(NULL, "passthrough=%s: expected auto, off or on", o.passthrough);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    fs.passthrough = pmode != PASSTHROUGH_OFF;
     bool hf_root = false, gguf_root = o.view && strcmp(o.view, "gguf") == 0;
     if (o.view && !gguf_root && !(hf_root = strcmp(o.view, "hf") == 0) &&
         strcmp(o.view, "tree") != 0) {
@@ -475,6 +499,12 @@ int mount_main(int argc, char **argv) {
     status = EXIT_MOUNT;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, mnt) != 0) goto out_handlers;
+    if (fs.passthrough &&
+        (!(fs.backing = calloc(fs.cat->nsources ? fs.cat->nsources : 1, sizeof *fs.backing)) ||
+         passthrough_install(se, pmode) != 0)) {
+        fprintf(stderr, "ckptfs: passthrough: cannot hook the FUSE device\n");
+        goto out_unmount;
+    }
     if (!o.m.foreground && daemon_detach(EXIT_MOUNT) != 0) {
         msg_error(NULL, "cannot detach: %s", strerror(errno));
         goto out_unmount;
@@ -485,7 +515,8 @@ int mount_main(int argc, char **argv) {
                      .max_threads = num.max_threads,
                      .spin_us = num.spin_us,
                      .inline_ops = loop_metadata_ops()};
-    int loop = daemon_serve(se, mnt, &so, set_readahead, &num.readahead_kb);
+    ready_args ra = {.readahead_kb = num.readahead_kb, .passthrough = pmode};
+    int loop = daemon_serve(se, mnt, &so, on_mount_ready, &ra);
     /* libfuse reports the signal that ended the loop: an unmount by signal is a clean exit. */
     status = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : EXIT_MOUNT;
 out_unmount:
@@ -520,6 +551,8 @@ out:
     remote_opts_free(&o.remote);
     free(o.remote_bad);
     free(o.as_dtype);
+    free(o.passthrough);
+    free(fs.backing);
     free(o.stage);
     free(o.spool);
     free(o.read_only_opt);

@@ -5,6 +5,8 @@
 #include "ckptfs.h"
 #include "common/message.h"
 
+#include "common/passthrough.h"
+
 #include "core/read/dequant.h"
 #include "core/read/segread.h"
 #include "core/util/sha256.h"
@@ -422,6 +424,32 @@ void ckptfs_free_open_docs(ckptfs *fs) {
     }
 }
 
+/* The backing id to open n on in passthrough mode, 0 for the daemon path, or -EIO: n must be
+ * one source's whole file (tree_node_whole_source), registered once per source from a
+ * descriptor of the very file the catalog read (ckpt_source_open_again). The kernel will read
+ * that file without asking, so it must be unchanged now, or the open fails: a view file's open
+ * otherwise only asks that its sources were not replaced, and leaves the check of bytes
+ * changed in place to its reads, which passthrough skips. */
+static int backing_of(ckptfs *fs, node *n) {
+    if (!fs->passthrough || !fs->backing || passthrough_refused()) return 0;
+    uint32_t src = tree_node_whole_source(&fs->tr, n);
+    if (src == UINT32_MAX) return 0;
+    if (!ckpt_source_current(&fs->cat->sources[src])) {
+        changed_note(&fs->cat->sources[src]);
+        return -EIO;
+    }
+    pthread_mutex_lock(&fs->backing_lock);
+    int id = fs->backing[src];
+    if (id == 0) {
+        int fd = ckpt_source_open_again(&fs->cat->sources[src]);
+        id = fd < 0 ? fd : passthrough_backing_open(fd);
+        if (fd >= 0) close(fd); /* the kernel holds its own reference */
+        fs->backing[src] = id < 0 ? -1 : id;
+    }
+    pthread_mutex_unlock(&fs->backing_lock);
+    return id > 0 ? id : 0;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     ckptfs *fs = fs_of(req);
     if (!valid_ino(fs, ino)) {
@@ -497,7 +525,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         }
         break;
     }
-    fi->keep_cache = 1;
+    int backing = fi->fh ? 0 : backing_of(fs, n); /* a file of an open handle is made here */
+    if (backing < 0) {
+        fuse_reply_err(req, -backing);
+        return;
+    }
+    if (backing > 0) {
+        passthrough_next_open(backing); /* the kernel reads and maps the source itself */
+    } else {
+        fi->keep_cache = 1;
+    }
     fuse_reply_open(req, fi);
 }
 

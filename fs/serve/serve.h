@@ -39,14 +39,19 @@ typedef struct serve_snapshot {
     char *docs[DOC_COUNT];
     size_t doc_len[DOC_COUNT];
     pthread_mutex_t plot_lock; /* the per-layer SVG, drawn on its first request */
-    char *plot;
+    int plot_state;            /* SERVE_PLOT_* */
+    char *plot;                /* NULL when done: nothing to draw, or drawing failed */
     size_t plot_len;
+    struct MHD_Connection **plot_waiters; /* suspended until it is drawn */
+    size_t plot_nwaiters, plot_cap;
     struct serve_etags *etags; /* content digests of the files asked for (serve_etag.c) */
     /* How etags is freed, set by serve_etag.c with the table: the snapshot's owner
      * (serve_repo.c) frees it without calling into serve_etag.c, which calls serve_repo.c's
      * node functions (no loop of calls between the two). */
     void (*etags_free)(struct serve_etags *e);
 } serve_snapshot;
+
+enum { SERVE_PLOT_NONE, SERVE_PLOT_DRAWING, SERVE_PLOT_DONE };
 
 typedef struct serve_repo {
     char name[SERVE_ID_MAX + 1]; /* the repo id, ORG/NAME: ckptfs/NAME unless given */
@@ -92,9 +97,13 @@ const char *serve_node_text(const serve_snapshot *s, uint32_t i, size_t *len, ch
  * the snapshot (one read of the file) and kept: 0, or a negative errno. */
 int serve_content_sha(serve_snapshot *s, uint32_t node, uint64_t size, char *hex);
 
-/* The per-layer SVG (statistics of every tensor, computed once): NULL when no tensor has a
- * layer number or on failure. */
-const char *serve_plot(serve_snapshot *s, size_t *len);
+/* The per-layer SVG (statistics of every tensor, computed once, on a thread of its own: it
+ * reads every tensor, and a request thread that drew it would leave the server's other
+ * requests waiting). SERVE_PLOT_DONE with *svg (NULL when no tensor has a layer number or
+ * drawing failed), or SERVE_PLOT_DRAWING: connection c is suspended, and resumed (its request
+ * handled again) once the picture is drawn. -ENOMEM when neither could be done. */
+struct MHD_Connection;
+int serve_plot(serve_snapshot *s, struct MHD_Connection *c, const char **svg, size_t *len);
 
 /* HTML pages. */
 char *serve_html_index(serve_repo *repos, size_t n, size_t *len);

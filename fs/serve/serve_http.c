@@ -6,6 +6,7 @@
  * response's own buffer, so memory does not grow with file sizes, and each block is checked
  * against its sources before it goes out (never sendfile, see file_response). */
 #include "serve.h"
+#include "serve_guard.h"
 #include "common/message.h"
 
 #include "core/read/segread.h"
@@ -566,7 +567,10 @@ static enum MHD_Result repo_page(struct MHD_Connection *c, serve_repo *r, serve_
 
 static enum MHD_Result plot_page(struct MHD_Connection *c, serve_snapshot *s) {
     size_t len = 0;
-    const char *svg = serve_plot(s, &len);
+    const char *svg = NULL;
+    int state = serve_plot(s, c, &svg, &len);
+    if (state == SERVE_PLOT_DRAWING) return MHD_YES; /* suspended: asked again once drawn */
+    if (state < 0) return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, "out of memory");
     if (!svg)
         return send_error(c, MHD_HTTP_NOT_FOUND, "EntryNotFound",
                           "no tensor has a layer number (or statistics failed)");
@@ -657,8 +661,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     *upload_data_size = 0;
-    if (!token_ok(cfg, c))
+    serve_guard_request(c); /* its headers are whole: no longer bound by the header time */
+    if (!token_ok(cfg, c)) {
+        /* Closed after the answer: a client without the token holds no slot for longer than
+         * its headers took. */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
         return send_error(c, MHD_HTTP_UNAUTHORIZED, NULL, "a valid Bearer token is required");
+    }
     if (url[0] != '/' || hostile_path(url))
         return send_error(c, MHD_HTTP_BAD_REQUEST, NULL, "bad path");
     if (strcmp(url, "/") == 0) {
@@ -693,6 +702,16 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
     return (size_t)(out - s);
 }
 
+static void request_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)con_cls;
+    (void)toe;
+    serve_guard_completed(c); /* waiting for its next request, within the header time */
+}
+
+static serve_guard *guard; /* one server a process */
+
 /* libmicrohttpd's own messages end in a newline of their own; the rest is shown as ours. */
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     (void)cls;
@@ -705,9 +724,18 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
 struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigned addrlen,
                                     char *msg, size_t msg_len) {
     const struct sockaddr *sa = addr;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /* Suspend/resume: a request for layers.svg waits for its drawing without a thread. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (sa->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
     (void)addrlen;
+    /* Half the slots at most for connections still sending their headers: the other half stay
+     * for requests (see serve_guard.h). */
+    guard = serve_guard_start(cfg->max_connections / 2, SERVE_HEADER_SECONDS);
+    if (!guard) {
+        snprintf(msg, msg_len, "cannot start the connection guard: out of memory");
+        return NULL;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, handle, cfg, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
         MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE, cfg->threads,
@@ -715,8 +743,13 @@ struct MHD_Daemon *serve_http_start(serve_config *cfg, const void *addr, unsigne
         cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout,
         /* Request line and headers must fit: larger ones are refused with 431 by the library. */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_UNESCAPE_CALLBACK,
-        unescape, NULL, MHD_OPTION_END);
-    if (!d) snprintf(msg, msg_len, "cannot listen: %s", strerror(errno));
+        unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, serve_guard_connection, guard,
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_END);
+    if (!d) {
+        snprintf(msg, msg_len, "cannot listen: %s", strerror(errno));
+        serve_guard_stop(guard);
+        guard = NULL;
+    }
     return d;
 }
 
@@ -727,4 +760,6 @@ unsigned serve_http_port(struct MHD_Daemon *d) {
 
 void serve_http_stop(struct MHD_Daemon *d) {
     if (d) MHD_stop_daemon(d);
+    serve_guard_stop(guard); /* after the daemon: no connection is left to notify it */
+    guard = NULL;
 }

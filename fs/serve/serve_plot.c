@@ -1,12 +1,17 @@
 /* The per-layer picture of a repo (L2 norm and absmax of each tensor family over its layers),
  * the one `ckptfs stats --plot` draws. It reads every tensor, so it is drawn on its first
- * request, once per snapshot, never for the page itself. */
+ * request, once per snapshot, never for the page itself, and on a thread of its own: the
+ * requests for it wait suspended (libmicrohttpd's suspend/resume), holding no server thread,
+ * so a slow source cannot make the server's other answers wait behind it. */
 #include "serve.h"
 
 #include "common/plot.h"
 #include "core/views/stats.h"
 
+#include <errno.h>
 #include <math.h>
+#include <microhttpd.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,11 +69,63 @@ out:
     return svg;
 }
 
-const char *serve_plot(serve_snapshot *s, size_t *len) {
+static void *draw_thread(void *arg) {
+    serve_snapshot *s = arg;
+    size_t len = 0;
+    char *svg = draw(s, &len);
     pthread_mutex_lock(&s->plot_lock);
-    if (!s->plot) s->plot = draw(s, &s->plot_len);
-    *len = s->plot_len;
-    const char *svg = s->plot;
+    s->plot = svg;
+    s->plot_len = len;
+    s->plot_state = SERVE_PLOT_DONE;
+    struct MHD_Connection **w = s->plot_waiters;
+    size_t n = s->plot_nwaiters;
+    s->plot_waiters = NULL;
+    s->plot_nwaiters = s->plot_cap = 0;
     pthread_mutex_unlock(&s->plot_lock);
-    return svg;
+    for (size_t i = 0; i < n; i++) MHD_resume_connection(w[i]);
+    free(w);
+    serve_snapshot_put(s);
+    return NULL;
+}
+
+/* Under plot_lock: c waits for the drawing. */
+static int add_waiter(serve_snapshot *s, struct MHD_Connection *c) {
+    if (s->plot_nwaiters == s->plot_cap) {
+        size_t cap = s->plot_cap ? 2 * s->plot_cap : 8;
+        struct MHD_Connection **w = realloc(s->plot_waiters, cap * sizeof *w);
+        if (!w) return -ENOMEM;
+        s->plot_waiters = w;
+        s->plot_cap = cap;
+    }
+    s->plot_waiters[s->plot_nwaiters++] = c;
+    MHD_suspend_connection(c);
+    return 0;
+}
+
+int serve_plot(serve_snapshot *s, struct MHD_Connection *c, const char **svg, size_t *len) {
+    int rc = SERVE_PLOT_DRAWING;
+    pthread_mutex_lock(&s->plot_lock);
+    if (s->plot_state == SERVE_PLOT_NONE) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        atomic_fetch_add(&s->refs, 1); /* the drawing thread's hold */
+        if (pthread_create(&t, &attr, draw_thread, s) == 0) {
+            s->plot_state = SERVE_PLOT_DRAWING;
+        } else {
+            atomic_fetch_sub(&s->refs, 1); /* the caller holds one too: never the last */
+            rc = -ENOMEM;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (s->plot_state == SERVE_PLOT_DONE) {
+        *svg = s->plot;
+        *len = s->plot_len;
+        rc = SERVE_PLOT_DONE;
+    } else if (rc == SERVE_PLOT_DRAWING && add_waiter(s, c) != 0) {
+        rc = -ENOMEM;
+    }
+    pthread_mutex_unlock(&s->plot_lock);
+    return rc;
 }

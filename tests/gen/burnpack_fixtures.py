@@ -13,9 +13,9 @@ Layout of OUTDIR:
         lists every tensor (name, dtype, shape, nbytes, sha256, path, offset,
         burn_dtype, param_id, quantized, burn_shape) and the expected
         "burnpack" member of .ckptfs/metadata.json ("doc").
-  good/mnist/manifest.json   the real Burn sample ../shared/testdata/
-        burn-mnist.bpk (relative to the repository), decoded here with a
-        minimal CBOR reader; "skip" says why when the sample is missing.
+  good/mnist/manifest.json   the real Burn sample tests/fixtures/burnpack/
+        burn-mnist.bpk (committed: Burn's examples/mnist-inference-web), decoded
+        here with a minimal CBOR reader; "skip" says why when it is missing.
   hostile/   damaged files and cases.tsv (path, expect, needle, description),
         the format of tests/t/31-hostile.t; mount-names.json lists the names
         each "mount" case must show.
@@ -556,7 +556,7 @@ def cbor_decode(buf, pos=0):
 def mnist_case(outdir, repo_root):
     d = os.path.join(outdir, "good", "mnist")
     os.makedirs(d)
-    src = os.path.normpath(os.path.join(repo_root, "..", "shared", "testdata", "burn-mnist.bpk"))
+    src = os.path.join(repo_root, "tests", "fixtures", "burnpack", "burn-mnist.bpk")
     manifest = {"source": src, "note": "real Burn file: tracel-ai/burn examples/mnist-inference-web"}
     if not os.path.isfile(src):
         manifest["skip"] = "sample %s is missing" % src

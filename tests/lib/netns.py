@@ -162,3 +162,45 @@ def tcp_up(h, host, addr, port=8080):
     """True when host can open a TCP connection to addr:port."""
     return h.run(host, ["bash", "-c", "exec 3<>/dev/tcp/%s/%d" % (addr, port)],
                  capture_output=True).returncode == 0
+
+
+# The same cache in front of an S3 origin: objects cached in 1 MiB slices, listings and HEADs
+# passed through. SigV4 signs the Host header, which nginx passes on as the client sent it;
+# Range is not signed, so the slice's Range may replace the client's. Fields as NGINX_CONF's.
+NGINX_S3_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log warn;
+events { worker_connections 512; }
+http {
+    log_format up '$request_method $request_uri $status $upstream_bytes_received';
+    log_subrequest on;
+    access_log %(d)s/access.log up;
+    client_body_temp_path %(d)s/tmp;
+    proxy_temp_path %(d)s/tmp;
+    proxy_cache_path %(d)s/cache levels=1:2 keys_zone=ck:10m max_size=2g inactive=1h
+                     use_temp_path=off;
+    server {
+        listen %(addr)s:%(port)d;
+        location ~ \\.(safetensors|json)$ {
+            slice 1m;
+            proxy_cache ck;
+            proxy_cache_key $request_method$uri$slice_range;
+            proxy_set_header Range $slice_range;
+            proxy_set_header Host $http_host;
+            proxy_cache_valid 200 206 1h;
+            proxy_cache_lock on;
+            proxy_http_version 1.1;
+            proxy_pass http://%(origin)s:%(port)d;
+        }
+        location / {
+            proxy_set_header Host $http_host;
+            proxy_http_version 1.1;
+            proxy_pass http://%(origin)s:%(port)d;
+        }
+    }
+}
+"""
+

@@ -1,8 +1,13 @@
 """Remote mount == local mount, file by file: what tests/t/46..48 share.
 
 A file that cannot be read (a tensor with a hole gives EIO) is recorded by its errno, so both
-mounts must fail it alike. .ckptfs/cache.json exists only in remote mounts (live counters)."""
+mounts must fail it alike. .ckptfs/cache.json exists only in remote mounts (live counters).
+Equal mounts could still be equally wrong, so each remote mount is also held to its fixture's
+manifest.json (what the generator wrote, not what ckptfs read): every tensor the manifest lists
+with a tree path and a sha256 is a readable file of the remote mount with those bytes."""
 
+import hashlib
+import json
 import os
 
 from mount_checks import mounted, read_bytes
@@ -65,6 +70,32 @@ def compare(tap, label, local, remote):
                   % (label, len(local)), problems[:10])
 
 
+def manifest_of(fixtures, rel):
+    """The generator's manifest.json for a fixture source (beside a file, in a directory)."""
+    path = os.path.join(fixtures, rel)
+    for d in (path, os.path.dirname(path)):
+        m = os.path.join(d, "manifest.json")
+        if os.path.isdir(d) and os.path.isfile(m):
+            with open(m) as f:
+                return json.load(f)
+    return None
+
+
+def manifest_problems(manifest, remote):
+    """[] when every tensor of the manifest with a path and a sha256 reads so remotely."""
+    problems = []
+    tensors = manifest.get("tensors") if isinstance(manifest, dict) else None
+    for t in tensors if isinstance(tensors, list) else []:
+        if not isinstance(t, dict) or not t.get("path") or not t.get("sha256"):
+            continue
+        got = remote.get(t["path"])
+        if not isinstance(got, bytes):
+            problems.append("%s: %s" % (t["path"], got or "missing"))
+        elif hashlib.sha256(got).hexdigest() != t["sha256"]:
+            problems.append("%s: other bytes than the generator wrote" % t["path"])
+    return problems
+
+
 def compare_all(tap, ckptfs, fixtures, url_of, options=()):
     """Every fixture source, mounted locally and at url_of(relative path)."""
     sources = remote_fixtures.fixture_sources(fixtures)
@@ -78,6 +109,14 @@ def compare_all(tap, ckptfs, fixtures, url_of, options=()):
             tap.ok(False, "%s: both mounts work" % rel, f1 + f2)
             continue
         compare(tap, rel, local, remote)
+        manifest = manifest_of(fixtures, rel)
+        listed = [t for t in (manifest or {}).get("tensors", []) or []
+                  if isinstance(t, dict) and t.get("path") and t.get("sha256")] \
+            if isinstance(manifest, dict) else []
+        if listed:
+            problems = manifest_problems(manifest, remote)
+            tap.ok(not problems, "%s: the remote mount's %d tensors are the generator's bytes"
+                   % (rel, len(listed)), problems[:10])
     return sources
 
 

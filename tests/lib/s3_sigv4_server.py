@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """A small S3-compatible server for the tests that VERIFIES AWS Signature Version 4 (header
-authentication, as libcurl's CURLOPT_AWS_SIGV4 sends it). Standard library only, loopback only.
+authentication, as libcurl's CURLOPT_AWS_SIGV4 sends it). Standard library only; loopback unless
+--listen names a test host's address (tests/lib/netns.py).
 Written from the AWS documentation (Signature Version 4 for S3: canonical request, string to
 sign, signing key); it shares no code with core/ nor with the test uploader in remote_servers.
 
@@ -23,7 +24,7 @@ Each request is logged as one JSON line (method, path, query, host, status, erro
 header names) to --log, for tests to count pages and see what was signed.
 
 usage: s3_sigv4_server.py --root DIR --bucket B --key ID --secret S [--token T] [--region R]
-                          [--max-keys N] [--port-file F] [--log F]
+                          [--max-keys N] [--port-file F] [--log F] [--listen ADDR --port N]
 Prints nothing; writes the port to --port-file once listening.
 """
 
@@ -458,8 +459,11 @@ def main():
     ap.add_argument("--base-host", default="localhost")
     ap.add_argument("--port-file")
     ap.add_argument("--log")
+    ap.add_argument("--listen", default="127.0.0.1",
+                    help="address to listen on (a test's own network namespace host)")
+    ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args()
-    srv = Server(("127.0.0.1", 0), Handler)
+    srv = Server((a.listen, a.port), Handler)
 
     class Cfg:
         pass

@@ -286,20 +286,24 @@ def spool_inodes(out, extra=()):
         return set()
 
 
-def stop_stage(mnt, pid, kill=False):
+def stop_stage(mnt, pid, kill=False, spool=None, seconds=60):
     """Ends a staging daemon: SIGKILL and the dead mount cleared (kill), or an unmount and a
-    wait for its commit on unmount and its exit."""
+    wait for its commit on unmount and its exit. True when it has ended: the process is gone
+    and (spool given) its lock is free. The process being a zombie is not enough: the thread
+    group leader turns zombie while other threads of a killed daemon may still be exiting,
+    holding the spool's lock, and a stage started then is refused as "already being staged"."""
     if kill and pid:
         import signal
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        wait_gone(pid, 10)
+        gone = wait_gone(pid, seconds)
         run_capture(["fusermount3", "-u", "-z", mnt], 20)
     else:
         run_capture(["fusermount3", "-u", mnt], 20)
-        wait_gone(pid)
+        gone = wait_gone(pid, seconds)
+    return gone and (spool is None or wait_spool_free(spool, seconds))
 
 
 _mountpoints = []
@@ -346,7 +350,9 @@ class StageSession:
         return rc, (o + e).decode(errors="replace")
 
     def kill(self):
-        stop_stage(self.mnt, self.pid, kill=True)
+        """SIGKILL; True once the daemon has ended and freed its spool (callers check it: a
+        stage started before that is refused)."""
+        return stop_stage(self.mnt, self.pid, kill=True, spool=self.spool)
 
     def close(self):
         from ckptfs_test import unmount

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Mutation testing of the decoders' and the planner's bounds checks: does the suite notice
-when a check moves by one?
+"""Mutation testing of the bounds checks of the decoders, the planner, the remote client, serve's
+request checks and the stage's journal and spool: does the suite notice when a check moves by
+one?
 
-Each mutant changes one comparison of an if/while condition of a core/ file, where an operand
+Each mutant changes one comparison of an if/while condition of a C file, where an operand
 looks like a length, offset, size or count (type tags, pointers and loop indexes are left out):
   boundary   a > b  <->  a >= b,  a < b  <->  a <= b   (the check moves by one)
   shift      a > b  ->  a > (b + 1), a < b  ->  a < (b - 1), ...; a == b, a != b  ->  b + 1, b - 1
@@ -16,6 +17,10 @@ to judge).
 
   tests/mutate/mutate.py [--files core/model/planner.c,core/formats/gguf.c] [--limit N]
                          [--sample N] [--tests named|fast] [--list]
+--files takes paths and group names: decoders (every file of core/formats/), remote
+(core/io/remote/ and the block cache), serve (serve's request checks), stage (the journal and
+the spool), all (every group); each file is run with the tests FIRST names for it (a file with
+none is refused, so a new decoder cannot go unmeasured by accident).
 --tests named (the default) runs only the tests FIRST names for the mutated file, and builds
 only what they need: a mutant costs its build and a few seconds of tests, so a file of 60
 mutants takes about ten minutes on 2 shared cores. --tests fast adds every other fast test
@@ -38,7 +43,18 @@ import time
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DEFAULT_FILES = ["core/model/planner.c", "core/formats/safetensors.c"]
-TEST_TIMEOUT = 60
+# Groups --files accepts by name (issue 29: every decoder, the remote client, serve's request
+# checks, the stage's journal and spool).
+GROUPS = {
+    "decoders": None,  # every core/formats/*.c but the table, filled in at run time
+    "remote": ["core/io/remote/%s.c" % f for f in ("object", "http", "names", "targets", "s3",
+                                                    "hf", "httpdir", "listing")]
+    + ["core/io/blockcache.c"],
+    "serve": ["fs/serve/serve_http.c", "fs/serve/serve_guard.c", "fs/serve/serve_repo.c"],
+    "stage": ["fs/stage/stage_journal.c", "fs/stage/stage_spool.c"],
+}
+# The unmutated run of a test must end within this (the staging tests take a minute or two).
+TEST_TIMEOUT = 300
 # Slow or environment-bound tests stay out: stress and valgrind runs, fault injection, the
 # staging mount, installation and the man-page lint.
 SLOW = {"10-man.t", "21-mount-helper.t", "23-install.t", "50-stress.t", "51-faults.t",
@@ -61,6 +77,34 @@ FIRST = {
     "zstd_seekable": ["unit/zstd_bounds.t", "unit/zstd_seekable.t", "45-zstd.t",
                       "64-convert-zstd.t"],
     "tar": ["68-tar.t", "37-nemo.t"],
+    "deepspeed": ["79-deepspeed.t"], "meta_mp": ["15-meta-mp.t"],
+    "hf_cache": ["65-hf-cache.t"], "folder": ["67-folders.t"], "dirlist": ["67-folders.t"],
+    "open": ["20-cli.t", "30-mount-fixtures.t"],
+    "hfview": ["32-hfview.t"], "cli_diff": ["27-diff.t"],
+    "npz": ["96-npz.t"], "onnx": ["97-onnx.t"], "keras": ["98-keras.t"],
+    # The remote client: the hostile servers first, then the real ones.
+    "object": ["49-remote-faults.t", "117-remote-listing-limits.t", "13-remote-prefetch.t",
+               "46-remote-http.t"],
+    "http": ["49-remote-faults.t", "117-remote-listing-limits.t", "46-remote-http.t"],
+    "names": ["unit/remote_listing.t", "46-remote-http.t", "117-remote-listing-limits.t"],
+    "targets": ["46-remote-http.t", "48-remote-hub.t", "14-remote-s3-sigv4.t"],
+    "s3": ["117-remote-listing-limits.t", "14-remote-s3-sigv4.t"],  # 47 needs build/node
+    "hf": ["117-remote-listing-limits.t", "48-remote-hub.t"],
+    "httpdir": ["117-remote-listing-limits.t", "46-remote-http.t"],
+    "listing": ["unit/remote_listing.t", "117-remote-listing-limits.t"],
+    "blockcache": ["unit/blockcache.t", "116-remote-disk-cache.t", "13-remote-prefetch.t",
+                   "49-remote-faults.t"],
+    # serve's request checks and its connection guard.
+    "serve_http": ["115-serve-request-checks.t", "28-serve.t", "119-serve-slow-clients.t"],
+    "serve_guard": ["119-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
+    # The stage's journal and spool: the staging mounts (slow, so only where named).
+    "stage_journal": ["74-stage-resume.t", "71-stage-faults.t", "70-stage.t"],
+    "stage_spool": ["77-stage-spool.t", "71-stage-faults.t", "70-stage.t"],
+}
+# Where two files share a stem, the path decides.
+FIRST_BY_PATH = {
+    "core/parse/tar.c": ["68-tar.t", "37-nemo.t"],
+    "core/formats/tar.c": ["68-tar.t", "37-nemo.t"],
 }
 
 COND_START = re.compile(r"^\s*(?:\}\s*else\s+)?(?:if|while)\s*\(")
@@ -190,10 +234,39 @@ def fast_tests(src):
     return units + tests
 
 
+def first_tests(path):
+    return FIRST_BY_PATH.get(path) or FIRST.get(os.path.basename(path)[:-2], [])
+
+
+def expand_files(spec):
+    """--files: paths and group names, in order, each once."""
+    out = []
+    for f in (x.strip() for x in spec.split(",")):
+        if not f:
+            continue
+        if f == "all":
+            names = list(GROUPS)
+        elif f in GROUPS:
+            names = [f]
+        else:
+            names = None
+        if names is None:
+            out.append(f)
+            continue
+        for g in names:
+            if GROUPS[g] is None:  # every decoder of the table
+                out += sorted("core/formats/" + n for n in os.listdir(os.path.join(ROOT, "core",
+                                                                                  "formats"))
+                              if n.endswith(".c") and n != "formats.c")
+            else:
+                out += GROUPS[g]
+    seen = set()
+    return [f for f in out if not (f in seen or seen.add(f))]
+
+
 def relevant(tests, path, scope="fast"):
     """The tests for a mutant of path: its own first, then (scope "fast") the fast rest."""
-    stem = os.path.basename(path)[:-2]
-    first = [t for t in FIRST.get(stem, []) if t in tests]
+    first = [t for t in first_tests(path) if t in tests]
     if scope == "named":
         return first
     return first + [t for t in tests if t not in first and t not in ONLY_WHERE_NAMED]
@@ -231,10 +304,14 @@ def main():
     args.out = os.path.abspath(args.out)
 
     mutants = []
-    for f in args.files.split(","):
-        if not f.strip():
-            continue
-        ms = mutants_of(f.strip())
+    files = expand_files(args.files)
+    unnamed = [f for f in files if not first_tests(f)]
+    if unnamed and args.tests == "named":
+        print("mutate: no tests named in FIRST for %s (add them, or use --tests fast)"
+              % ", ".join(unnamed))
+        return 1
+    for f in files:
+        ms = mutants_of(f)
         ms = ms[:args.limit] if args.limit else ms
         mutants += sample(ms, args.sample)
     if args.list:
@@ -252,8 +329,10 @@ def main():
         shutil.copytree(os.path.join(ROOT, d), os.path.join(src, d))
     for f in ("Makefile", "README.md"):
         shutil.copy(os.path.join(ROOT, f), src)
-    make = ["make", "-s", "-j2", "B=build", "build/ckptfs", "build/tools/convert_tool",
-            "build/fixtures/.done"]
+    # Every test tool (peak_rss_tool, convert_tool, ...): the tests FIRST names use them.
+    tools = ["build/tools/%s" % f[:-2] for f in os.listdir(os.path.join(src, "tests", "unit"))
+             if f.endswith("_tool.c")]
+    make = ["make", "-s", "-j2", "B=build", "build/ckptfs", "build/fixtures/.done"] + tools
     units = ["build/unit/%s.t" % f[:-2] for f in os.listdir(os.path.join(src, "tests", "unit"))
              if f.endswith(".c") and not f.endswith("_tool.c")]
     blog = open(os.path.join(args.out, "build.log"), "w")
@@ -262,7 +341,10 @@ def main():
         print("mutate: the unmutated copy does not build (see %s/build.log)" % args.out)
         return 1
     files = sorted({m["file"] for m in mutants})
+    # The fast tests, and the slow ones a mutated file names (the staging tests for fs/stage).
     everything = fast_tests(src)
+    everything += sorted({t for f in files for t in first_tests(f) if t not in everything and
+                          os.path.exists(test_cmd(src, t)[-1])})
     tests = [t for t in everything if any(t in relevant(everything, f, args.tests)
                                           for f in files)]
     if args.tests == "named":  # a mutant rebuilds only what its tests run
@@ -278,6 +360,7 @@ def main():
     for t in tests:
         rc, took = run(test_cmd(src, t), src, TEST_TIMEOUT, env)
         unmount_leftovers(tmp)
+        kill_leftover_daemons(env["CKPTFS"])
         if rc != 0:
             print("mutate: %s fails without any mutation; fix that first" % t)
             return 1

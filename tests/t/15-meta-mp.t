@@ -72,6 +72,17 @@ def main():
         refused(tap, ckptfs, first, ["consolidated.00.pth", "missing"],
                 "rank 00 missing (only .01 and params.json): refused, not mounted as rank 1's "
                 "half-width slices")
+        # The rank limit at its bound and one past (issue 29: a mutant of it survived): rank
+        # 1023 is a rank (refused for the ranks missing before it), rank 1024 is over the limit.
+        for rank, needle, desc in (
+                (1024, ["consolidated.1024.pth", "more than 1024 ranks"], "over the rank limit"),
+                (1023, ["consolidated.02.pth", "missing", "consolidated.1023.pth"],
+                 "the last rank the limit allows, so the gap before it is what is refused")):
+            d = os.path.join(tmp, "rank%d" % rank)
+            shutil.copytree(os.path.join(COMMITTED, "llama2_mp2"), d)
+            shutil.copyfile(os.path.join(d, "consolidated.01.pth"),
+                            os.path.join(d, "consolidated.%02d.pth" % rank))
+            refused(tap, ckptfs, d, needle, "rank %d: %s" % (rank, desc))
     finally:
         shutil.rmtree(tmp)
     return finish(tap)

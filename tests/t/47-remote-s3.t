@@ -66,8 +66,23 @@ def body(tap, ckptfs, fixtures, served, server, n):
     remote_layouts.check_hostile(tap, ckptfs, served,
                                  lambda rel: "s3://%s/%s" % (BUCKET, rel))
 
-    # Endpoint from -o s3_endpoint=, credentials from a shared credentials file profile.
     work = tempfile.mkdtemp(prefix="ckptfs-t47.")
+    try:
+        creds_checks(tap, ckptfs, server, work)
+    finally:
+        shutil.rmtree(work)  # it holds the test server's key
+        tap.ok(not os.path.exists(work), "the credentials file's folder is removed")
+
+    mnt = tempfile.mkdtemp(prefix="ckptfs-t47.")
+    rc, out, err = run_capture_env([ckptfs, "s3://%s/nothing/model.safetensors" % BUCKET, mnt],
+                                   dict(os.environ))
+    os.rmdir(mnt)
+    tap.ok(rc == 2 and b"s3://ckpt/nothing/model.safetensors" in err,
+           "mount of a missing key exits 2 naming it", [rc, err])
+
+
+def creds_checks(tap, ckptfs, server, work):
+    """Endpoint from -o s3_endpoint=, credentials from a shared credentials file profile."""
     creds = os.path.join(work, "credentials")
     with open(creds, "w") as f:
         f.write("[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n"
@@ -80,14 +95,6 @@ def body(tap, ckptfs, fixtures, served, server, n):
                                     "s3://%s/sharded" % BUCKET], env)
     tap.ok(rc == 0 and b"model.embed_tokens.weight" in out,
            "s3_endpoint= and a credentials-file profile: verify of a prefix", [rc, out, err])
-
-    mnt = tempfile.mkdtemp(prefix="ckptfs-t47.")
-    rc, out, err = run_capture_env([ckptfs, "s3://%s/nothing/model.safetensors" % BUCKET, mnt],
-                                   dict(os.environ))
-    os.rmdir(mnt)
-    tap.ok(rc == 2 and b"s3://ckpt/nothing/model.safetensors" in err,
-           "mount of a missing key exits 2 naming it", [rc, err])
-
 
 
 def run_capture_env(argv, env):

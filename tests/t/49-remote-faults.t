@@ -7,8 +7,9 @@ One safetensors file (a 1 MiB F32 tensor, written here with numpy) is served wit
 support; the test switches the server's behaviour between requests. Mounted with 64 KiB blocks
 and no prefetch, so each read of a new part of the tensor is one request:
 - 500 twice, then the bytes: the read succeeds, cache.json counts the retries;
-- a 200 (whole object) instead of 206, a wrong Content-Range, a short body, an ETag that
-  changed (the object was replaced after the mount), a 403: the read fails with EIO, never
+- a 200 (whole object) instead of 206, a wrong Content-Range, a short body (by half, by one
+  byte), a body one byte longer than asked, a 206 whose total is not the size pinned at open,
+  an ETag that changed (the object was replaced after the mount), a 403: the read fails with EIO, never
   with other bytes, and the daemon keeps serving the blocks it has; a changed object stays EIO;
 - a server that stops answering: with remote_timeout=1 and retries=1 the read fails within
   seconds;
@@ -110,13 +111,26 @@ def handler_for(state):
                 cr = "bytes %d-%d/%d" % (a + 16, b + 16, len(data))
             if mode == "changed":
                 state.etag = '"v2"'
-            if mode == "short":
+            if mode == "other_total":  # the object's size is not the one pinned at open
+                cr = "bytes %d-%d/%d" % (a, b, len(data) + 1)
+            if mode == "longer":  # the range asked, then one byte more, sent apart
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(body) + 1))
+                self.send_header("Content-Range", cr)
+                self.send_header("ETag", state.etag)
+                self.end_headers()
+                self.wfile.write(body)
+                self.wfile.flush()
+                time.sleep(0.2)  # the reader has the whole range before the extra byte
+                self.wfile.write(b"\0")
+                return
+            if mode in ("short", "short1"):
                 self.send_response(206)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Content-Range", cr)
                 self.send_header("ETag", state.etag)
                 self.end_headers()
-                self.wfile.write(body[:len(body) // 2])
+                self.wfile.write(body[:len(body) // 2] if mode == "short" else body[:-1])
                 self.wfile.flush()
                 self.close_connection = True
                 return
@@ -169,9 +183,12 @@ def body(tap, ckptfs):
             for i, (mode, what) in enumerate([("200", "200 instead of 206"),
                                               ("bad_range", "wrong Content-Range"),
                                               ("short", "short body"),
-                                              ("403", "403 after the mount")]):
+                                              ("403", "403 after the mount"),
+                                              ("short1", "a body one byte short"),
+                                              ("longer", "a body one byte longer than asked")]):
                 state.set(mode)
-                ok, why = expect_eio(w, (6 + i) * blk, 4096)
+                # Blocks not read before: 6-9, then 5 and 10 (0-3 came with the open).
+                ok, why = expect_eio(w, [6, 7, 8, 9, 5, 10][i] * blk, 4096)
                 state.set(None)
                 tap.ok(ok, "%s: EIO" % what, [why])
             again = read_range(w, 4 * blk, 4096)
@@ -187,6 +204,12 @@ def body(tap, ckptfs):
             state.set(None)
             tap.ok(ok and took < 30, "stalled server: EIO after %.1f s (timeout 1 s, 2 retries)"
                    % took, [why])
+            # Another size than the one pinned: the object is not the one mounted (from here on
+            # it stays EIO, as for the changed ETag below).
+            state.set("other_total")
+            ok, why = expect_eio(w, 14 * blk, 4096)
+            state.set(None)
+            tap.ok(ok, "a 206 naming another size than the pinned: EIO", [why])
             state.set("changed", 1)
             ok, why = expect_eio(w, 12 * blk, 4096)
             tap.ok(ok, "object changed after the mount (other ETag): EIO", [why])

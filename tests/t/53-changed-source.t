@@ -9,7 +9,9 @@ the daemon), the source is rewritten in place with other bytes of the same size,
   npy        its .npy file opened before gives EIO
   view-open  the HF view's model.safetensors opened before gives EIO for a tensor's range
   view-new   the HF view opened after the change gives EIO (at open or on read), not new bytes
-  aux        config.json opened before gives EIO
+  aux        config.json opened before gives EIO (mounted -o passthrough=off: config.json is
+             one source file as it is, which passthrough hands to the kernel, whose reads of
+             a file changed in place give the new bytes: tests/t/120-passthrough.t)
   mmap       pages of a tensor mapped before the change, faulted after: SIGBUS, not new bytes
   xattr      user.ckpt.sha256 asked after the change: EIO
   as_dtype   an F16 tensor read as F32 (-o as_dtype=f32): EIO
@@ -206,7 +208,8 @@ def cases(tap, ckptfs, fixtures, scratch):
         expect_eio(tap, "xattr", outcome(
             lambda: os.getxattr(os.path.join(mnt, "c"), "user.ckpt.sha256")))
 
-    mounted_case(tap, ckptfs, scratch, "raw, npy, view, aux", raw_and_npy)
+    mounted_case(tap, ckptfs, scratch, "raw, npy, view, aux", raw_and_npy,
+                 options=("-o", "passthrough=off"))
 
     def mmap_case(mnt, src):
         # The mapping is made before the change, its pages are faulted after it, in a child

@@ -6,6 +6,8 @@ of the input, whatever the input (the bound ckptfs(1) promises).
 Inputs are written here, by Python, with no code shared with ckptfs:
   - torch zips whose pickle holds dicts used as dict keys nested N deep: every level's key is
     the JSON text of the level below, escaped (quotes and backslashes double per level);
+  - torch zips whose pickle is one list of 4.9M None, of 4.9M True, of 2.45M small ints (each
+    a node an item, 301 MiB, before);
   - a torch zip whose pickle references one 8 MiB string 200 times (memo): rendered naively
     metadata.json would hold 1.6 GB; it must stop at its limit, stay valid JSON, carry a
     truncation marker and say so in summary.json's warnings;
@@ -74,6 +76,16 @@ def shared_string_pickle(size, refs):
     """{"a": [S, S, ... refs times]} with S one string of `size` bytes, memoized once."""
     body = b"\x80\x02}" + short_str("a") + b"](" + b"X" + struct.pack("<I", size) + b"x" * size
     body += b"q\x01" + b"h\x01" * (refs - 1) + b"e"
+    return body + b"s."
+
+
+def long_list_pickle(item, count, batch=1000):
+    """{"a": [item] * count}, appended by MARK ... APPENDS in batches (the stack's bound)."""
+    body = b"\x80\x02}" + short_str("a") + b"]"
+    full, rest = divmod(count, batch)
+    body += (b"(" + item * batch + b"e") * full
+    if rest:
+        body += b"(" + item * rest + b"e"
     return body + b"s."
 
 
@@ -233,6 +245,18 @@ def pickle_cases(tap, ckptfs, tmp, asan):
             tap.ok(len(keys) == 1 and keys[0].startswith("a.{") and keys[0].count("{") == 9,
                    "dict keys nested 8 deep: metadata.json names the value by its key text",
                    [repr(keys)[:200]])
+
+    # Issue 29 #16: one list of 4.9M None (a byte each) took 301 MiB, a node an item; and its
+    # siblings, True/False and small ints (BININT1, two bytes each).
+    for item, count, what in ((b"N", 4900000, "None"), (b"\x88", 4900000, "True"),
+                              (b"K\x07", 2450000, "7 (BININT1)")):
+        pkl = long_list_pickle(item, count)
+        src = os.path.join(tmp, "long_list.pt")
+        with open(src, "wb") as f:
+            f.write(torch_zip(pkl))
+        check_rss(tap, ckptfs, src, len(pkl), "one list of %d x %s" % (count, what), asan,
+                  os.path.join(tmp, "mnt"))
+        os.unlink(src)
 
     # 15: one 8 MiB string referenced 200 times.
     pkl = shared_string_pickle(8 * MIB, 200)

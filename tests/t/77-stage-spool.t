@@ -63,12 +63,35 @@ def commit_or_kill(s, i, durations):
                               stderr=subprocess.DEVNULL)
     t0 = time.time()
     if i > 0:
-        time.sleep(random.uniform(0, durations[0] * 1.1))
-        s.kill()
+        time.sleep(kill_point(durations[0]))
+        during = client.poll() is None
+        if not s.kill():
+            raise RuntimeError("kill %d: the killed daemon did not end within 60 s" % i)
+        KILLS_DURING[0] += during
+        KILLS_DURING[1] += 1
     client.wait(120)
     if i == 0:
         durations.append(time.time() - t0)
         s.close()
+
+
+# Kills that came while the commit (or copy) ran, of all kills: a kill after it ended tests
+# nothing, so the kill points are seeded fractions of the unkilled run below its end, and the
+# count is reported (and must not be 0).
+KILLS_DURING = [0, 0]
+
+
+def kill_point(duration):
+    """Seconds into a run of about `duration` to kill at: seeded (SEED), before its end."""
+    return random.uniform(0, duration * 0.9)
+
+
+def killed(s, bad, i):
+    """s.kill(), checked: False (and why in bad) when the daemon did not end."""
+    if s.kill():
+        return True
+    bad.append("kill %d: the killed daemon did not end within 60 s" % i)
+    return False
 
 
 def pack_inode(out):
@@ -278,8 +301,11 @@ def kill_commit(tap, work, own=False):
             if state != "new":
                 bad.append("an unkilled commit left OUT %s" % state)
             continue
-        time.sleep(random.uniform(0, durations[0] * 1.1))
-        s.kill()
+        time.sleep(kill_point(durations[0]))
+        KILLS_DURING[0] += client.poll() is None
+        KILLS_DURING[1] += 1
+        if not killed(s, bad, i):
+            break
         client.wait(60)
         state = expect_old_or_new(out, old_sha, new)
         seen[state] = seen.get(state, 0) + 1
@@ -366,8 +392,11 @@ def kill_dir_commit(tap, work):
                 bad.append("an unkilled commit left OUT %s" % state)
             shutil.rmtree(d, ignore_errors=True)
             continue
-        time.sleep(random.uniform(0, durations[0] * 1.1))
-        s.kill()
+        time.sleep(kill_point(durations[0]))
+        KILLS_DURING[0] += client.poll() is None
+        KILLS_DURING[1] += 1
+        if not killed(s, bad, i):
+            break
         client.wait(60)
         state = dir_state(out, old_sha, new)
         seen[state] = seen.get(state, 0) + 1
@@ -480,7 +509,11 @@ def kill_from_dir_commit(tap, work):
             bad.append("stage %d: %s" % (i, s.err))
             continue
         put(s.mnt, "t3", new["t3"])
-        commit_or_kill(s, i, durations)
+        try:
+            commit_or_kill(s, i, durations)
+        except RuntimeError as e:
+            bad.append(str(e))
+            break
 
         def state():
             try:
@@ -656,7 +689,11 @@ def kill_clone(tap, fs, what):
             bad.append("stage %d: %s" % (i, s.err))
             continue
         put(s.mnt, "t2", new["t2"])
-        commit_or_kill(s, i, durations)
+        try:
+            commit_or_kill(s, i, durations)
+        except RuntimeError as e:
+            bad.append(str(e))
+            break
         state = expect_old_or_new(out, old_sha, new)
         seen[state] = seen.get(state, 0) + 1
         if state not in ("old", "new"):
@@ -710,8 +747,11 @@ def kill_cp(tap, work):
             s.close()
             shutil.rmtree(d, ignore_errors=True)
             continue
-        time.sleep(random.uniform(0, cp_time * 1.1))
-        s.kill()
+        time.sleep(kill_point(cp_time))
+        KILLS_DURING[0] += cp.poll() is None
+        KILLS_DURING[1] += 1
+        if not killed(s, bad, i):
+            break
         cp.wait(60)
         with open(out, "rb") as f:
             if hashlib.sha256(f.read()).hexdigest() != old_sha:
@@ -764,6 +804,9 @@ def main():
         kill_from_dir_commit(tap, work)
         reflink(tap, work)
         kill_cp(tap, work)
+        tap.diag("%d of %d kills came while the commit or copy ran" % tuple(KILLS_DURING))
+        tap.ok(KILLS_DURING[0] > 0, "kills came while commits and copies ran (%d of %d; a kill "
+               "after the end tests nothing)" % tuple(KILLS_DURING))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tap.done()

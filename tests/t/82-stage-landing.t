@@ -72,7 +72,8 @@ def kill_at_rename(s, out):
         except FileNotFoundError:
             pass
     client.wait(60)
-    s.kill()
+    if not s.kill():
+        raise RuntimeError("the killed daemon (pid %d) did not end within 60 s" % s.pid)
     return renamed
 
 
@@ -92,7 +93,11 @@ def case(tap, work, what, suffix, read, make_old, stage_new):
             bad.append("round %d: stage: %s" % (i, s.err))
             break
         stage_new(s.mnt, new_t)
-        renamed += kill_at_rename(s, out)
+        try:
+            renamed += kill_at_rename(s, out)
+        except RuntimeError as e:
+            bad.append("round %d: %s" % (i, e))
+            break
         want = dict(old, n=new_t)
         try:
             state = "new" if read(out) == want else "other tensors"

@@ -8,6 +8,10 @@ here; nothing leaves the machine.
           token (--token-file) and the clients, on the trusted side, need none
   c1..c4  ckptfs hf://ckptfs/model MNT, HF_ENDPOINT at the cache
 
+The same topology against an S3 origin (tests/lib/s3_sigv4_server.py, which verifies every
+SigV4 signature) with nginx caching the objects: two clients mount s3://models/ with
+s3_endpoint at the cache.
+
 Checks: every client's tensors equal the arrays the source was written from, and its HF view
 files are byte-identical to every other client's and to what the origin serves; the origin
 sends each byte about once (nginx's upstream byte count against four clients' reads); a
@@ -32,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib"))
 from ckptfs_test import Tap, is_mounted, unmount  # noqa: E402
-from netns import NGINX_CONF, Hosts, missing_tools, tcp_up, wait_for  # noqa: E402
+from netns import NGINX_CONF, NGINX_S3_CONF, Hosts, missing_tools, tcp_up, wait_for  # noqa: E402
 from remote_servers import nginx_binary  # noqa: E402
 
 CKPTFS = os.environ.get("CKPTFS")
@@ -82,6 +86,60 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def s3_part(tap, h, work, arrays, mounts):
+    """Two clients read the checkpoint from an S3 origin through the caching nginx."""
+    origin, cache = h.addr("s3origin"), h.addr("s3cache")
+    lib = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lib")
+    h.popen("s3origin", [sys.executable, os.path.join(lib, "s3_sigv4_server.py"), "--root",
+                         os.path.join(work, "src"), "--bucket", "models", "--key", "AKIDHOSTS",
+                         "--secret", "hosts-secret", "--listen", origin, "--port", str(PORT),
+                         "--base-host", cache],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nd = os.path.join(work, "nginx-s3")
+    os.makedirs(os.path.join(nd, "tmp"))
+    with open(os.path.join(nd, "nginx.conf"), "w") as f:
+        f.write(NGINX_S3_CONF % {"d": nd, "addr": cache, "port": PORT, "origin": origin})
+    h.popen("s3cache", [nginx_binary(), "-c", os.path.join(nd, "nginx.conf"), "-p", nd],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = wait_for(lambda: tcp_up(h, "s3cache", origin), 20) and \
+        wait_for(lambda: tcp_up(h, "s1", cache), 20)
+    tap.ok(up, "the S3 origin and its cache listen")
+    if not up:
+        return
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="AKIDHOSTS", AWS_SECRET_ACCESS_KEY="hosts-secret",
+               AWS_REGION="us-east-1")
+    reads = {}
+    for c in ("s1", "s2"):
+        mnt = tempfile.mkdtemp(prefix="ckptfs-host-%s." % c)
+        p = h.run(c, [CKPTFS, "s3://models/", mnt, "-o",
+                      "s3_endpoint=http://%s:%d,remote_timeout=%d" % (cache, PORT, TIMEOUT)],
+                  env=env, capture_output=True, timeout=120)
+        mounts.append(mnt)
+        tap.ok(p.returncode == 0 and is_mounted(mnt), "%s mounts s3://models/ through the cache"
+               % c, [p.returncode, p.stderr.decode()[-2000:]])
+        if p.returncode != 0:
+            continue
+        ok = all(np.fromfile(os.path.join(mnt, t.replace(".", "/")), a.dtype).tobytes() ==
+                 a.tobytes() for t, a in arrays.items())
+        hf = os.path.join(mnt, ".ckptfs", "hf")
+        reads[c] = (ok, {n: sha(os.path.join(hf, n)) for n in sorted(os.listdir(hf))
+                         if n.endswith(".safetensors")})
+    tap.ok(len(reads) == 2 and all(r[0] for r in reads.values()) and
+           reads["s1"][1] == reads["s2"][1] and reads["s1"][1],
+           "both S3 clients read the source's arrays and byte-identical HF views", [reads])
+    upstream, objects = 0, 0
+    with open(os.path.join(nd, "access.log")) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "GET" and parts[1].endswith(".safetensors"):
+                upstream += int(parts[3]) if parts[3].isdigit() else 0
+    objects = sum(os.path.getsize(os.path.join(work, "src", n))
+                  for n in os.listdir(os.path.join(work, "src")) if n.endswith(".safetensors"))
+    tap.ok(0 < upstream < 1.5 * objects + (2 << 20), "the S3 origin sent the shards about once: "
+           "%.2f MB upstream for 2 clients, %.2f MB of shards" % (upstream / 1e6, objects / 1e6),
+           ["upstream %d, shards %d" % (upstream, objects)])
+
+
 def main():
     tap = Tap()
     missing = missing_tools() + ([] if nginx_binary() else ["nginx"])
@@ -98,7 +156,7 @@ def main():
     arrays = make_source(os.path.join(work, "src"))
     mounts = []
     try:
-        with Hosts(["origin", "cache"] + CLIENTS + ["cut"]) as h:
+        with Hosts(["origin", "cache"] + CLIENTS + ["cut", "s3origin", "s3cache", "s1", "s2"]) as h:
             origin, cache = h.addr("origin"), h.addr("cache")
             serve_err = open(os.path.join(work, "serve.err"), "w")
             token = "cache-" + hashlib.sha256(work.encode()).hexdigest()[:24]
@@ -225,6 +283,7 @@ def main():
             tap.ok(head == want[:1 << 20] and got == want,
                    "once the link is back the same client reads the whole tensor, every byte "
                    "right", [len(got or b"")])
+            s3_part(tap, h, work, arrays, mounts)
             for m in mounts:
                 tap.ok(unmount(m), "unmount %s" % os.path.basename(m))
             mounts = []

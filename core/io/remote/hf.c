@@ -3,6 +3,7 @@
  * pages of api/models/REPO/tree/SHA?recursive=true), bytes from REPO/resolve/SHA/PATH with
  * redirects followed. HF_ENDPOINT, HF_TOKEN (or its file) as the Hub's own tools use them. */
 #include "../../util/json.h"
+#include "listing.h"
 #include "remote.h"
 
 #include <errno.h>
@@ -101,8 +102,11 @@ static int get_json(const char *url, const char *shown, strbuf *body, char **nex
     setup_auth();
     pthread_mutex_unlock(&hf_lock);
     char msg[512];
-    http_req rq = {
-        .url = url, .shown = shown, .auth = &hf_auth, .body = body, .body_cap = 256u << 20};
+    http_req rq = {.url = url,
+                   .shown = shown,
+                   .auth = &hf_auth,
+                   .body = body,
+                   .body_cap = REMOTE_LIST_PAGE_BYTES};
     http_resp rs;
     int rc = http_perform(&rq, &rs, msg, sizeof msg);
     if (rc)
@@ -126,7 +130,7 @@ static int get_json(const char *url, const char *shown, strbuf *body, char **nex
 }
 
 static int add_tree_page(hf_repo *r, const char *text, size_t len, const char *shown,
-                         ckpt_err *err) {
+                         remote_budget *budget, ckpt_err *err) {
     json_doc doc;
     json_error jerr;
     int rc = json_parse(&doc, text, len, &jerr);
@@ -145,6 +149,7 @@ static int add_tree_page(hf_repo *r, const char *text, size_t len, const char *s
         const json_value *p = json_member(v, "path"), *t = json_member(v, "type"),
                          *sz = json_member(v, "size");
         if (!p || p->type != JSON_STRING || !p->len || memchr(p->str, 0, p->len)) continue;
+        if ((rc = remote_budget_entry(budget, p->len, err))) break;
         char *s = strndup(p->str, p->len);
         if (!s) {
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
@@ -199,12 +204,15 @@ int hf_pin(const char *path, char *out, size_t cap, ckpt_err *err) {
         next = strdup(url.data);
         if (!next) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    for (int page = 0; !rc && next && page < 100000; page++) {
+    remote_budget budget;
+    remote_budget_init(&budget, shown);
+    while (!rc && next) {
         char *cur = next;
         next = NULL;
         rc = get_json(cur, shown, &body, &next, err);
         free(cur);
-        if (!rc) rc = add_tree_page(r, body.data ? body.data : "[]", body.len, shown, err);
+        if (!rc) rc = remote_budget_page(&budget, body.len, err);
+        if (!rc) rc = add_tree_page(r, body.data ? body.data : "[]", body.len, shown, &budget, err);
     }
     free(next);
     sb_free(&url);
@@ -257,10 +265,9 @@ int hf_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
     pthread_mutex_lock(&hf_lock);
     hf_repo *r = repos;
     while (r && !(strcmp(r->repo, repo) == 0 && strcmp(r->sha, rev) == 0)) r = r->next;
-    remote_entry *e = NULL;
-    size_t n = 0;
+    remote_listing l;
+    remote_listing_init(&l, dir);
     size_t sl = strlen(sub);
-    if (r && !(e = calloc(r->n + 1, sizeof *e))) rc = -ENOMEM;
     for (size_t i = 0; r && !rc && i < r->n; i++) {
         const char *p = r->files[i].path;
         if (sl && (strncmp(p, sub, sl) != 0 || p[sl] != '/')) continue;
@@ -268,28 +275,15 @@ int hf_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
         size_t nl = strcspn(rest, "/");
         if (!nl) continue;
         bool dir_entry = rest[nl] == '/' || r->files[i].dir;
-        bool seen = false;
-        for (size_t k = n; k-- > 0 && !seen;)
-            seen = strlen(e[k].name) == nl && !memcmp(e[k].name, rest, nl);
-        if (seen) continue;
-        if (!(e[n].name = strndup(rest, nl))) {
-            rc = -ENOMEM;
-        } else {
-            e[n].dir = dir_entry;
-            e[n++].size = rest[nl] == '/' ? 0 : r->files[i].size;
-        }
+        rc = remote_listing_add(&l, rest, nl, dir_entry, r->files[i].size, err);
     }
     pthread_mutex_unlock(&hf_lock);
     if (!r && !rc)
         rc = ckpt_fail(err, -ENOENT, "%s: not a pinned repo (open it by its hf:// name)", dir);
-    else if (rc == -ENOMEM)
-        rc = ckpt_fail(err, rc, "out of memory");
     if (rc) {
-        for (size_t i = 0; i < n; i++) free(e[i].name);
-        free(e);
+        remote_listing_free(&l);
         return rc;
     }
-    *out = e;
-    *count = n;
+    remote_listing_take(&l, out, count);
     return 0;
 }

@@ -19,6 +19,10 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 enum { POOL_MAX = 64 };
 static CURL *pool[POOL_MAX];
 static size_t pool_n;
+/* The slowest transfer kept going (bytes a second over a `timeout` window): far below any
+ * usable link, far above a server that drips to hold a connection. ckptfs(1) names it. */
+#define HTTP_MIN_RATE 1024
+
 static http_config config = {.timeout = 30, .retries = 5, .backoff_ms = 100};
 static _Atomic uint64_t n_requests, n_retries, n_failures, n_bytes;
 
@@ -268,9 +272,10 @@ static CURLcode perform_once(CURL *h, const http_req *rq, const char *url, const
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)config.timeout);
-    /* A stalled transfer (no byte for `timeout` seconds) is given up and retried; a slow but
-     * moving one is not. */
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    /* A stalled transfer is given up and retried, and so is one that drips: under
+     * HTTP_MIN_RATE bytes a second on average over `timeout` seconds (a server sending 2 bytes
+     * a second would otherwise hold a reader, and a block, for ever). */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, (long)HTTP_MIN_RATE);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)config.timeout);
     curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);

@@ -1,6 +1,7 @@
 /* Plain http(s) servers: a directory is a URL whose index page links its entries (nginx
  * autoindex, Apache, python -m http.server), or one a HEAD redirects to the same path with a
  * slash; a name is a file when a HEAD of it answers 200. */
+#include "listing.h"
 #include "remote.h"
 #include "../../util/text.h"
 
@@ -158,7 +159,8 @@ int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *e
     http_shown(dir, shown, sizeof shown);
     strbuf body;
     sb_init(&body);
-    http_req rq = {.url = t.url.data, .shown = shown, .body = &body, .body_cap = 64u << 20};
+    http_req rq = {
+        .url = t.url.data, .shown = shown, .body = &body, .body_cap = REMOTE_LIST_PAGE_BYTES};
     http_resp rs;
     rc = http_perform(&rq, &rs, msg, sizeof msg);
     if (rc)
@@ -170,11 +172,13 @@ int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *e
                                           : -EIO,
                        "%s/: HTTP %ld listing the directory", shown, rs.status);
     else if (rs.overflow || body.failed)
-        rc = ckpt_fail(err, -EFBIG, "%s/: index page over 64 MiB", shown);
+        rc = ckpt_fail(err, -EFBIG, "%s/: index page over %u MiB", shown,
+                       REMOTE_LIST_PAGE_BYTES >> 20);
     http_resp_free(&rs);
     remote_target_free(&t);
-    remote_entry *e = NULL;
-    size_t n = 0, cap = 0;
+    remote_listing l;
+    remote_listing_init(&l, shown);
+    if (!rc) rc = remote_budget_page(&l.budget, body.len, err);
     const char *p = body.data, *end = body.data ? body.data + body.len : NULL;
     while (!rc && p && p < end) {
         const char *h = memmem(p, (size_t)(end - p), "href=\"", 6);
@@ -186,31 +190,15 @@ int httpdir_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *e
         bool is_dir;
         char *name = entry_name(h, (size_t)(q - h), &is_dir);
         if (!name) continue;
-        bool dup = false;
-        for (size_t i = 0; i < n && !dup; i++) dup = strcmp(e[i].name, name) == 0;
-        if (dup) {
-            free(name);
-            continue;
-        }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            remote_entry *ne = realloc(e, cap * sizeof *ne);
-            if (!ne) {
-                free(name);
-                rc = ckpt_fail(err, -ENOMEM, "out of memory");
-                break;
-            }
-            e = ne;
-        }
-        e[n++] = (remote_entry){name, is_dir, REMOTE_SIZE_UNKNOWN}; /* index pages round sizes */
+        /* index pages round sizes: none is kept */
+        rc = remote_listing_add(&l, name, strlen(name), is_dir, REMOTE_SIZE_UNKNOWN, err);
+        free(name);
     }
     sb_free(&body);
     if (rc) {
-        for (size_t i = 0; i < n; i++) free(e[i].name);
-        free(e);
+        remote_listing_free(&l);
         return rc;
     }
-    *out = e;
-    *count = n;
+    remote_listing_take(&l, out, count);
     return 0;
 }

@@ -77,6 +77,7 @@ typedef struct listing {
     remote_entry *e;
     size_t n;
     int rc;
+    char msg[512]; /* why it failed, told again to every later caller */
     struct listing *next;
 } listing;
 
@@ -93,7 +94,7 @@ int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *
     for (listing *l = listings; l; l = l->next)
         if (strcmp(l->dir, dir) == 0) {
             pthread_mutex_unlock(&names_lock);
-            if (l->rc) return ckpt_fail(err, l->rc, "%s: cannot list this directory", dir);
+            if (l->rc) return ckpt_fail(err, l->rc, "%s", l->msg);
             *out = l->e;
             *n = l->n;
             return 0;
@@ -101,6 +102,9 @@ int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *
     pthread_mutex_unlock(&names_lock);
     remote_entry *e = NULL;
     size_t cnt = 0;
+    ckpt_err mine;
+    if (!err) err = &mine;
+    err->msg[0] = 0;
     const remote_scheme *sc = remote_scheme_of(dir);
     int rc = sc ? sc->list(dir, &e, &cnt, err)
                 : ckpt_fail(err, -EINVAL, "%s: not a remote name (http://, https://, s3://, hf://)",
@@ -116,6 +120,7 @@ int remote_list(const char *dir, const remote_entry **out, size_t *n, ckpt_err *
     l->e = e;
     l->n = cnt;
     l->rc = rc;
+    if (rc) snprintf(l->msg, sizeof l->msg, "%s", err->msg[0] ? err->msg : "cannot list it");
     pthread_mutex_lock(&names_lock);
     l->next = listings;
     listings = l;

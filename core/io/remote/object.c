@@ -213,6 +213,13 @@ static int fetch_block(void *ctx, uint64_t k, void *buf, size_t len, char *msg, 
                          rs.has_range ? "Content-Range " : "without Content-Range ",
                          (unsigned long long)rs.range_start, (unsigned long long)rs.range_end),
                     rc = -EIO;
+            else if (rs.overflow)
+                /* The body went past the range asked: its last bytes were not what the range
+                 * said (whether the extra came in the same chunk as the end or after it). */
+                snprintf(msg, cap,
+                         "%s: the server sent more than the %zu bytes asked at offset %llu",
+                         o->shown, len, (unsigned long long)start),
+                    rc = -EIO;
             else if (rs.got != len)
                 snprintf(msg, cap, "%s: short body at offset %llu (%llu of %zu bytes)", o->shown,
                          (unsigned long long)start, (unsigned long long)rs.got, len),

@@ -1,5 +1,6 @@
 /* s3://bucket/key for S3-compatible stores: SigV4 by libcurl, path-style or virtual-hosted
  * addressing, directories as prefixes listed with ListObjectsV2 (every page). */
+#include "listing.h"
 #include "remote.h"
 #include "../../util/err.h"
 
@@ -225,22 +226,6 @@ static const char *xml_text(const char *p, const char *end, const char *tag, str
     return b + strlen(close);
 }
 
-static int push(remote_entry **e, size_t *n, size_t *cap, const char *name, size_t len, bool dir,
-                uint64_t size) {
-    if (!len || memchr(name, '/', len)) return 0;
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        remote_entry *p = realloc(*e, c * sizeof *p);
-        if (!p) return -ENOMEM;
-        *e = p;
-        *cap = c;
-    }
-    char *s = strndup(name, len);
-    if (!s) return -ENOMEM;
-    (*e)[(*n)++] = (remote_entry){s, dir, dir ? 0 : size};
-    return 0;
-}
-
 /* One ListObjectsV2 page of the keys that start with `prefix` into body (max_keys 0: the
  * store's page size). 0, or a negative errno with the one-line reason. */
 static int list_page(const char *shown, const char *bucket, const strbuf *prefix,
@@ -271,7 +256,7 @@ static int list_page(const char *shown, const char *bucket, const strbuf *prefix
                    .shown = shown,
                    .auth = auth,
                    .body = body,
-                   .body_cap = 64u << 20,
+                   .body_cap = REMOTE_LIST_PAGE_BYTES,
                    .once = once,
                    .hint = hint};
     http_resp rs;
@@ -357,10 +342,11 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
     sb_puts(&prefix, key);
     if (prefix.len && prefix.data[prefix.len - 1] != '/') sb_putc(&prefix, '/');
     if (!prefix.data) sb_puts(&prefix, "");
-    remote_entry *e = NULL;
-    size_t n = 0, cap = 0;
-    for (int page = 0; !rc; page++) {
+    remote_listing l;
+    remote_listing_init(&l, dir);
+    while (!rc) {
         if ((rc = list_page(dir, bucket, &prefix, &token, 0, &url, &body, err))) break;
+        if ((rc = remote_budget_page(&l.budget, body.len, err))) break;
         const char *p = body.data ? body.data : "", *end = p + body.len;
         /* Every key below the prefix, without a delimiter: directories are the first names of
          * deeper keys (some stores leave a prefix holding only deeper keys out of a delimited
@@ -383,19 +369,15 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
                 size_t len = text.len - prefix.len;
                 const char *slash = memchr(name, '/', len);
                 size_t nl = slash ? (size_t)(slash - name) : len;
-                bool seen = n && strlen(e[n - 1].name) == nl && !memcmp(e[n - 1].name, name, nl);
-                if (!seen) rc = push(&e, &n, &cap, name, nl, slash != NULL, size);
+                rc = remote_listing_add(&l, name, nl, slash != NULL, size, err);
             }
             c = b + 11;
         }
-        if (rc) {
-            rc = ckpt_fail(err, rc, "out of memory");
-            break;
-        }
+        if (rc) break;
         bool truncated =
             xml_text(p, end, "IsTruncated", &text) && text.data && strcmp(text.data, "true") == 0;
         if (!truncated) break;
-        if (!xml_text(p, end, "NextContinuationToken", &token) || !token.len || page > 100000) {
+        if (!xml_text(p, end, "NextContinuationToken", &token) || !token.len) {
             rc = ckpt_fail(err, -EIO, "%s: truncated listing without a continuation token", dir);
             break;
         }
@@ -406,11 +388,9 @@ int s3_list(const char *dir, remote_entry **out, size_t *count, ckpt_err *err) {
     sb_free(&text);
     sb_free(&token);
     if (rc) {
-        for (size_t i = 0; i < n; i++) free(e[i].name);
-        free(e);
+        remote_listing_free(&l);
         return rc;
     }
-    *out = e;
-    *count = n;
+    remote_listing_take(&l, out, count);
     return 0;
 }
