@@ -350,6 +350,15 @@ static int note_choice(ckpt_catalog *cat, size_t chosen, const bool present[NWEI
     return rc;
 }
 
+/* The most side files other than the usual names a folder's top may carry. */
+enum { HF_SIDE_FILES_MAX = 256 };
+
+static bool usual_aux(const char *name) {
+    for (size_t i = 0; i < ckpt_hf_aux_count; i++)
+        if (strcmp(name, ckpt_hf_aux_names[i]) == 0) return true;
+    return false;
+}
+
 int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     char path[PATH_MAX];
     bool present[NWEIGHTS];
@@ -385,8 +394,19 @@ int hf_dir_load(ckpt_catalog *cat, ckpt_err *err) {
     size_t n;
     if ((rc = dirlist_files(cat->root, "", &names, &n)))
         return ckpt_fail(err, rc, "%s: cannot list: %s", cat->root, strerror(-rc));
+    /* Each side file is a source opened now (a request for a remote folder): a folder of
+     * thousands of text files beside the weights is no model's top, and carrying them all
+     * would cost one open each. Past the bound, only the usual names are carried. */
+    size_t unusual = 0;
+    for (size_t i = 0; i < n; i++) unusual += ckpt_hf_aux_name(names[i]) && !usual_aux(names[i]);
+    bool all = unusual <= HF_SIDE_FILES_MAX;
+    if (!all)
+        catalog_warn(cat,
+                     "%s: %zu side files beside the weights, over %d: only the usual ones "
+                     "(config.json, tokenizer files, ...) are carried",
+                     cat->root, unusual, HF_SIDE_FILES_MAX);
     for (size_t i = 0; !rc && i < n; i++) {
-        if (!ckpt_hf_aux_name(names[i])) continue;
+        if (!ckpt_hf_aux_name(names[i]) || (!all && !usual_aux(names[i]))) continue;
         uint32_t src;
         if (!(rc = join(path, sizeof path, cat->root, names[i], err)) &&
             !(rc = catalog_add_source(cat, path, names[i], &src, err)))

@@ -6,7 +6,9 @@
   repo carry them (a dot file such as .gitattributes is not a model file and stays out);
 - `stage --from model.nemo` shows model_config.yaml, and the unchanged stage commits: into one
   .safetensors (the yaml named as left out, a single file has no room), and into OUT/ with
-  model_config.yaml byte for byte as the archive holds it (read with Python's tarfile).
+  model_config.yaml byte for byte as the archive holds it (read with Python's tarfile);
+- a folder of 300 text files beside the weights carries only the usual side files (a bound:
+  each is a source opened at open), with a warning.
 
 Environment: CKPTFS, FIXTURES (layouts/tars/model.nemo).
 """
@@ -95,6 +97,27 @@ def hf_folder(tap, ckptfs, work):
                [sorted(listed), bad])
 
 
+def crowded_folder(tap, ckptfs, work):
+    """A folder of 300 text files beside its weights (no model's top): each side file is a
+    source opened at open, so past 256 only the usual names are carried, and a warning says so."""
+    src = os.path.join(work, "crowded")
+    write_hf(src)
+    for i in range(300):
+        with open(os.path.join(src, "note%03d.txt" % i), "w") as f:
+            f.write("n\n")
+    out = os.path.join(work, "crowded-conv") + "/"
+    rc, _, err = run_capture([ckptfs, "convert", src, out], 60)
+    got = files_in(out)
+    notes = [n for n in got if n.startswith("note")]
+    tap.ok(rc == 0 and not notes and got.get("config.json") == SIDE["config.json"],
+           "300 text files beside the weights: convert carries the usual side files only",
+           [rc, err, "notes carried: %d" % len(notes), sorted(got)[:8]])
+    rc, out_info, err = run_capture([ckptfs, "info", src], 60)
+    tap.ok(b"side files beside the weights, over 256" in out_info + err,
+           "info warns that the side files past the bound were not carried",
+           [rc, (out_info + err)[-400:]])
+
+
 def nemo_stage(tap, ckptfs, work, fixtures):
     nemo = os.path.join(fixtures, "layouts", "tars", "model.nemo")
     if not os.path.exists(nemo):
@@ -133,6 +156,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ckptfs-t88.")
     try:
         hf_folder(tap, ckptfs, work)
+        crowded_folder(tap, ckptfs, work)
         nemo_stage(tap, ckptfs, work, fixtures)
     finally:
         for d in os.listdir(work):
