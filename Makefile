@@ -47,7 +47,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%.t)
 PYTHON   := /usr/bin/python3
 
 # The version, in one place: VERSION. ckpt_version() (core/util/version.c), `ckptfs --version`,
-# the shared library's file name, libckpt.pc and debian/changelog say it (tests/t/107-libckpt.t).
+# the shared library's file name, libckpt.pc and debian/changelog say it (tests/t/231-libckpt.t).
 VERSION  := $(shell cat VERSION)
 # libckpt.so's soname major: raised on any change that breaks a program linked against it
 # (docs/libckpt.md, "Soname policy"); core/libckpt.map's version node carries the same number.

@@ -1,4 +1,4 @@
-"""Distributed checkpoints written by torch 2.x itself, for tests/t/103-clients-dcp.t and the
+"""Distributed checkpoints written by torch 2.x itself, for tests/t/903-clients-dcp.t and the
 consolidation bench: WORLD processes (gloo on the CPU, torch.multiprocessing) build a 1-D
 device mesh, shard a small model's parameters as DTensors (Shard(0), Shard(1), sizes that do
 not divide by WORLD, a replicated one), take one Adam step so there is optimizer state, and

@@ -17,7 +17,7 @@ Layout of OUTDIR:
         burn-mnist.bpk (committed: Burn's examples/mnist-inference-web), decoded
         here with a minimal CBOR reader; "skip" says why when it is missing.
   hostile/   damaged files and cases.tsv (path, expect, needle, description),
-        the format of tests/t/31-hostile.t; mount-names.json lists the names
+        the format of tests/t/310-hostile.t; mount-names.json lists the names
         each "mount" case must show.
 """
 

@@ -983,7 +983,7 @@ def build_hostile(out):
 
 def bound_cases(h, set_chunk):
     """The storage and chunk bounds one over (the committed v2x_layout case, mounted and
-    compared with torch's figures by 36-dcp.t, is each at exactly its bound: every .distcp
+    compared with torch's figures by 360-dcp.t, is each at exactly its bound: every .distcp
     file ends with its last item, and chunks tile their tensors exactly), and the dims limit at
     and over it. bound_*"""
     step = "optim.state.model.embed.weight.step"

@@ -306,7 +306,7 @@ def share_with_others(path):
     """Makes every file under path readable by other users, as a checkpoint shared on a
     machine is. safetensors 0.8 (and so save_pretrained) writes its files 0600, and
     `ckptfs serve` without --token-file refuses a source other local users cannot read
-    (201-modes-users checks that rule): a test about a client, not modes, serves shared files."""
+    (541-modes-users checks that rule): a test about a client, not modes, serves shared files."""
     files = [path] if os.path.isfile(path) else [
         os.path.join(d, n) for d, _, names in os.walk(path) for n in names]
     for p in files:

@@ -1,5 +1,5 @@
 """Checks of the committed layout fixtures (tests/fixtures/meta_mp, tests/fixtures/deepspeed)
-against their manifests, as functions of a mount point: tests/t/15-meta-mp.t and 79-deepspeed.t
+against their manifests, as functions of a mount point: tests/t/150-meta-mp.t and 790-deepspeed.t
 run them on local mounts, tests/t/46..48 on mounts of the same fixtures from URLs."""
 
 import os

@@ -1,5 +1,5 @@
 """The whole mount test of a single-file format whose generator writes one manifest.json
-per good case (42-gptrs.t, 43-lwt.t) and a hostile/ directory.
+per good case (420-gptrs.t, 430-lwt.t) and a hostile/ directory.
 
 manifest.json: {"source": file, "metadata": {member: {key: value}}, "warnings": [needle],
 "tensors": [{name, dtype, shape, nbytes, sha256, numpy_dtype, path, file, offset,

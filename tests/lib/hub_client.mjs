@@ -1,4 +1,4 @@
-// A Hub client run against `ckptfs serve` by tests/t/29-serve-clients.t: the real
+// A Hub client run against `ckptfs serve` by tests/t/290-serve-clients.t: the real
 // @huggingface/hub package (installed into build/node), with hubUrl pointed at the server.
 //   node hub_client.mjs HUB_URL REPO OUTDIR [TOKEN]
 // Lists the repo (recursive), downloads every file outside tensors/ into OUTDIR, reads a

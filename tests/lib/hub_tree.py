@@ -1,4 +1,4 @@
-"""A Hugging Face Hub-shaped site served by nginx (tests/t/48-remote-hub.t and the bench):
+"""A Hugging Face Hub-shaped site served by nginx (tests/t/480-remote-hub.t and the bench):
 api/models/REPO/revision/REV (the commit), api/models/REPO/tree/SHA (the file list, in pages
 linked by Link: rel="next" as the Hub does), REPO/resolve/SHA/PATH answered with a 302 to the
 bytes elsewhere (as the Hub redirects to its CDN)."""

@@ -66,7 +66,7 @@ def case_dirs(root):
 # Mounting
 
 def mount_prefix():
-    """mkdtemp prefix naming the running test: ckptfs-t42. for tests/t/42-gptrs.t."""
+    """mkdtemp prefix naming the running test: ckptfs-t42. for tests/t/420-gptrs.t."""
     return "ckptfs-t%s." % os.path.basename(sys.argv[0]).split("-")[0]
 
 
@@ -194,7 +194,7 @@ def warning_problems(summary, expected):
 def tree_files(top, problems, skip_ckptfs=True, every_file=False):
     """Paths of the files below top (without .ckptfs/ at its top when skip_ckptfs).  Unless
     every_file, only raw tensors (no '.'), sidecars (.json) and tensor-directories' bytes
-    (.raw) count; NAME.npy views never do (35-npy.t checks them)."""
+    (.raw) count; NAME.npy views never do (350-npy.t checks them)."""
     got = set()
     for dirpath, dirnames, filenames in os.walk(top, onerror=problems.append):
         rel = os.path.relpath(dirpath, top)

@@ -1,7 +1,7 @@
 """The layout fixtures over a remote kind (tests/t/46..48): tar archives and .nemo files, HF cache
 repo folders (refs/ + snapshots/, with -o revision=), .bin repos, folders of checkpoints and
 split GGUF parts (FIXTURES/layouts, the cases of tests/t/65-68), Meta model-parallel and
-DeepSpeed ZeRO folders (tests/fixtures/meta_mp and deepspeed, tests/t/15-meta-mp and 79).
+DeepSpeed ZeRO folders (tests/fixtures/meta_mp and deepspeed, tests/t/150-meta-mp and 79).
 
 A server serves served_root(FIXTURES): FIXTURES itself (links to its entries, so every other
 fixture keeps its relative URL) plus committed/meta_mp and committed/deepspeed. Each case is

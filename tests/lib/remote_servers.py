@@ -140,7 +140,7 @@ def fetch(url):
 
 
 # ---------------------------------------------------------------------------
-# S3: the credentials 47-remote-s3.t's bucket takes (tests/lib/s3_sigv4_server.py serves it)
+# S3: the credentials 470-remote-s3.t's bucket takes (tests/lib/s3_sigv4_server.py serves it)
 # and a SigV4 signer of our own for requests the tests make themselves
 
 S3_KEY, S3_SECRET, S3_REGION = "AKIDCKPTFS47", "ckptfs/47+secret=", "us-east-1"

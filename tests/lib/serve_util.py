@@ -1,6 +1,6 @@
-"""Shared pieces of the `ckptfs serve` tests (28-serve.t, 29-serve-clients.t, the bench):
+"""Shared pieces of the `ckptfs serve` tests (280-serve.t, 290-serve-clients.t, the bench):
 starting and stopping a server, plain HTTP requests, and the strict safetensors checks of
-32-hfview.t (loaded from that file, so both tests hold the view to the same rules).
+320-hfview.t (loaded from that file, so both tests hold the view to the same rules).
 
 HTTP is spoken with http.client / raw sockets only: nothing here shares code with ckptfs.
 """
@@ -22,8 +22,8 @@ STOP_TIMEOUT = 20
 
 
 def load_hfview_checks():
-    """32-hfview.t as a module: parse_strict, writer_style_problems, manifest_want, ..."""
-    path = os.path.join(HERE, "..", "t", "32-hfview.t")
+    """320-hfview.t as a module: parse_strict, writer_style_problems, manifest_want, ..."""
+    path = os.path.join(HERE, "..", "t", "320-hfview.t")
     loader = importlib.machinery.SourceFileLoader("hfview_checks", path)
     spec = importlib.util.spec_from_loader("hfview_checks", loader)
     mod = importlib.util.module_from_spec(spec)

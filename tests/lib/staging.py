@@ -1,4 +1,4 @@
-"""What the staging-mount tests (70-stage.t, 71-stage-faults.t) share: `ckptfs stage` and
+"""What the staging-mount tests (700-stage.t, 710-stage-faults.t) share: `ckptfs stage` and
 `ckptfs commit`, the spool and its daemon, hashes of what they wrote.
 
 Tests import it with:  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))

@@ -57,54 +57,54 @@ GROUPS = {
 TEST_TIMEOUT = 300
 # Slow or environment-bound tests stay out: stress and valgrind runs, fault injection, the
 # staging mount, installation and the man-page lint.
-SLOW = {"10-man.t", "21-mount-helper.t", "23-install.t", "50-stress.t", "51-faults.t",
-        "52-valgrind.t"}
+SLOW = {"100-man.t", "210-mount-helper.t", "230-install.t", "500-stress.t", "510-faults.t",
+        "520-valgrind.t"}
 SLOW_PREFIXES = ("7",)  # 7x: the staging mount
 # Tests of several seconds run only for the files that name them in FIRST: a mutant that
 # survives costs the whole relevant set, so the set stays at about ten seconds.
-ONLY_WHERE_NAMED = {"22-subcommands.t", "32-hfview.t", "unit/segread.t",
+ONLY_WHERE_NAMED = {"220-subcommands.t", "320-hfview.t", "unit/segread.t",
                     "unit/zstd_seekable.t"}
 # Tests that concern a source file most, run first (a killed mutant then costs one test).
 FIRST = {
-    "planner": ["unit/planner.t", "30-mount-fixtures.t", "36-dcp.t", "33-dcphf.t", "34-mlfw.t"],
-    "safetensors": ["30-mount-fixtures.t", "31-hostile.t", "32-hfview.t"],
-    "gguf": ["unit/gguf_decode.t", "41-gguf.t", "60-convert-gguf.t"],
-    "dcp": ["36-dcp.t", "33-dcphf.t"], "dcp_hf": ["33-dcphf.t"],
-    "torch_zip": ["40-torch.t", "36-dcp.t"], "zip": ["40-torch.t", "36-dcp.t"], "pickle": ["unit/pickle_bounds.t", "unit/pickle.t", "40-torch.t"],
-    "gptrs": ["42-gptrs.t", "62-convert-gptrs.t"], "lwt": ["43-lwt.t", "61-convert-lwt.t"],
-    "burnpack": ["44-burnpack.t", "63-convert-burnpack.t"], "mlfw_tp": ["34-mlfw.t"],
-    "nemo_step": ["37-nemo.t"], "hf_dir": ["32-hfview.t", "30-mount-fixtures.t"],
-    "zstd_seekable": ["unit/zstd_bounds.t", "unit/zstd_seekable.t", "45-zstd.t",
-                      "64-convert-zstd.t"],
-    "tar": ["68-tar.t", "37-nemo.t"],
-    "deepspeed": ["79-deepspeed.t"], "meta_mp": ["15-meta-mp.t"],
-    "hf_cache": ["65-hf-cache.t"], "folder": ["67-folders.t"], "dirlist": ["67-folders.t"],
-    "open": ["20-cli.t", "30-mount-fixtures.t"],
-    "hfview": ["32-hfview.t"], "cli_diff": ["27-diff.t"],
-    "npz": ["96-npz.t"], "onnx": ["97-onnx.t"], "keras": ["98-keras.t"],
+    "planner": ["unit/planner.t", "300-mount-fixtures.t", "360-dcp.t", "330-dcphf.t", "340-mlfw.t"],
+    "safetensors": ["300-mount-fixtures.t", "310-hostile.t", "320-hfview.t"],
+    "gguf": ["unit/gguf_decode.t", "410-gguf.t", "600-convert-gguf.t"],
+    "dcp": ["360-dcp.t", "330-dcphf.t"], "dcp_hf": ["330-dcphf.t"],
+    "torch_zip": ["400-torch.t", "360-dcp.t"], "zip": ["400-torch.t", "360-dcp.t"], "pickle": ["unit/pickle_bounds.t", "unit/pickle.t", "400-torch.t"],
+    "gptrs": ["420-gptrs.t", "620-convert-gptrs.t"], "lwt": ["430-lwt.t", "610-convert-lwt.t"],
+    "burnpack": ["440-burnpack.t", "630-convert-burnpack.t"], "mlfw_tp": ["340-mlfw.t"],
+    "nemo_step": ["370-nemo.t"], "hf_dir": ["320-hfview.t", "300-mount-fixtures.t"],
+    "zstd_seekable": ["unit/zstd_bounds.t", "unit/zstd_seekable.t", "450-zstd.t",
+                      "640-convert-zstd.t"],
+    "tar": ["680-tar.t", "370-nemo.t"],
+    "deepspeed": ["790-deepspeed.t"], "meta_mp": ["150-meta-mp.t"],
+    "hf_cache": ["650-hf-cache.t"], "folder": ["670-folders.t"], "dirlist": ["670-folders.t"],
+    "open": ["200-cli.t", "300-mount-fixtures.t"],
+    "hfview": ["320-hfview.t"], "cli_diff": ["270-diff.t"],
+    "npz": ["960-npz.t"], "onnx": ["970-onnx.t"], "keras": ["980-keras.t"],
     # The remote client: the hostile servers first, then the real ones.
-    "object": ["49-remote-faults.t", "117-remote-listing-limits.t", "13-remote-prefetch.t",
-               "46-remote-http.t"],
-    "http": ["49-remote-faults.t", "117-remote-listing-limits.t", "46-remote-http.t"],
-    "names": ["unit/remote_listing.t", "46-remote-http.t", "117-remote-listing-limits.t"],
-    "targets": ["46-remote-http.t", "48-remote-hub.t", "14-remote-s3-sigv4.t"],
-    "s3": ["117-remote-listing-limits.t", "14-remote-s3-sigv4.t"],  # 47 needs build/node
-    "hf": ["117-remote-listing-limits.t", "48-remote-hub.t"],
-    "httpdir": ["117-remote-listing-limits.t", "46-remote-http.t"],
-    "listing": ["unit/remote_listing.t", "117-remote-listing-limits.t"],
-    "blockcache": ["unit/blockcache.t", "116-remote-disk-cache.t", "13-remote-prefetch.t",
-                   "49-remote-faults.t"],
+    "object": ["490-remote-faults.t", "462-remote-listing-limits.t", "130-remote-prefetch.t",
+               "460-remote-http.t"],
+    "http": ["490-remote-faults.t", "462-remote-listing-limits.t", "460-remote-http.t"],
+    "names": ["unit/remote_listing.t", "460-remote-http.t", "462-remote-listing-limits.t"],
+    "targets": ["460-remote-http.t", "480-remote-hub.t", "140-remote-s3-sigv4.t"],
+    "s3": ["462-remote-listing-limits.t", "140-remote-s3-sigv4.t"],  # 47 needs build/node
+    "hf": ["462-remote-listing-limits.t", "480-remote-hub.t"],
+    "httpdir": ["462-remote-listing-limits.t", "460-remote-http.t"],
+    "listing": ["unit/remote_listing.t", "462-remote-listing-limits.t"],
+    "blockcache": ["unit/blockcache.t", "461-remote-disk-cache.t", "130-remote-prefetch.t",
+                   "490-remote-faults.t"],
     # serve's request checks and its connection guard.
-    "serve_http": ["115-serve-request-checks.t", "28-serve.t", "119-serve-slow-clients.t"],
-    "serve_guard": ["119-serve-slow-clients.t"], "serve_repo": ["28-serve.t"],
+    "serve_http": ["282-serve-request-checks.t", "280-serve.t", "283-serve-slow-clients.t"],
+    "serve_guard": ["283-serve-slow-clients.t"], "serve_repo": ["280-serve.t"],
     # The stage's journal and spool: the staging mounts (slow, so only where named).
-    "stage_journal": ["74-stage-resume.t", "71-stage-faults.t", "70-stage.t"],
-    "stage_spool": ["77-stage-spool.t", "71-stage-faults.t", "70-stage.t"],
+    "stage_journal": ["740-stage-resume.t", "710-stage-faults.t", "700-stage.t"],
+    "stage_spool": ["770-stage-spool.t", "710-stage-faults.t", "700-stage.t"],
 }
 # Where two files share a stem, the path decides.
 FIRST_BY_PATH = {
-    "core/parse/tar.c": ["68-tar.t", "37-nemo.t"],
-    "core/formats/tar.c": ["68-tar.t", "37-nemo.t"],
+    "core/parse/tar.c": ["680-tar.t", "370-nemo.t"],
+    "core/formats/tar.c": ["680-tar.t", "370-nemo.t"],
 }
 
 COND_START = re.compile(r"^\s*(?:\}\s*else\s+)?(?:if|while)\s*\(")

@@ -1,5 +1,5 @@
 /* A test tool, not a test: the tree paths core gives tensors of any names and prefixes, for a
- * test to hold against its own model of the rules (tests/t/84-tree-paths.t). Reads lines
+ * test to hold against its own model of the rules (tests/t/840-tree-paths.t). Reads lines
  * "PREFIX NAME" (hex; "-" for no prefix), writes one line "PATH SIDECAR" (hex) per input line
  * in input order. Exit 0, or 2 with one line on stderr. */
 #include "model/catalog.h"

@@ -1,4 +1,4 @@
-"""What the writer tests (60-convert-gguf.t, 61-convert-lwt.t, 62-convert-gptrs.t)
+"""What the writer tests (600-convert-gguf.t, 610-convert-lwt.t, 620-convert-gptrs.t)
 share: running convert_tool, the reference a conversion is checked against (the
 generator's manifest or the tensors written here, never a ckptfs mount of the
 source), and the checks every conversion and every refusal must pass.

@@ -1,6 +1,6 @@
 """Dequantizers written from ggml's reference C (dequantize_row_*) and the float formats'
 definitions, in numpy with float32 arithmetic in ggml's order, so results are bit-exact;
-shared by the tests of -o as_dtype=f32 (38-as-dtype.t, 45-zstd.t). Nothing here comes from
+shared by the tests of -o as_dtype=f32 (380-as-dtype.t, 450-zstd.t). Nothing here comes from
 core/.
 
     CONVERT[dtype](raw bytes) -> numpy float32 array

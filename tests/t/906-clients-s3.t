@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """boto3 1.44 (botocore's SigV4 signer: shares nothing with core/io/remote/s3.c nor with the
-test signers of remote_servers.py) against the SigV4-verifying server of 14-remote-s3-sigv4.t
+test signers of remote_servers.py) against the SigV4-verifying server of 140-remote-s3-sigv4.t
 (tests/lib/s3_sigv4_server.py), and against what ckptfs mounts from it.
 
 - The server refuses what is not signed right: botocore with the right credentials and session

@@ -1,4 +1,4 @@
-"""ONNX models as trees (run by 97-onnx.t with the client venv's python, which has onnx).
+"""ONNX models as trees (run by 970-onnx.t with the client venv's python, which has onnx).
 
 Environment: CKPTFS (the ckptfs binary), FIXTURES (required by the harness, unused).
 

@@ -134,7 +134,7 @@ def check_tree(tap, case, mnt, manifest, tensors):
     want = set()
     for t in tensors:
         want |= {t["path"], t["path"] + ".json"}
-    # NAME.npy views of numpy-typed tensors are checked by 35-npy.t
+    # NAME.npy views of numpy-typed tensors are checked by 350-npy.t
     got = tree_files(mnt, problems, every_file=True)
     problems += ["missing: " + p for p in sorted(want - got)]
     problems += ["unexpected: " + p for p in sorted(got - want)]

@@ -39,7 +39,7 @@ ST_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32
              "F8_E5M2FNUZ", "F6_E2M3", "F6_E3M2", "F4"}
 # safetensors.torch has no type for the FP6 dtypes ("Dtype not understood"): those tensors are
 # checked through numpy's raw bytes... which numpy has no type for either, so only the tree's
-# raw files (against the manifest) and the strict reader of 32-hfview.t cover them.
+# raw files (against the manifest) and the strict reader of 320-hfview.t cover them.
 PT_MISSING = {"F6_E2M3", "F6_E3M2"}
 # safetensors.torch.load/load_file reshape an F4 tensor's bytes, viewed as float4_e2m1fn_x2 (two
 # values a byte), to the logical shape, which counts values: the reshape raises (safetensors
@@ -76,7 +76,7 @@ def fixture_sources(fixtures):
             entries = manifest.get("tensors")
             if entries is None:  # MLFramework: the tensors of the mount without options
                 entries = next(m["tensors"] for m in manifest["mounts"] if not m.get("options"))
-            # What 32-hfview.t holds the view to: the complete model tensors of safetensors
+            # What 320-hfview.t holds the view to: the complete model tensors of safetensors
             # dtypes (no optimizer state, nothing set aside).
             want = {t["name"]: t for t in entries
                     if t.get("dtype") in ST_DTYPES and not t.get("incomplete") and

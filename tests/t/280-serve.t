@@ -11,7 +11,7 @@ Environment:
   2. repo info and revisions, siblings = the HF view; the tree API (recursive and not: the
      top's recursive listing holds tensors/ as a directory only, tensors/ lists recursively).
   3. model.safetensors of an HF shard set and of a DCP checkpoint, whole (curl): passes the
-     strict safetensors reader of 32-hfview.t and holds the manifests' tensors; raw tensors
+     strict safetensors reader of 320-hfview.t and holds the manifests' tensors; raw tensors
      under tensors/ equal the manifests' sha256; config/tokenizer files equal the source.
   4. ranges with curl (a-b, a-, -n, past the end, 416, multi-range refused), HEAD,
      If-None-Match, keep-alive.

@@ -119,7 +119,7 @@ def kill_during_commit(tap, ckptfs, work):
     outdir = os.path.join(work, "kill-out")
     os.makedirs(outdir)
     # A GGUF OUT is written by ckpt_write through a temporary file, the path this kill tests
-    # (a safetensors OUT is committed in place from the pack: tests/t/77-stage-spool.t).
+    # (a safetensors OUT is committed in place from the pack: tests/t/770-stage-spool.t).
     out = os.path.join(outdir, "big.gguf")
     mnt = tempfile.mkdtemp(prefix="ckptfs-t71.")
     try:

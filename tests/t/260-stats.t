@@ -7,7 +7,7 @@ subnormals and both zeros are in), F32 and F64 with NaN/Inf/denormals, integers 
 extremes, BOOL, empty and 0-d tensors, and a 1.5M-element F32 tensor with mean 1e6 and std ~1
 (three work units: the merge of partial results and the variance's stability). The values are
 decoded here from the bytes; the GGUF block types come from the gguf/v3 fixture with the
-reference dequantizers of 38-as-dtype.t. Then: the same figures in .ckptfs/stats.json and
+reference dequantizers of 380-as-dtype.t. Then: the same figures in .ckptfs/stats.json and
 user.ckpt.stats of a mount, and the SVG pictures parse and hold one panel per family.
 """
 import importlib.machinery
@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from mount_checks import check_help, mounted, read_json, run  # noqa: E402
 
-AS_DTYPE = importlib.machinery.SourceFileLoader("as_dtype", os.path.join(HERE, "38-as-dtype.t")
+AS_DTYPE = importlib.machinery.SourceFileLoader("as_dtype", os.path.join(HERE, "380-as-dtype.t")
                                                 ).load_module()
 TIMEOUT = 120
 np.seterr(all="ignore")  # NaN and Inf are the point here

@@ -5,14 +5,14 @@ byte-identical to its local mount.
 Environment: CKPTFS, FIXTURES.
 
 The server is tests/lib/s3_sigv4_server.py, which verifies every request's SigV4 signature
-(14-remote-s3-sigv4.t and 106-clients-s3.t show that it refuses wrong ones), on a free loopback
+(140-remote-s3-sigv4.t and 906-clients-s3.t show that it refuses wrong ones), on a free loopback
 port with a bucket holding the fixtures: the files every object of an upload would be, linked
 into the bucket's folder (snapshot links followed, as an upload reads them). Credentials come
 from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the endpoint from AWS_ENDPOINT_URL (path-style
 addressing by default for a custom endpoint), and in one case from -o s3_endpoint= and a shared
 credentials file (AWS_SHARED_CREDENTIALS_FILE + AWS_PROFILE). A directory is a prefix listed
 with ListObjectsV2 (a prefix holding only deeper keys still opens). A missing key: exit 2
-naming the URL. Wrong credentials and multi-page listings are in 14-remote-s3-sigv4.t.
+naming the URL. Wrong credentials and multi-page listings are in 140-remote-s3-sigv4.t.
 The layouts (tests/lib/remote_layouts.py: tar/.nemo, HF cache folders uploaded with their
 snapshot links followed, .bin repos, folders, split GGUF, Meta MP, DeepSpeed) mount from s3://
 prefixes too, pass their own checks and equal their local mounts.

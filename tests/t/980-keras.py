@@ -1,4 +1,4 @@
-"""Keras 3 weights as trees (run by 98-keras.t with the client venv's python: keras on the torch
+"""Keras 3 weights as trees (run by 980-keras.t with the client venv's python: keras on the torch
 backend, and h5py as the independent reader).
 
 Environment: CKPTFS (the ckptfs binary), FIXTURES (required by the harness, unused).

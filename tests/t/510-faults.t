@@ -216,7 +216,7 @@ def case_truncate(tap, ckptfs, fixtures, scratch):
                    "truncate: reading %s (cut at byte %d of its %d) gives EIO"
                    % (lost["name"], cut - lost["offset"], lost["nbytes"]),
                    ["got %s" % (r[0] if r[0] == "ok" else r[1])])
-            # A changed file gives EIO on every read (53-changed-source.t): a cut cannot be
+            # A changed file gives EIO on every read (530-changed-source.t): a cut cannot be
             # told from a rewrite in place, so the bytes before it are not served either.
             r = outcome(lambda: pread_all(fd_intact))
             tap.ok(r == ("errno", "EIO") or (r[0] == "ok" and sha(r[1]) == intact["sha256"]),

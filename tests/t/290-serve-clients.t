@@ -7,7 +7,7 @@ Environment:
 
   1. @huggingface/hub (listFiles, downloadFile, Blob.slice) with hubUrl pointed at the server
      downloads the HF view of two DCP fixtures; the model.safetensors it wrote passes the strict
-     safetensors reader of 32-hfview.t and holds the manifest's model tensors byte for byte;
+     safetensors reader of 320-hfview.t and holds the manifest's model tensors byte for byte;
      the listing equals the server's tree; the slice equals the file's bytes.
   2. the same client against a server with --token-file: refused without the token, served
      with it.

@@ -24,7 +24,7 @@ def main(tap, ckptfs, fixtures):
                 want = {"user.ckpt.dtype": t["dtype"],
                         "user.ckpt.shape": "[" + ",".join(map(str, t["shape"])) + "]",
                         "user.ckpt.sha256": t["sha256"]}
-                # user.ckpt.stats is checked against numpy in 26-stats.t
+                # user.ckpt.stats is checked against numpy in 260-stats.t
                 listed = [n for n in os.listxattr(p) if n != "user.ckpt.stats"]
                 tap.ok(got == want and sorted(listed) == sorted(NAMES),
                        "%s: %s xattrs" % (case, t["name"]), ["got %r" % got, "want %r" % want])

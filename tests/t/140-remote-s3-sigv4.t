@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """s3:// sources against a server that VERIFIES SigV4 (tests/lib/s3_sigv4_server.py, written
-from the AWS documentation; 47-remote-s3.t runs on it too, 106-clients-s3.t checks it with boto3).
+from the AWS documentation; 470-remote-s3.t runs on it too, 906-clients-s3.t checks it with boto3).
 
   - the server itself: a request signed by the test uploader's own signer (remote_servers,
     a second implementation) is accepted, the same request with one byte of the path changed

@@ -11,7 +11,7 @@ the daemon), the source is rewritten in place with other bytes of the same size,
   view-new   the HF view opened after the change gives EIO (at open or on read), not new bytes
   aux        config.json opened before gives EIO (mounted -o passthrough=off: config.json is
              one source file as it is, which passthrough hands to the kernel, whose reads of
-             a file changed in place give the new bytes: tests/t/120-passthrough.t)
+             a file changed in place give the new bytes: tests/t/302-passthrough.t)
   mmap       pages of a tensor mapped before the change, faulted after: SIGBUS, not new bytes
   xattr      user.ckpt.sha256 asked after the change: EIO
   as_dtype   an F16 tensor read as F32 (-o as_dtype=f32): EIO
