@@ -8,8 +8,13 @@ usage: check_clients.py REQUIREMENTS_IN
 
 import importlib
 import importlib.metadata
+import os
 import re
 import sys
+
+# keras imports its backend at import time: the tests run it on torch, which the venv has
+# (its default, tensorflow, is not pinned).
+os.environ.setdefault("KERAS_BACKEND", "torch")
 
 # The module each distribution is imported as, where the names differ.
 MODULE = {"huggingface_hub": "huggingface_hub", "huggingface-hub": "huggingface_hub"}
