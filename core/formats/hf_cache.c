@@ -120,7 +120,7 @@ int hf_cache_root_repos(const char *dir, char *out, size_t cap) {
     size_t count = 0, repos = 0, o = 0;
     if (cap) out[0] = '\0';
     if (place_list(dir, &e, &count) != 0) return 0;
-    qsort(e, count, sizeof *e, by_name);
+    if (count) qsort(e, count, sizeof *e, by_name); /* qsort(NULL, 0) is undefined */
     for (size_t i = 0; i < count; i++) {
         if (e[i].kind != PLACE_DIR || strncmp(e[i].name, "models--", 8) != 0) continue;
         char repo[PATH_MAX];
