@@ -1,4 +1,4 @@
-"""What the real-client tests (tests/t/100-106) share: running under the pinned client venv
+"""What the real-client tests (tests/t/900-906) share: running under the pinned client venv
 ($CLIENTS_PY, `make deps-clients`), a failure that names a client that cannot be imported, a
 per-case deadline that names the case when it hangs, mounting quietly, and the tiny models.
 
@@ -23,14 +23,19 @@ PROMPT = [1, 5, 9, 17, 33, 65, 100, 2]  # token ids of the fixed prompt (vocabul
 SEED = 1234
 
 
-def reexec_in_clients(modules):
-    """Become $CLIENTS_PY and import modules; returns (tap, ckptfs) or exits (SKIP without
-    FUSE or ckptfs, a named failure without a client)."""
-    ckptfs = os.environ.get("CKPTFS", "")
-    why = skip_reason(ckptfs, os.environ.get("FIXTURES") or "/")
-    if why:
-        print("1..0 # SKIP " + why)
-        sys.exit(0)
+def _import_problems(modules):
+    problems = []
+    for name in modules:
+        try:
+            __import__(name)
+        except Exception as e:  # an ImportError, or a wheel that fails to load
+            problems.append("%s (%s: %s)" % (name, type(e).__name__, e))
+    return problems
+
+
+def under_clients(*modules):
+    """Become $CLIENTS_PY (re-exec, once) and import modules; returns only there. A missing
+    interpreter or a client that does not import is one failing TAP line naming it."""
     py = os.environ.get("CLIENTS_PY", "")
     if os.environ.get("CKPTFS_IN_CLIENTS_PY") != "1":
         if not py or not os.access(py, os.X_OK):
@@ -40,6 +45,23 @@ def reexec_in_clients(modules):
         os.environ["CKPTFS_IN_CLIENTS_PY"] = "1"
         sys.stdout.flush()
         os.execv(py, [py] + sys.argv)
+    missing = _import_problems(modules)
+    if missing:
+        print("1..1\nnot ok 1 - real clients: cannot import under %s: %s" % (py, "; ".join(missing)))
+        sys.exit(1)
+    # Names are UTF-8 whatever the locale of the harness says.
+    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
+
+
+def reexec_in_clients(modules):
+    """Become $CLIENTS_PY and import modules; returns (tap, ckptfs) or exits (SKIP without
+    FUSE or ckptfs, a named failure without a client)."""
+    ckptfs = os.environ.get("CKPTFS", "")
+    why = skip_reason(ckptfs, os.environ.get("FIXTURES") or "/")
+    if why:
+        print("1..0 # SKIP " + why)
+        sys.exit(0)
+    under_clients()
     # The clients' own state (token, cache, xet) in a scratch HF_HOME, never the user's; no
     # token from the environment unless a test sets one.
     import atexit
@@ -50,15 +72,10 @@ def reexec_in_clients(modules):
     for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE"):
         os.environ.pop(var, None)
     tap = Tap()
-    missing = []
-    for name in modules:
-        try:
-            __import__(name)
-        except Exception as e:  # an ImportError, or a wheel that fails to load
-            missing.append("%s (%s: %s)" % (name, type(e).__name__, e))
+    missing = _import_problems(modules)
     if missing:
         for m in missing:
-            tap.ok(False, "client %s imports under %s" % (m, py))
+            tap.ok(False, "client %s imports under %s" % (m, os.environ.get("CLIENTS_PY")))
         tap.done()
         sys.exit(1)
     return tap, os.path.abspath(ckptfs)

@@ -14,7 +14,7 @@ import sys
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from client_env import under_clients  # noqa: E402
+from clients_env import under_clients  # noqa: E402
 
 under_clients("torch", "transformers", "peft")
 

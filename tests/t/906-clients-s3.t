@@ -28,7 +28,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from client_env import under_clients  # noqa: E402
+from clients_env import under_clients  # noqa: E402
 
 under_clients("boto3", "botocore")
 
