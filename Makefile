@@ -65,6 +65,16 @@ lib: $(SOLIB)
 # are position-independent, for libckpt.so as well as libckpt.a; -fno-semantic-interposition
 # keeps calls between them inlinable and direct, as in the static program.
 CORE_CFLAGS := -fPIC -fno-semantic-interposition
+# Objects depend on the flags they were built with, not only on their sources: a flag added
+# here (-fPIC for libckpt.so) must not leave a build/ of objects made without it. The flags
+# are kept in $(B)/.flags, rewritten only when they change.
+FLAGS_NOW = $(CFLAGS_ALL) $(CPPFLAGS) $(CORE_CFLAGS) $(HDF5_CFLAGS) $(FUSE_CFLAGS)
+ifneq ($(file <$(B)/.flags),$(FLAGS_NOW))
+$(shell mkdir -p $(B))
+$(file >$(B)/.flags,$(FLAGS_NOW))
+endif
+$(CORE_OBJ) $(FS_OBJ): $(B)/.flags
+
 $(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(CORE_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c $< -o $@
