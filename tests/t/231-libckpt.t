@@ -29,6 +29,11 @@ tap = Tap()
 
 
 def run(argv, **kw):
+    if argv[0] == "make" and "env" not in kw:
+        # Under `make check` this runs inside make: without its MAKEFLAGS and MAKELEVEL the
+        # inner make prints no "Entering directory" lines into what the test reads.
+        kw["env"] = {k: v for k, v in os.environ.items()
+                     if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, **kw)
 
 
