@@ -13,29 +13,42 @@ static char *url_in(char *arg) {
     return eq && ckpt_is_url(eq + 1) ? eq + 1 : NULL;
 }
 
-/* The program's own copy, freed at exit (main returns from many places). */
-static char **kept;
+/* The program's own copy, freed at exit (main returns from many places). The strings are
+ * freed through a list of their own: the program may change its argv array (option parsers
+ * move and drop entries), which must not lose a string. */
+static char **kept, **given;
+static int nkept;
 
 static void free_kept(void) {
-    for (char **p = kept; p && *p; p++) free(*p);
+    for (int i = 0; i < nkept; i++) free(kept[i]);
     free(kept);
-    kept = NULL;
+    free(given);
+    kept = given = NULL;
+    nkept = 0;
 }
 
 char **argv_hide_secrets(int argc, char **argv) {
+    if (kept) return NULL; /* once per process */
     char **copy = calloc((size_t)argc + 1, sizeof *copy);
-    if (!copy) return NULL;
-    if (!kept) atexit(free_kept);
-    kept = copy;
+    char **mine = calloc((size_t)argc + 1, sizeof *mine);
+    if (!copy || !mine) {
+        free(copy);
+        free(mine);
+        return NULL;
+    }
     for (int i = 0; i < argc; i++) {
-        copy[i] = strdup(argv[i]);
+        copy[i] = mine[i] = strdup(argv[i]);
         if (!copy[i]) {
-            for (int k = 0; k < i; k++) free(copy[k]);
+            for (int k = 0; k < i; k++) free(mine[k]);
             free(copy);
-            kept = NULL;
+            free(mine);
             return NULL;
         }
     }
+    kept = mine;
+    given = copy;
+    nkept = argc;
+    atexit(free_kept);
     for (int i = 0; i < argc; i++) {
         char *url = url_in(argv[i]);
         if (!url) continue;
