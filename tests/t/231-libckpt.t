@@ -149,6 +149,15 @@ try:
     ld = run(["objdump", "-p", exe]).stdout if os.path.exists(exe) else ""
     tap.ok("NEEDED               libckpt.so.0" in ld, "it is linked against libckpt.so.0")
     renv = dict(os.environ, LD_LIBRARY_PATH=lib)
+    with open(os.path.join(lib, real), "rb") as f:
+        sanitized = b"__asan_init" in f.read()
+    if sanitized:
+        # A library built with ASan and UBSan (make check SANITIZE=1) needs their runtimes
+        # loaded first in a program that is not; leaks of the Python interpreter are not ours.
+        rt = [run(["cc", "-print-file-name=lib%s.so" % n]).stdout.strip()
+              for n in ("asan", "ubsan")]
+        renv["LD_PRELOAD"] = " ".join(rt)
+        renv["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     sharded = os.path.join(FIXTURES, "sharded")
     if not os.path.isdir(sharded):
         tap.skip("the examples read a checkpoint", "no fixture %s (make fixtures)" % sharded)
