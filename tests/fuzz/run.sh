@@ -32,7 +32,9 @@ harnesses=${FUZZ_ONLY:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 HDF5_CFLAGS=$(pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
 HDF5_LIBS="-L/usr/lib/$(gcc -print-multiarch)/hdf5/serial -lhdf5_hl -lhdf5"
-CFLAGS_FUZZ="-std=c17 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer $SAN -Icore -Itests/fuzz $HDF5_CFLAGS ${FUZZ_EXTRA_CFLAGS:-}"
+# core/util/version.c takes the version from VERSION, as the Makefile passes it.
+VERSION_DEF="-DCKPT_VERSION=\"$(cat VERSION)\""
+CFLAGS_FUZZ="-std=c17 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer $SAN -Icore -Itests/fuzz $HDF5_CFLAGS $VERSION_DEF ${FUZZ_EXTRA_CFLAGS:-}"
 
 # ---- build: the core once (instrumented for coverage), then one binary per harness ----
 mkdir -p "$B/obj" "$B/run"

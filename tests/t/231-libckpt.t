@@ -143,21 +143,25 @@ try:
     with open(exe + ".c", "w") as f:
         f.write(src or "")
     flags = run(["pkg-config", "--cflags", "--libs", "libckpt"], env=env).stdout.split()
+    with open(os.path.join(lib, real), "rb") as f:
+        sanitized = b"__asan_init" in f.read()
+    if sanitized:
+        flags = ["-fsanitize=address,undefined"] + flags
     r = run(["cc", "-std=c17", "-Wall", "-Wextra", "-Werror", exe + ".c", "-o", exe] + flags)
     tap.ok(r.returncode == 0, "the C example compiles with pkg-config's flags (%s)" % " ".join(flags),
            [r.stderr])
     ld = run(["objdump", "-p", exe]).stdout if os.path.exists(exe) else ""
     tap.ok("NEEDED               libckpt.so.0" in ld, "it is linked against libckpt.so.0")
     renv = dict(os.environ, LD_LIBRARY_PATH=lib)
-    with open(os.path.join(lib, real), "rb") as f:
-        sanitized = b"__asan_init" in f.read()
+    pyenv = dict(renv)
     if sanitized:
-        # A library built with ASan and UBSan (make check SANITIZE=1) needs their runtimes
-        # loaded first in a program that is not; leaks of the Python interpreter are not ours.
+        # The library was built with ASan and UBSan (make check SANITIZE=1): the C example is
+        # built with them too, and the interpreter gets their runtimes preloaded; the
+        # interpreter's own leaks are not ours.
         rt = [run(["cc", "-print-file-name=lib%s.so" % n]).stdout.strip()
               for n in ("asan", "ubsan")]
-        renv["LD_PRELOAD"] = " ".join(rt)
-        renv["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+        pyenv["LD_PRELOAD"] = " ".join(rt)
+        pyenv["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     sharded = os.path.join(FIXTURES, "sharded")
     if not os.path.isdir(sharded):
         tap.skip("the examples read a checkpoint", "no fixture %s (make fixtures)" % sharded)
@@ -192,7 +196,7 @@ try:
         pyf = os.path.join(tmp, "list.py")
         with open(pyf, "w") as f:
             f.write(py or "")
-        r = subprocess.run([sys.executable, pyf, sharded], capture_output=True, text=True, env=renv,
+        r = subprocess.run([sys.executable, pyf, sharded], capture_output=True, text=True, env=pyenv,
                            timeout=60)
         lines = {}
         for line in r.stdout.splitlines():
