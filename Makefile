@@ -160,7 +160,7 @@ test: $(B)/ckptfs $(UNIT_BIN) $(TOOL_BIN) fixtures
 	CKPTFS=$(abspath $(B)/ckptfs) FIXTURES=$(abspath $(FIXTURES)) UNIT_DIR=$(abspath $(B)/unit) \
 	TOOLS=$(abspath $(B)/tools) TEST_TIMEOUT=$(TEST_TIMEOUT) \
 	ASAN_OPTIONS=log_path=$(SANLOG)/asan UBSAN_OPTIONS=log_path=$(SANLOG)/ubsan:print_stacktrace=1 \
-	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	CLIENTS_PY=$(abspath $(CLIENTS_VENV))/bin/python \
 	  prove --timer --exec $(abspath tests/lib/with-timeout) $(or $(TESTS),$(UNIT_BIN) tests/t/*.t)
 	@if [ -n "$$(ls -A $(SANLOG))" ]; then echo "sanitizer reports:"; cat $(SANLOG)/*; exit 1; fi
