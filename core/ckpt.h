@@ -265,12 +265,12 @@ struct ckpt_tensor {
     uint64_t numel;
     uint64_t nbytes;
     ckpt_piece *pieces;
-    ckpt_piece_index *index;  /* built by ckpt_catalog_finish for multi-piece tensors */
-    const ckpt_extra *extra;  /* format-specific sidecar members, or NULL */
-    const char *prefix;       /* NULL, or a directory the tensor is shown under ("optim/",
-                                 ".ckptfs/ranks/1/"), put in front of its path as it is */
-    const char *path;         /* where the mount shows the raw bytes (see treepath.c); its
-                                 .json sidecar: ckpt_sidecar_path */
+    ckpt_piece_index *index; /* built by ckpt_catalog_finish for multi-piece tensors */
+    const ckpt_extra *extra; /* format-specific sidecar members, or NULL */
+    const char *prefix;      /* NULL, or a directory the tensor is shown under ("optim/",
+                                ".ckptfs/ranks/1/"), put in front of its path as it is */
+    const char *path;        /* where the mount shows the raw bytes (see treepath.c); its
+                                .json sidecar: ckpt_sidecar_path */
     uint32_t npieces;
     bool path_raw;   /* path ends in ".raw": it is also a directory (not in the sidecar's) */
     bool incomplete; /* some elements are covered by no piece */

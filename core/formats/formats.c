@@ -6,8 +6,7 @@
 
 extern const ckpt_format format_hf_dir, format_meta_mp, format_deepspeed, format_nemo_step,
     format_dcp, format_dcp_hf, format_gguf, format_gptrs, format_burnpack, format_lwt,
-    format_mlfw_tp, format_folder, format_npz, format_onnx, format_keras,
-    format_keras_h5;
+    format_mlfw_tp, format_folder, format_npz, format_onnx, format_keras, format_keras_h5;
 
 /* Files are probed by content, directories by the names they hold; each kind in the order of
  * the rows that have a probe (resp. probe_dir) for it.

@@ -107,7 +107,7 @@ int catalog_add_member(ckpt_catalog *cat, uint32_t archive, const char *name, ui
 }
 
 bool catalog_shape_nbytes(const uint64_t *shape, uint32_t ndim, ckpt_dtype dt, uint64_t *numel,
-                  uint64_t *nbytes) {
+                          uint64_t *nbytes) {
     uint64_t n = 1;
     for (uint32_t i = 0; i < ndim; i++)
         if (__builtin_mul_overflow(n, shape[i], &n)) return false;

@@ -72,5 +72,4 @@ bool staged_name_from_path(const char *path, size_t len, strbuf *name);
 /* True when `path` is where a mount shows the tensor called name[0..len). */
 bool staged_path_shows_name(const char *path, size_t plen, const char *name, size_t len);
 
-
 #endif

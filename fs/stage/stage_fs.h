@@ -199,7 +199,8 @@ bool spool_parse_id(const char *s, uint64_t *id);
 /* Paths in the journal and the state file: text_pct_escape with space (bytes <= 0x20, 0x7F, '%').
  */
 /* Applies SPOOL/journal to the tree; lower_paths maps the path of a source tensor's raw file
- * to the tensor (its sidecar is found from it). Returns 0 or a negative errno (a journal that is not ours). */
+ * to the tensor (its sidecar is found from it). Returns 0 or a negative errno (a journal that is
+ * not ours). */
 int journal_replay(stage *st, const hashmap *lower_paths);
 /* Rewrites the journal as a snapshot of the tree and reopens it for appending. */
 int journal_snapshot(stage *st);

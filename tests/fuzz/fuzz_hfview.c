@@ -1,5 +1,5 @@
-/* libFuzzer harness: the Hugging Face view (core/views/hfview.c) and the tree paths and documents of
- * a catalog built by hand from the input — names with '.', '/', '%', control bytes, NUL and
+/* libFuzzer harness: the Hugging Face view (core/views/hfview.c) and the tree paths and documents
+ * of a catalog built by hand from the input — names with '.', '/', '%', control bytes, NUL and
  * multi-byte characters, every dtype, holes, replicas, tensors set aside under a prefix — and a
  * max_shard_size from the input.
  *
