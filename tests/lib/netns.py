@@ -106,10 +106,9 @@ class Hosts:
         return False
 
 
-# The caching proxy of the many-readers deployment (README.md): file downloads cached in 1 MiB
-# slices, the Hub API passed through; the cache holds the origin's token. Fields: d (its folder),
-# addr and port (where it listens), origin (the origin's address, same port), token.
-NGINX_CONF = """
+# What both caches below share: one worker, files under d, a log of each request and its
+# upstream bytes (the slices are subrequests: their bytes are what the origin sent), and a cache.
+_CACHE_HEAD = """
 daemon off;
 master_process off;
 worker_processes 1;
@@ -117,14 +116,19 @@ pid %(d)s/nginx.pid;
 error_log %(d)s/error.log warn;
 events { worker_connections 512; }
 http {
-    log_format up '$request_uri $status $upstream_bytes_received';
-    log_subrequest on;  # the slices are subrequests: their upstream bytes are what counts
+    log_format up '$request_method $request_uri $status $upstream_bytes_received';
+    log_subrequest on;
     access_log %(d)s/access.log up;
     client_body_temp_path %(d)s/tmp;
     proxy_temp_path %(d)s/tmp;
     proxy_cache_path %(d)s/cache levels=1:2 keys_zone=ck:10m max_size=2g inactive=1h
                      use_temp_path=off;
-    server {
+"""
+
+# The caching proxy of the many-readers deployment (README.md): file downloads cached in 1 MiB
+# slices, the Hub API passed through; the cache holds the origin's token. Fields: d (its folder),
+# addr and port (where it listens), origin (the origin's address, same port), token.
+NGINX_CONF = _CACHE_HEAD + """    server {
         listen %(addr)s:%(port)d;
         # file downloads: cached in 1 MiB slices, one upstream fetch per slice
         location ~ /resolve/ {
@@ -167,22 +171,7 @@ def tcp_up(h, host, addr, port=8080):
 # The same cache in front of an S3 origin: objects cached in 1 MiB slices, listings and HEADs
 # passed through. SigV4 signs the Host header, which nginx passes on as the client sent it;
 # Range is not signed, so the slice's Range may replace the client's. Fields as NGINX_CONF's.
-NGINX_S3_CONF = """
-daemon off;
-master_process off;
-worker_processes 1;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log warn;
-events { worker_connections 512; }
-http {
-    log_format up '$request_method $request_uri $status $upstream_bytes_received';
-    log_subrequest on;
-    access_log %(d)s/access.log up;
-    client_body_temp_path %(d)s/tmp;
-    proxy_temp_path %(d)s/tmp;
-    proxy_cache_path %(d)s/cache levels=1:2 keys_zone=ck:10m max_size=2g inactive=1h
-                     use_temp_path=off;
-    server {
+NGINX_S3_CONF = _CACHE_HEAD + """    server {
         listen %(addr)s:%(port)d;
         location ~ \\.(safetensors|json)$ {
             slice 1m;
